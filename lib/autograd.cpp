@@ -1,0 +1,129 @@
+#include "lib/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "lib/error.h"
+#include "lib/ops/elementwise.h"
+
+namespace ft {
+
+namespace {
+thread_local bool grad_mode = true;
+}
+
+bool grad_mode_enabled() { return grad_mode; }
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!grad_mode) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!grad_mode) return output;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return output;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->backward = std::move(backward);
+  node->output_shape = output.shape();
+  node->output_dtype = output.dtype();
+  for (const Tensor& t : inputs) {
+    Edge edge;
+    if (t.defined() && t.requires_grad()) {
+      if (t.grad_fn()) edge.node = t.grad_fn();
+      else edge.leaf = t.impl_ptr();
+    }
+    node->edges.push_back(std::move(edge));
+  }
+  output.impl()->grad_fn = std::move(node);
+  output.impl()->requires_grad = true;
+  return output;
+}
+
+namespace {
+
+void accumulate(Tensor& slot, const Tensor& grad) {
+  if (!slot.defined()) slot = grad;
+  else slot = add(slot, grad);
+}
+
+void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
+  FT_CHECK(grad.shape() == leaf.shape, "backward: gradient of shape ", shape_str(grad.shape()),
+           " for a leaf of shape ", shape_str(leaf.shape));
+  Tensor g = grad.dtype() == leaf.dtype ? grad : grad.to(leaf.dtype);
+  if (!leaf.grad.defined()) {
+    // Own the storage: the incoming gradient may alias another tensor's.
+    Tensor fresh = Tensor::empty(g.shape(), g.dtype(), g.device());
+    fresh.copy_(g);
+    leaf.grad = fresh;
+  } else {
+    leaf.grad.assign_(add(leaf.grad, g));
+  }
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  NoGradGuard no_grad;
+  if (!root.grad_fn()) {
+    FT_CHECK(root.requires_grad(), "backward: the tensor does not require grad and has no history");
+    accumulate_into_leaf(*root.impl(), grad);
+    return;
+  }
+  // Count, for every node, how many edges point at it, so it runs only after all its users.
+  std::unordered_map<Node*, int> pending_users;
+  std::vector<Node*> stack{root.grad_fn().get()};
+  std::unordered_set<Node*> seen{root.grad_fn().get()};
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& e : node->edges) {
+      if (!e.node) continue;
+      pending_users[e.node.get()]++;
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  std::unordered_map<Node*, Tensor> grads;
+  grads[root.grad_fn().get()] = grad;
+  std::vector<std::shared_ptr<Node>> ready{root.grad_fn()};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    Tensor g = std::move(grads[node.get()]);
+    grads.erase(node.get());
+    if (!g.defined()) {  // reached, but no gradient flowed into it: pass the nothing along
+      for (const Edge& e : node->edges)
+        if (e.node && --pending_users[e.node.get()] == 0) ready.push_back(e.node);
+      continue;
+    }
+    FT_CHECK(node->backward, "backward: the graph through '", node->name,
+             "' was already freed; pass retain_graph=true to run backward twice");
+    std::vector<Tensor> input_grads = node->backward(g);
+    FT_CHECK(input_grads.size() == node->edges.size(), "backward of ", node->name, " returned ",
+             input_grads.size(), " gradients for ", node->edges.size(), " inputs");
+    if (!retain_graph) node->backward = nullptr;  // frees the saved tensors now
+    for (size_t i = 0; i < node->edges.size(); ++i) {
+      const Edge& e = node->edges[i];
+      if (!e.active() || !input_grads[i].defined()) {
+        if (e.node && --pending_users[e.node.get()] == 0) ready.push_back(e.node);
+        continue;
+      }
+      if (e.leaf) {
+        accumulate_into_leaf(*e.leaf, input_grads[i]);
+      } else {
+        FT_CHECK(input_grads[i].shape() == e.node->output_shape, "backward of ", node->name, ": gradient ", i,
+                 " has shape ", shape_str(input_grads[i].shape()), ", expected ", shape_str(e.node->output_shape));
+        accumulate(grads[e.node.get()], input_grads[i]);
+        if (--pending_users[e.node.get()] == 0) ready.push_back(e.node);
+      }
+    }
+  }
+}
+
+}  // namespace ft

@@ -1,0 +1,60 @@
+// Define-by-run autograd: each differentiable op records a Node holding what its backward needs.
+//
+// backward() walks the nodes reachable from the root in topological order, sums the
+// gradients that reach a node from several uses, accumulates (+=) into leaves' .grad(), and
+// frees each node's saved tensors once it has run (unless retain_graph is asked for).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/tensor.h"
+
+namespace ft {
+
+/// Given the gradient of the op's output, returns one gradient per input (undefined where the
+/// input needs none). Runs with grad mode off.
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+/// Where a gradient flows: into another op's node, or into a leaf tensor's .grad().
+struct Edge {
+  std::shared_ptr<Node> node;
+  std::shared_ptr<TensorImpl> leaf;
+  bool active() const { return node || leaf; }
+};
+
+struct Node {
+  std::string name;
+  std::vector<Edge> edges;  // one per op input
+  BackwardFn backward;      // released after use, which frees the saved tensors
+  Shape output_shape;
+  DType output_dtype;
+};
+
+bool grad_mode_enabled();
+
+/// Disables graph recording in its scope (evaluation, optimizer updates, backward itself).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// True when recording is on and any input requires a gradient.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+
+/// Records `output` as the result of a differentiable op over `inputs` when any of them needs a
+/// gradient; returns output (now with grad_fn). The backward function must return one gradient
+/// per input, in order, each of its input's shape.
+Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+/// Runs backward from root with the given gradient.
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+}  // namespace ft

@@ -1,0 +1,32 @@
+// One cuBLASLt product, column-major, with an optional epilogue. The matmul primitive and the
+// fused linear both go through it; algorithm choices are cached per configuration.
+#pragma once
+#include <cublasLt.h>
+
+#include "lib/dtype.h"
+
+namespace ft::cuda {
+
+/// D[m, n] = op(A)[m, k] · op(B)[k, n] (column-major, lda/ldb/ldd the leading dims), repeated
+/// over `batch` matrices with the given element strides (stride_b 0 shares B).
+struct LtGemm {
+  DType dtype = DType::F32;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  bool trans_a = false;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  bool trans_b = false;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;  // read for BIAS epilogues, written for BGRAD epilogues
+  void* aux = nullptr;   // GELU_AUX: pre-activation written; DGELU: read
+  int64_t ld_aux = 0;
+};
+
+void run_gemm(const LtGemm& g);
+
+}  // namespace ft::cuda

@@ -1,0 +1,125 @@
+// Primitive elementwise kernels: one simple kernel per op family, the unfused building blocks.
+// The per-element formulas come from lib/ops/elementwise_math.h, shared with the CPU loops.
+#include "lib/cuda/launchers.h"
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/runtime.h"
+
+namespace ft::cuda {
+
+namespace {
+
+template <class T>
+__global__ void unary_kernel(UnaryOp op, const T* x, T* out, int64_t n, acc_t<T> p, acc_t<T> q) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = from_acc<T>(apply_unary<acc_t<T>>(op, to_acc(x[i]), p, q));
+}
+
+template <class T>
+__global__ void binary_kernel(BinaryOp op, const T* a, const T* b, T* out, int64_t n, BroadcastPlan plan) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = from_acc<T>(apply_binary(op, to_acc(a[plan.operand_index(0, i)]), to_acc(b[plan.operand_index(1, i)])));
+}
+
+__global__ void compare_kernel(CompareOp op, const void* a, const void* b, DType dtype, uint8_t* out, int64_t n,
+                               BroadcastPlan plan) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = apply_compare(op, load_any(a, dtype, plan.operand_index(0, i)), load_any(b, dtype, plan.operand_index(1, i)));
+}
+
+// where moves elements unchanged, so only their width matters.
+template <class Word>
+__global__ void where_kernel(const uint8_t* cond, const Word* a, const Word* b, Word* out, int64_t n, BroadcastPlan plan) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = cond[plan.operand_index(0, i)] ? a[plan.operand_index(1, i)] : b[plan.operand_index(2, i)];
+}
+
+__global__ void cast_kernel(const void* x, DType from, void* out, DType to, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_any(out, to, i, load_any(x, from, i));
+}
+
+__global__ void fill_kernel(void* out, DType dtype, int64_t n, double value, bool arange) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_any(out, dtype, i, arange ? static_cast<double>(i) : value);
+}
+
+__global__ void philox_uniform_kernel(float* out, int64_t n, uint64_t seed, uint64_t offset) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = philox::uniform(seed, offset, static_cast<uint64_t>(i));
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& x, const Tensor& out, double p, double q) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_floating(x.dtype(), "unary op", [&](auto tag) {
+    using T = decltype(tag);
+    unary_kernel<T><<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(
+        op, x.data<T>(), out.data<T>(), n, static_cast<acc_t<T>>(p), static_cast<acc_t<T>>(q));
+  });
+  FT_CUDA_CHECK_LAUNCH("unary_kernel");
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_floating(a.dtype(), "binary op", [&](auto tag) {
+    using T = decltype(tag);
+    binary_kernel<T><<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(op, a.data<T>(), b.data<T>(),
+                                                                                  out.data<T>(), n, plan);
+  });
+  FT_CUDA_CHECK_LAUNCH("binary_kernel");
+}
+
+void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  compare_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(op, a.data_ptr(), b.data_ptr(), a.dtype(),
+                                                                             out.data<uint8_t>(), n, plan);
+  FT_CUDA_CHECK_LAUNCH("compare_kernel");
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const unsigned blocks = elementwise_blocks(n, kThreads);
+  const uint8_t* c = cond.data<uint8_t>();
+  switch (dtype_size(a.dtype())) {
+    case 1: where_kernel<<<blocks, kThreads, 0, stream()>>>(c, a.data<uint8_t>(), b.data<uint8_t>(), out.data<uint8_t>(), n, plan); break;
+    case 2: where_kernel<<<blocks, kThreads, 0, stream()>>>(c, a.data<uint16_t>(), b.data<uint16_t>(), out.data<uint16_t>(), n, plan); break;
+    case 4: where_kernel<<<blocks, kThreads, 0, stream()>>>(c, a.data<uint32_t>(), b.data<uint32_t>(), out.data<uint32_t>(), n, plan); break;
+    default: where_kernel<<<blocks, kThreads, 0, stream()>>>(c, a.data<uint64_t>(), b.data<uint64_t>(), out.data<uint64_t>(), n, plan); break;
+  }
+  FT_CUDA_CHECK_LAUNCH("where_kernel");
+}
+
+void cast(const Tensor& x, const Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  cast_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(x.data_ptr(), x.dtype(), out.data_ptr(),
+                                                                          out.dtype(), n);
+  FT_CUDA_CHECK_LAUNCH("cast_kernel");
+}
+
+void fill(const Tensor& out, double value) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  fill_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(out.data_ptr(), out.dtype(), n, value, false);
+  FT_CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+void arange(const Tensor& out) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  fill_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(out.data_ptr(), out.dtype(), n, 0.0, true);
+  FT_CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+void philox_uniform(const Tensor& out, uint64_t seed, uint64_t offset) {
+  const int64_t n = out.numel();
+  philox_uniform_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(out.data<float>(), n, seed, offset);
+  FT_CUDA_CHECK_LAUNCH("philox_uniform_kernel");
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,44 @@
+// The CUDA launchers behind the primitive ops. Op files call these after checking shapes,
+// dtypes and devices; each enqueues on the compute stream and checks its launch.
+// In a CPU-only build they are defined by lib/no_cuda.cpp and throw.
+#pragma once
+#include <cstdint>
+
+#include "lib/ops/elementwise_math.h"
+#include "lib/ops/reduce.h"
+#include "lib/tensor.h"
+
+namespace ft::cuda {
+
+/// Codes kernels OR into the device error word; raised as ft::Error at the next synchronizing read.
+enum DeviceErrorCode : unsigned { kIndexOutOfRange = 1u, kTargetOutOfRange = 2u };
+
+void unary(UnaryOp op, const Tensor& x, const Tensor& out, double p, double q);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
+void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
+void cast(const Tensor& x, const Tensor& out);
+void fill(const Tensor& out, double value);
+void arange(const Tensor& out);
+
+/// out[r] = reduce(x[r, 0:cols]) for each of `rows` rows.
+void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, int64_t cols);
+/// x viewed as [outer, mid, inner]: out[o, i] = sum over m of x[o, m, i] (deterministic order).
+void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mid, int64_t inner);
+
+/// C[b] = op(A[b]) @ op(B[b]) for `batch` row-major matrices (b_batched false: one shared B).
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
+            bool trans_a, bool trans_b, bool b_batched);
+
+void transpose_last2(const Tensor& x, const Tensor& out, int64_t batch, int64_t rows, int64_t cols);
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
+void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out);
+/// table_grad[ids[i]] += grad[i] (table_grad zeroed by the caller).
+void scatter_add_rows(const Tensor& grad, const Tensor& ids, const Tensor& table_grad);
+
+/// Flags `code` in the device error word when an id is outside [0, limit) and not `allowed`.
+void validate_ids(const Tensor& ids, int64_t limit, int64_t allowed, unsigned code);
+
+void philox_uniform(const Tensor& out, uint64_t seed, uint64_t offset);
+
+}  // namespace ft::cuda

@@ -1,0 +1,148 @@
+// The matmul primitive on cuBLASLt. Row-major C = op(A) op(B) is computed as the column-major
+// Cᵀ = op(B)ᵀ op(A)ᵀ, which needs no data movement: a row-major matrix is its transpose in
+// column-major order.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "lib/cuda/cublaslt.h"
+#include "lib/cuda/launchers.h"
+#include "lib/cuda/runtime.h"
+
+namespace ft::cuda {
+
+namespace {
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F64: return CUDA_R_64F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: FT_FAIL("matmul: unsupported dtype ", dtype_name(dtype));
+  }
+}
+
+template <class T>
+void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  FT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+void set_layout_batch(cublasLtMatrixLayout_t layout, int64_t batch, int64_t stride) {
+  int32_t count = static_cast<int32_t>(batch);
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  FT_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+}
+
+using AlgoKey =
+    std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int64_t, int64_t, uint32_t>;
+
+// The largest power of two (at most 256) dividing every pointer: views may start unaligned,
+// and an algorithm chosen for aligned data would refuse them.
+uint32_t common_alignment(std::initializer_list<const void*> pointers) {
+  uint32_t alignment = 256;
+  for (const void* p : pointers)
+    if (p)
+      while (reinterpret_cast<uintptr_t>(p) % alignment) alignment /= 2;
+  return alignment;
+}
+
+}  // namespace
+
+void run_gemm(const LtGemm& g) {
+  const cudaDataType_t type = cuda_type(g.dtype);
+  const bool f64 = g.dtype == DType::F64;
+  cublasLtMatmulDesc_t desc;
+  FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, f64 ? CUDA_R_64F : CUDA_R_32F));
+  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
+    if (g.bias) set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+    if (g.aux) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ld_aux);
+    }
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g.m, g.n, g.ldd));
+  if (g.batch > 1) {
+    set_layout_batch(la, g.batch, g.stride_a);
+    set_layout_batch(lb, g.batch, g.stride_b);
+    set_layout_batch(ld, g.batch, g.stride_d);
+  }
+  size_t workspace_bytes = 0;
+  void* workspace = cublaslt_workspace(&workspace_bytes);
+
+  // The heuristic query costs host time; remember the answer per configuration.
+  static std::mutex mutex;
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
+  const uint32_t alignment = common_alignment({g.a, g.b, g.d});
+  const AlgoKey key{static_cast<int>(g.dtype), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
+                    static_cast<int>(g.epilogue), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      cublasLtMatmulPreference_t pref;
+      FT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace_bytes, sizeof(workspace_bytes)));
+      for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment)));
+      cublasLtMatmulHeuristicResult_t result;
+      int found = 0;
+      FT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, 1, &result, &found));
+      cublasLtMatmulPreferenceDestroy(pref);
+      FT_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " dtype ",
+               dtype_name(g.dtype), " epilogue ", static_cast<int>(g.epilogue));
+      it = cache.emplace(key, result.algo).first;
+    }
+    algo = it->second;
+  }
+  const double alpha64 = 1.0, beta64 = 0.0;
+  const float alpha32 = 1.0f, beta32 = 0.0f;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, g.d, ld, g.d, ld, &algo,
+                                 workspace, workspace_bytes, stream()));
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+}
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
+            bool trans_a, bool trans_b, bool b_batched) {
+  LtGemm g;
+  g.dtype = a.dtype();
+  // Column-major view: Dᵀ[n, m] = op(B)ᵀ · op(A)ᵀ, with B and A as stored.
+  g.m = n;
+  g.n = m;
+  g.k = k;
+  g.a = b.data_ptr();
+  g.trans_a = trans_b;
+  g.lda = trans_b ? k : n;
+  g.b = a.data_ptr();
+  g.trans_b = trans_a;
+  g.ldb = trans_a ? m : k;
+  g.d = out.data_ptr();
+  g.ldd = n;
+  g.batch = batch;
+  g.stride_a = b_batched ? k * n : 0;
+  g.stride_b = m * k;
+  g.stride_d = m * n;
+  if (!b_batched && !trans_a && batch > 1) {
+    // A shared B with a row-major A: fold the batch into the rows, one larger product.
+    g.n = batch * m;
+    g.batch = 1;
+  }
+  run_gemm(g);
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,78 @@
+// Reduction kernels: one block per row for the last axis, one thread per output for a middle
+// axis (coalesced across the inner dim). Fixed summation order, so results are deterministic.
+#include <cfloat>
+
+#include "lib/cuda/launchers.h"
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/runtime.h"
+
+namespace ft::cuda {
+
+namespace {
+
+template <class A>
+__device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
+  if (op != ReduceOp::Max) return a + b;
+  return (b > a || b != b) ? b : a;  // NaN wins, as in the CPU loop
+}
+
+template <class A>
+__device__ A block_reduce(ReduceOp op, A value) {
+  __shared__ A warp_results[32];
+  for (int shift = 16; shift > 0; shift >>= 1) value = combine(op, value, __shfl_xor_sync(0xffffffffu, value, shift));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_results[warp] = value;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) / 32;
+  const A identity = op == ReduceOp::Max ? A(-INFINITY) : A(0);
+  value = lane < warps ? warp_results[lane] : identity;
+  if (warp == 0)
+    for (int shift = 16; shift > 0; shift >>= 1) value = combine(op, value, __shfl_xor_sync(0xffffffffu, value, shift));
+  return value;  // valid in thread 0
+}
+
+template <class T>
+__global__ void reduce_last_kernel(ReduceOp op, const T* x, T* out, int64_t cols) {
+  using A = acc_t<T>;
+  const T* row = x + blockIdx.x * cols;
+  A acc = op == ReduceOp::Max ? A(-INFINITY) : A(0);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) acc = combine(op, acc, to_acc(row[c]));
+  acc = block_reduce(op, acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = from_acc<T>(op == ReduceOp::Mean ? acc / A(cols) : acc);
+}
+
+template <class T>
+__global__ void reduce_middle_kernel(const T* x, T* out, int64_t outer, int64_t mid, int64_t inner) {
+  using A = acc_t<T>;
+  const int64_t total = outer * inner;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t o = j / inner, i = j % inner;
+    const T* p = x + o * mid * inner + i;
+    A acc = 0;
+    for (int64_t m = 0; m < mid; ++m) acc += to_acc(p[m * inner]);
+    out[j] = from_acc<T>(acc);
+  }
+}
+
+}  // namespace
+
+void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, int64_t cols) {
+  FT_CHECK(rows <= 2147483647LL, "reduce: too many rows (", rows, ")");
+  const int threads = cols >= 256 ? 256 : cols > 32 ? static_cast<int>((cols + 31) / 32 * 32) : 32;
+  dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
+    using T = decltype(tag);
+    reduce_last_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(op, x.data<T>(), out.data<T>(), cols);
+  });
+  FT_CUDA_CHECK_LAUNCH("reduce_last_kernel");
+}
+
+void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mid, int64_t inner) {
+  dispatch_floating(x.dtype(), "sum_to", [&](auto tag) {
+    using T = decltype(tag);
+    reduce_middle_kernel<T><<<elementwise_blocks(outer * inner, kThreads), kThreads, 0, stream()>>>(
+        x.data<T>(), out.data<T>(), outer, mid, inner);
+  });
+  FT_CUDA_CHECK_LAUNCH("reduce_middle_kernel");
+}
+
+}  // namespace ft::cuda

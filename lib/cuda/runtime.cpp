@@ -1,0 +1,138 @@
+#include "lib/cuda/runtime.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "lib/runtime.h"
+
+namespace ft::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
+  ::ft::detail::throw_error(::ft::detail::concat("CUDA error ", cudaGetErrorName(status), " (",
+                                                 cudaGetErrorString(status), ") in ", expr),
+                            file, line);
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line) {
+  ::ft::detail::throw_error(::ft::detail::concat("cuBLAS error ", static_cast<int>(status), " in ", expr), file, line);
+}
+
+namespace {
+
+struct DeviceContext {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 32u << 20;
+  unsigned* error_word = nullptr;
+  int sms = 0;
+
+  DeviceContext() {
+    int device = 0;
+    FT_CUDA_CHECK(cudaGetDevice(&device));
+    FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    // Keep freed blocks in the pool: the stream-ordered allocator then behaves as a caching
+    // allocator, and allocations stay legal inside CUDA graph capture.
+    cudaMemPool_t pool;
+    FT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t threshold = UINT64_MAX;
+    FT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    FT_CUBLAS_CHECK(cublasLtCreate(&lt));
+    FT_CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    FT_CUDA_CHECK(cudaMalloc(&error_word, sizeof(unsigned)));
+    FT_CUDA_CHECK(cudaMemset(error_word, 0, sizeof(unsigned)));
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  }
+};
+
+DeviceContext& context() {
+  // Built on first use and deliberately never destroyed: tensors freed during static
+  // destruction still need a live stream.
+  static DeviceContext* ctx = new DeviceContext();
+  return *ctx;
+}
+
+}  // namespace
+
+cudaStream_t stream() { return context().stream; }
+int multiprocessor_count() { return context().sms; }
+cublasLtHandle_t cublaslt_handle() { return context().lt; }
+void* cublaslt_workspace(size_t* bytes) {
+  *bytes = context().workspace_bytes;
+  return context().workspace;
+}
+unsigned* device_error_word() { return context().error_word; }
+
+void check_device_errors() {
+  unsigned word = 0;
+  FT_CUDA_CHECK(cudaMemcpyAsync(&word, device_error_word(), sizeof(word), cudaMemcpyDeviceToHost, stream()));
+  FT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  if (word == 0) return;
+  FT_CUDA_CHECK(cudaMemsetAsync(device_error_word(), 0, sizeof(unsigned), stream()));
+  if (word & kIndexOutOfRange) FT_FAIL("gather: an index was out of range [0, rows) (flagged on the device)");
+  if (word & kTargetOutOfRange) FT_FAIL("cross_entropy: a target id was out of range [0, V) (flagged on the device)");
+  FT_FAIL("a kernel flagged device error code ", word);
+}
+
+unsigned elementwise_blocks(long long n, int threads) {
+  long long blocks = (n + threads - 1) / threads;
+  long long cap = static_cast<long long>(multiprocessor_count()) * 32;
+  if (blocks > cap) blocks = cap;  // the kernels use grid-stride loops
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+}  // namespace ft::cuda
+
+namespace ft {
+
+bool cuda_available() {
+  static const bool available = [] {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  }();
+  return available;
+}
+
+void synchronize() {
+  if (cuda_available()) cuda::check_device_errors();
+}
+
+namespace runtime {
+
+void* allocate(size_t bytes, Device device) {
+  if (bytes == 0) bytes = 1;
+  if (device.is_cpu()) {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    FT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
+    return p;
+  }
+  FT_CHECK(cuda_available(), "no CUDA device is available");
+  void* p = nullptr;
+  cudaError_t status = cudaMallocAsync(&p, bytes, cuda::stream());
+  FT_CHECK(status == cudaSuccess, "CUDA out of memory allocating ", bytes, " bytes: ", cudaGetErrorString(status));
+  return p;
+}
+
+void release(void* ptr, Device device) {
+  if (device.is_cpu()) {
+    std::free(ptr);
+    return;
+  }
+  cudaFreeAsync(ptr, cuda::stream());  // never throws from a destructor path
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda::stream()));
+  if (dst_device.is_cpu()) cuda::check_device_errors();
+  else if (src_device.is_cpu()) FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // src may be pageable and temporary
+}
+
+}  // namespace runtime
+}  // namespace ft

@@ -1,0 +1,44 @@
+// CUDA side of the runtime: the one compute stream, the memory pool, checked calls and the
+// device-side error flag. Included only by CUDA translation units.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "lib/cuda/launchers.h"
+#include "lib/error.h"
+
+namespace ft::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line);
+
+/// The compute stream of the current device. Every op enqueues its work here.
+cudaStream_t stream();
+int multiprocessor_count();
+cublasLtHandle_t cublaslt_handle();
+/// A workspace for cuBLASLt, allocated once.
+void* cublaslt_workspace(size_t* bytes);
+
+unsigned* device_error_word();
+/// Reads and clears the error word (synchronizes); throws ft::Error when a kernel flagged one.
+void check_device_errors();
+
+/// Grid size for an elementwise kernel of n items with `threads` per block.
+unsigned elementwise_blocks(long long n, int threads);
+
+}  // namespace ft::cuda
+
+#define FT_CUDA_CHECK(expr)                                                           \
+  do {                                                                                \
+    cudaError_t ft_status_ = (expr);                                                  \
+    if (ft_status_ != cudaSuccess) ::ft::cuda::throw_cuda_error(ft_status_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+#define FT_CUBLAS_CHECK(expr)                                                         \
+  do {                                                                                \
+    cublasStatus_t ft_status_ = (expr);                                               \
+    if (ft_status_ != CUBLAS_STATUS_SUCCESS) ::ft::cuda::throw_cublas_error(ft_status_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+/// Checks the launch just enqueued (configuration errors surface here, not later).
+#define FT_CUDA_CHECK_LAUNCH(kernel_name) FT_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,130 @@
+// Data-movement kernels: transpose of the last two dims (tiled through shared memory), pitched
+// row copies (narrow, cat), and row gather/scatter for embeddings.
+#include "lib/cuda/launchers.h"
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/runtime.h"
+
+namespace ft::cuda {
+
+namespace {
+
+constexpr int kTile = 32;
+
+template <class Word>
+__global__ void transpose_kernel(const Word* x, Word* out, int64_t rows, int64_t cols) {
+  __shared__ Word tile[kTile][kTile + 1];  // +1 avoids bank conflicts on the column read
+  const int64_t b = blockIdx.z;
+  const Word* in = x + b * rows * cols;
+  Word* o = out + b * rows * cols;
+  const int64_t r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
+  for (int dy = threadIdx.y; dy < kTile; dy += blockDim.y) {
+    const int64_t r = r0 + dy, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[dy][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int dy = threadIdx.y; dy < kTile; dy += blockDim.y) {
+    const int64_t c = c0 + dy, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) o[c * rows + r] = tile[threadIdx.x][dy];
+  }
+}
+
+template <class Word>
+void launch_transpose(const void* x, void* out, int64_t batch, int64_t rows, int64_t cols) {
+  dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile),
+            static_cast<unsigned>(batch));
+  transpose_kernel<Word><<<grid, dim3(kTile, 8), 0, stream()>>>(static_cast<const Word*>(x), static_cast<Word*>(out),
+                                                                 rows, cols);
+}
+
+template <class Word>
+__global__ void gather_rows_kernel(const Word* table, const void* ids, bool ids64, Word* out, int64_t n,
+                                   int64_t rows, int64_t words_per_row, unsigned* error_word) {
+  const int64_t total = n * words_per_row;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = j / words_per_row, w = j % words_per_row;
+    const int64_t id = load_id(ids, ids64, i);
+    if (id < 0 || id >= rows) {
+      if (w == 0) atomicOr(error_word, kIndexOutOfRange);
+      out[j] = Word{};
+    } else {
+      out[j] = table[id * words_per_row + w];
+    }
+  }
+}
+
+template <class T>
+__global__ void scatter_add_rows_kernel(const T* grad, const void* ids, bool ids64, T* table_grad, int64_t n,
+                                        int64_t rows, int64_t cols) {
+  const int64_t total = n * cols;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = j / cols, c = j % cols;
+    const int64_t id = load_id(ids, ids64, i);
+    if (id >= 0 && id < rows) atomicAdd(table_grad + id * cols + c, grad[j]);
+  }
+}
+
+__global__ void validate_ids_kernel(const void* ids, bool ids64, int64_t n, int64_t limit, int64_t allowed,
+                                    unsigned code, unsigned* error_word) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t id = load_id(ids, ids64, i);
+    if ((id < 0 || id >= limit) && id != allowed) atomicOr(error_word, code);
+  }
+}
+
+}  // namespace
+
+void validate_ids(const Tensor& ids, int64_t limit, int64_t allowed, unsigned code) {
+  const int64_t n = ids.numel();
+  if (n == 0) return;
+  validate_ids_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(
+      ids.data_ptr(), ids.dtype() == DType::I64, n, limit, allowed, code, device_error_word());
+  FT_CUDA_CHECK_LAUNCH("validate_ids_kernel");
+}
+
+void transpose_last2(const Tensor& x, const Tensor& out, int64_t batch, int64_t rows, int64_t cols) {
+  FT_CHECK(batch <= 65535, "transpose: batch ", batch, " exceeds the grid limit 65535");
+  switch (dtype_size(x.dtype())) {
+    case 1: launch_transpose<uint8_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
+    case 2: launch_transpose<uint16_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
+    case 4: launch_transpose<uint32_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
+    default: launch_transpose<uint64_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
+  }
+  FT_CUDA_CHECK_LAUNCH("transpose_kernel");
+}
+
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+  FT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const int64_t n = ids.numel(), rows = table.size(0);
+  const size_t row_bytes = static_cast<size_t>(table.size(1)) * dtype_size(table.dtype());
+  const bool ids64 = ids.dtype() == DType::I64;
+  const unsigned blocks = elementwise_blocks(n * static_cast<int64_t>(row_bytes / 2), kThreads);
+  // Move rows in the widest word that divides the row size.
+  if (row_bytes % 16 == 0)
+    gather_rows_kernel<<<blocks, kThreads, 0, stream()>>>(table.data<uint4>(), ids.data_ptr(), ids64, out.data<uint4>(),
+                                                          n, rows, static_cast<int64_t>(row_bytes / 16), device_error_word());
+  else if (row_bytes % 4 == 0)
+    gather_rows_kernel<<<blocks, kThreads, 0, stream()>>>(table.data<uint32_t>(), ids.data_ptr(), ids64,
+                                                          out.data<uint32_t>(), n, rows,
+                                                          static_cast<int64_t>(row_bytes / 4), device_error_word());
+  else
+    gather_rows_kernel<<<blocks, kThreads, 0, stream()>>>(table.data<uint16_t>(), ids.data_ptr(), ids64,
+                                                          out.data<uint16_t>(), n, rows,
+                                                          static_cast<int64_t>(row_bytes / 2), device_error_word());
+  FT_CUDA_CHECK_LAUNCH("gather_rows_kernel");
+}
+
+void scatter_add_rows(const Tensor& grad, const Tensor& ids, const Tensor& table_grad) {
+  const int64_t n = ids.numel(), rows = table_grad.size(0), cols = table_grad.size(1);
+  const bool ids64 = ids.dtype() == DType::I64;
+  dispatch_floating(grad.dtype(), "gather_rows backward", [&](auto tag) {
+    using T = decltype(tag);
+    scatter_add_rows_kernel<T><<<elementwise_blocks(n * cols, kThreads), kThreads, 0, stream()>>>(
+        grad.data<T>(), ids.data_ptr(), ids64, table_grad.data<T>(), n, rows, cols);
+  });
+  FT_CUDA_CHECK_LAUNCH("scatter_add_rows_kernel");
+}
+
+}  // namespace ft::cuda

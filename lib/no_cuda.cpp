@@ -1,0 +1,61 @@
+// CPU-only builds (FT_CUDA=OFF): the runtime reports no GPU and every CUDA launcher throws.
+// No CUDA tensor can be created in such a build, so the launchers are unreachable in practice.
+#include <cstdlib>
+#include <cstring>
+
+#include "lib/cuda/launchers.h"
+#include "lib/error.h"
+#include "lib/ops/linear.h"
+#include "lib/runtime.h"
+
+namespace ft {
+
+bool cuda_available() { return false; }
+void synchronize() {}
+
+namespace runtime {
+void* allocate(size_t bytes, Device device) {
+  FT_CHECK(device.is_cpu(), "fusedtrain was built without CUDA (FT_CUDA=OFF): cannot allocate on ", device.str());
+  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  FT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
+  return p;
+}
+void release(void* ptr, Device) { std::free(ptr); }
+void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) { std::memcpy(dst, src, bytes); }
+}  // namespace runtime
+
+namespace cuda {
+namespace {
+[[noreturn]] void unavailable() { FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)"); }
+}  // namespace
+void unary(UnaryOp, const Tensor&, const Tensor&, double, double) { unavailable(); }
+void binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, const BroadcastPlan&) { unavailable(); }
+void compare(CompareOp, const Tensor&, const Tensor&, const Tensor&, const BroadcastPlan&) { unavailable(); }
+void where(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const BroadcastPlan&) { unavailable(); }
+void cast(const Tensor&, const Tensor&) { unavailable(); }
+void fill(const Tensor&, double) { unavailable(); }
+void arange(const Tensor&) { unavailable(); }
+void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
+void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
+void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool) {
+  unavailable();
+}
+void transpose_last2(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
+void copy_rows(void*, size_t, const void*, size_t, size_t, size_t) { unavailable(); }
+void gather_rows(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void scatter_add_rows(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void validate_ids(const Tensor&, int64_t, int64_t, unsigned) { unavailable(); }
+void philox_uniform(const Tensor&, uint64_t, uint64_t) { unavailable(); }
+}  // namespace cuda
+
+namespace cuda {
+void linear_forward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&) {
+  FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
+}
+void linear_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&,
+                     const Tensor&, const Tensor&) {
+  FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
+}
+}  // namespace cuda
+
+}  // namespace ft

@@ -1,0 +1,76 @@
+#include "lib/ops/linear.h"
+
+#include "lib/autograd.h"
+#include "lib/error.h"
+#include "lib/kernel_mode.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/gelu.h"
+#include "lib/ops/matmul.h"
+
+namespace ft {
+
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_defined(x, "linear", "x");
+  check_defined(w, "linear", "weight");
+  FT_CHECK(w.dim() == 2, "linear: weight must be [OUT, IN], got ", shape_str(w.shape()));
+  FT_CHECK(x.dim() >= 2 && x.size(-1) == w.size(1), "linear: x ", shape_str(x.shape()), " does not end in IN = ",
+           w.size(1), " of weight ", shape_str(w.shape()));
+  FT_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "linear: x is ", dtype_name(x.dtype()), " on ",
+           x.device().str(), ", weight is ", dtype_name(w.dtype()), " on ", w.device().str());
+  if (b.defined())
+    FT_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == w.dtype() && b.device() == w.device(),
+             "linear: bias must be [", w.size(0), "] ", dtype_name(w.dtype()), " on ", w.device().str(), ", got ",
+             shape_str(b.shape()), " ", dtype_name(b.dtype()), " on ", b.device().str());
+}
+
+// cuBLASLt epilogues need f32/bf16, a bias to fuse, and 16-byte-aligned rows for the aux buffer.
+bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return (x.dtype() == DType::BF16 || x.dtype() == DType::F32) && b.defined() && w.size(0) % 8 == 0 &&
+         x.numel() > 0;
+}
+
+Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
+  const int64_t in = w.size(1), out_features = w.size(0);
+  Tensor x2 = x.detach().reshape({-1, in});
+  const int64_t n = x2.size(0);
+  Tensor y = Tensor::empty({n, out_features}, x.dtype(), x.device());
+  Tensor pre = act == Activation::GELU ? Tensor::empty({n, out_features}, x.dtype(), x.device()) : Tensor();
+  cuda::linear_forward(x2, w, b, act, y, pre);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  Tensor result = y.reshape(out_shape);
+  if (!needs_grad({&x, &w, &b})) return result;
+  Tensor saved = act == Activation::GELU ? pre : act == Activation::ReLU ? y : Tensor();
+  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
+  return record("linear", result, {x, w, b},
+                [x2, w = w.detach(), saved, act, gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
+                  Tensor dy = g.reshape({x2.size(0), w.size(0)});
+                  Tensor dx = gx ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
+                  Tensor dw = gw ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();
+                  Tensor db = gb ? Tensor::empty({w.size(0)}, w.dtype(), w.device()) : Tensor();
+                  cuda::linear_backward(dy, x2, w, act, saved, dx, dw, db);
+                  return std::vector<Tensor>{gx ? dx.reshape(x_shape) : Tensor(), dw, db};
+                });
+}
+
+}  // namespace
+
+Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  Tensor y = matmul(x, weight, false, true);
+  if (bias.defined()) y = y + bias;
+  switch (act) {
+    case Activation::ReLU: return relu(y);
+    case Activation::GELU: return gelu(y);
+    default: return y;
+  }
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  check_linear(x, weight, bias);
+  if (use_fused(x) && fused_supported(x, weight, bias)) return linear_fused(x, weight, bias, act);
+  return linear_composite(x, weight, bias, act);
+}
+
+}  // namespace ft

@@ -1,0 +1,31 @@
+// linear(x, W, b, activation) = activation(x · Wᵀ + b): the first fused op.
+//
+// x: [..., IN], W: [OUT, IN], b: [OUT] or undefined; result [..., OUT], x's dtype.
+// Fused (CUDA, bf16/f32): one cuBLASLt product whose epilogue adds the bias and applies the
+// activation; GELU saves the pre-activation as the epilogue's aux output for backward, which
+// computes dpre = dy·gelu'(pre) in one kernel, dx = dpre·W, and dW with the bias gradient in the
+// same product's BGRADB epilogue. Saves x, W and (GELU) the pre-activation, (ReLU) the output.
+// Twin: matmul + add + activation primitives.
+#pragma once
+#include "lib/tensor.h"
+
+namespace ft {
+
+enum class Activation : uint8_t { None, ReLU, GELU };
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Activation act = Activation::None);
+
+/// The composite twin, always built from primitives (the CPU path and the unfused CUDA path).
+Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
+
+namespace cuda {
+/// y = act(x·Wᵀ + b) for x [N, IN]; pre receives x·Wᵀ + b when act is GELU (else unused).
+void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& y,
+                    const Tensor& pre);
+/// From dy [N, OUT]: dx [N, IN], dW [OUT, IN], db [OUT] (each undefined when not wanted).
+/// `saved` is pre for GELU, y for ReLU, unused for None.
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Activation act, const Tensor& saved,
+                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+}  // namespace cuda
+
+}  // namespace ft

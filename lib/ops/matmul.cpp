@@ -1,0 +1,118 @@
+#include "lib/ops/matmul.h"
+
+#include <Eigen/Core>
+
+#include "lib/autograd.h"
+#include "lib/cuda/launchers.h"
+#include "lib/error.h"
+#include "lib/ops/cpu_dispatch.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/reduce.h"
+#include "lib/ops/shape_ops.h"
+
+namespace ft {
+
+namespace {
+
+struct MatmulDims {
+  int64_t batch, m, n, k;
+  bool b_batched;
+  Shape out_shape;
+};
+
+MatmulDims check_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  check_defined(a, "matmul", "a");
+  check_defined(b, "matmul", "b");
+  FT_CHECK(a.dtype() == b.dtype(), "matmul: dtypes differ: a ", dtype_name(a.dtype()), " vs b ", dtype_name(b.dtype()));
+  FT_CHECK(a.device() == b.device(), "matmul: devices differ: a on ", a.device().str(), ", b on ", b.device().str());
+  FT_CHECK(is_floating(a.dtype()), "matmul: expected a floating dtype, got ", dtype_name(a.dtype()));
+  FT_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: both operands need at least 2 dims, got a ", shape_str(a.shape()),
+           " and b ", shape_str(b.shape()));
+  MatmulDims d;
+  d.m = trans_a ? a.size(-1) : a.size(-2);
+  const int64_t ka = trans_a ? a.size(-2) : a.size(-1);
+  const int64_t kb = trans_b ? b.size(-1) : b.size(-2);
+  d.n = trans_b ? b.size(-2) : b.size(-1);
+  FT_CHECK(ka == kb, "matmul: inner dims differ: a ", shape_str(a.shape()), (trans_a ? "ᵀ" : ""), " @ b ",
+           shape_str(b.shape()), (trans_b ? "ᵀ" : ""), " (", ka, " vs ", kb, ")");
+  d.k = ka;
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2);
+  Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  d.b_batched = b.dim() > 2;
+  FT_CHECK(!d.b_batched || batch_a == batch_b, "matmul: batch dims differ: a ", shape_str(a.shape()), " vs b ",
+           shape_str(b.shape()), " (b must have a's batch dims or be 2-D)");
+  d.batch = shape_numel(batch_a);
+  d.out_shape = batch_a;
+  d.out_shape.push_back(d.m);
+  d.out_shape.push_back(d.n);
+  return d;
+}
+
+template <class T>
+using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <class A>
+void eigen_product(const A* pa, const A* pb, A* pc, const MatmulDims& d, bool trans_a, bool trans_b) {
+  for (int64_t i = 0; i < d.batch; ++i) {
+    Eigen::Map<const RowMajor<A>> ma(pa + i * d.m * d.k, trans_a ? d.k : d.m, trans_a ? d.m : d.k);
+    Eigen::Map<const RowMajor<A>> mb(pb + (d.b_batched ? i * d.k * d.n : 0), trans_b ? d.n : d.k, trans_b ? d.k : d.n);
+    Eigen::Map<RowMajor<A>> mc(pc + i * d.m * d.n, d.m, d.n);
+    if (trans_a && trans_b) mc.noalias() = ma.transpose() * mb.transpose();
+    else if (trans_a) mc.noalias() = ma.transpose() * mb;
+    else if (trans_b) mc.noalias() = ma * mb.transpose();
+    else mc.noalias() = ma * mb;
+  }
+}
+
+Tensor matmul_raw(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const MatmulDims d = check_matmul(a, b, trans_a, trans_b);
+  Tensor out = Tensor::empty(d.out_shape, a.dtype(), a.device());
+  if (out.numel() == 0) return out;
+  if (a.is_cuda()) {
+    cuda::matmul(a, b, out, d.batch, d.m, d.n, d.k, trans_a, trans_b, d.b_batched);
+    return out;
+  }
+  switch (a.dtype()) {
+    case DType::F32: eigen_product(a.data<float>(), b.data<float>(), out.data<float>(), d, trans_a, trans_b); break;
+    case DType::F64: eigen_product(a.data<double>(), b.data<double>(), out.data<double>(), d, trans_a, trans_b); break;
+    default: {  // bf16 storage: compute in f32, round once
+      Tensor af = cast(a.detach(), DType::F32), bf = cast(b.detach(), DType::F32);
+      Tensor of = Tensor::empty(d.out_shape, DType::F32, kCPU);
+      eigen_product(af.data<float>(), bf.data<float>(), of.data<float>(), d, trans_a, trans_b);
+      out = cast(of, a.dtype());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  Tensor out = matmul_raw(a, b, trans_a, trans_b);
+  if (!needs_grad({&a, &b})) return out;
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  Tensor sa = gb ? a.detach() : Tensor();
+  Tensor sb = ga ? b.detach() : Tensor();
+  return record("matmul", out, {a, b}, [sa, sb, ga, gb, trans_a, trans_b](const Tensor& g) {
+    Tensor grad_a, grad_b;
+    if (ga) {
+      Tensor d_op_a = matmul(g, sb, false, !trans_b);  // dC · op(B)ᵀ
+      grad_a = trans_a ? transpose(d_op_a) : d_op_a;
+    }
+    if (gb) {
+      const bool shared_b = sb.dim() == 2 && sa.dim() > 2;
+      if (shared_b && !trans_a) {
+        // One B for every batch: fold the batch into the rows, one product instead of a sum.
+        Tensor a2 = sa.reshape({-1, sa.size(-1)});
+        Tensor g2 = g.reshape({-1, g.size(-1)});
+        grad_b = trans_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+      } else {
+        Tensor per_batch = trans_b ? matmul(g, sa, true, trans_a) : matmul(sa, g, !trans_a, false);
+        grad_b = shared_b ? sum_to(per_batch, sb.shape()) : per_batch;
+      }
+    }
+    return std::vector<Tensor>{grad_a, grad_b};
+  });
+}
+
+}  // namespace ft

@@ -1,0 +1,24 @@
+// Device runtime entry points that do not expose CUDA headers: availability, sync, copies.
+#pragma once
+#include <cstddef>
+
+#include "lib/dtype.h"
+
+namespace ft {
+
+/// True when the library was built with CUDA and a GPU is visible.
+bool cuda_available();
+/// Waits for the compute stream and raises any error a kernel flagged on the device
+/// (an out-of-range index, say). Explicit reads such as item() and to(CPU) call it.
+void synchronize();
+
+namespace runtime {
+/// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool).
+void* allocate(size_t bytes, Device device);
+void release(void* ptr, Device device);
+/// Copies bytes between any two devices; returns once the destination is readable by the host
+/// when the destination is the CPU, otherwise stays asynchronous on the compute stream.
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+}  // namespace runtime
+
+}  // namespace ft

@@ -1,0 +1,288 @@
+#include "lib/tensor.h"
+
+#include <cmath>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+
+#include "lib/autograd.h"
+#include "lib/cuda/launchers.h"
+#include "lib/error.h"
+#include "lib/ops/cpu_dispatch.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/random.h"
+#include "lib/ops/shape_ops.h"
+#include "lib/philox.h"
+#include "lib/runtime.h"
+
+namespace ft {
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_) {
+  data = runtime::allocate(bytes, device);
+}
+Storage::~Storage() { runtime::release(data, device); }
+
+void check_defined(const Tensor& t, const char* op, const char* name) {
+  FT_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
+}
+
+// ---- creation
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) FT_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (device.is_cuda()) {
+    cuda::fill(t, value);
+  } else {
+    cpu::dispatch_all(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = t.data<T>();
+      for (int64_t i = 0, n = t.numel(); i < n; ++i) cpu::store(p, i, value);
+    });
+  }
+  return t;
+}
+
+Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
+  Tensor t = empty({n}, dtype, device);
+  if (device.is_cuda()) {
+    cuda::arange(t);
+  } else {
+    cpu::dispatch_all(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = t.data<T>();
+      for (int64_t i = 0; i < n; ++i) cpu::store(p, i, static_cast<double>(i));
+    });
+  }
+  return t;
+}
+
+Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, Device device) {
+  FT_CHECK(is_floating(dtype), "rand: expected a floating dtype, got ", dtype_name(dtype));
+  Tensor u = philox_uniform(shape, gen.seed(), gen.advance(static_cast<uint64_t>(shape_numel(shape))), device);
+  return dtype == DType::F32 ? u : cast(u, dtype);
+}
+
+Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, Device device) {
+  FT_CHECK(is_floating(dtype), "randn: expected a floating dtype, got ", dtype_name(dtype));
+  // Drawn on the host so every device sees the same values; used for initialization only.
+  const int64_t n = shape_numel(shape);
+  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * n));
+  Tensor host = empty(shape, DType::F64, kCPU);
+  double* p = host.data<double>();
+  for (int64_t i = 0; i < n; ++i) {
+    double u1 = philox::uniform(gen.seed(), offset, static_cast<uint64_t>(2 * i));
+    double u2 = philox::uniform(gen.seed(), offset, static_cast<uint64_t>(2 * i + 1));
+    p[i] = std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * M_PI * u2);
+  }
+  return host.to(dtype).to(device);
+}
+
+Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  FT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+           " values for shape ", shape_str(shape));
+  Tensor host = empty(shape, dtype, kCPU);
+  cpu::dispatch_all(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = host.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) cpu::store(p, static_cast<int64_t>(i), values[i]);
+  });
+  return host.to(device);
+}
+
+// ---- properties
+
+const Shape& Tensor::shape() const {
+  FT_CHECK(impl_, "shape() of an undefined tensor");
+  return impl_->shape;
+}
+int64_t Tensor::size(int64_t d) const {
+  int64_t nd = dim();
+  int64_t k = d < 0 ? d + nd : d;
+  FT_CHECK(k >= 0 && k < nd, "size(", d, ") of a tensor of shape ", shape_str(shape()));
+  return shape()[static_cast<size_t>(k)];
+}
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+DType Tensor::dtype() const {
+  FT_CHECK(impl_, "dtype() of an undefined tensor");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  FT_CHECK(impl_, "device() of an undefined tensor");
+  return impl_->storage->device;
+}
+void* Tensor::data_ptr() const {
+  FT_CHECK(impl_, "data of an undefined tensor");
+  return static_cast<char*>(impl_->storage->data) + impl_->byte_offset;
+}
+bool Tensor::shares_storage(const Tensor& other) const {
+  return defined() && other.defined() && impl_->storage == other.impl_->storage;
+}
+
+// ---- conversion
+
+Tensor Tensor::to(Device target) const {
+  check_defined(*this, "to", "tensor");
+  if (target == device()) return *this;
+  Tensor out = empty(shape(), dtype(), target);
+  runtime::copy_bytes(out.data_ptr(), target, data_ptr(), device(), nbytes());
+  // Device moves keep the graph, so a model can be built on the CPU and moved before training.
+  return record("to_device", out, {*this}, [source = device()](const Tensor& g) {
+    return std::vector<Tensor>{g.to(source)};
+  });
+}
+
+Tensor Tensor::to(DType target) const { return cast(*this, target); }
+
+std::vector<double> Tensor::to_vector() const {
+  Tensor host = to(kCPU);
+  std::vector<double> values(static_cast<size_t>(numel()));
+  cpu::dispatch_all(dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = host.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(cpu::load(p, static_cast<int64_t>(i)));
+  });
+  return values;
+}
+
+double Tensor::item() const {
+  FT_CHECK(defined() && numel() == 1, "item: expected one element, got shape ",
+           defined() ? shape_str(shape()) : "undefined");
+  return to_vector()[0];
+}
+
+std::string Tensor::str(int64_t max_per_dim) const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream out;
+  std::vector<double> v = to_vector();
+  out << "Tensor(" << dtype_name(dtype()) << ", " << device().str() << ", shape=" << shape_str(shape());
+  if (requires_grad()) out << ", requires_grad";
+  out << ")\n";
+  out << std::setprecision(5);
+  // Prints the last dim of each leading index, eliding the middle of long dims.
+  const int64_t cols = dim() == 0 ? 1 : size(-1);
+  const int64_t rows = cols == 0 ? 0 : numel() / cols;
+  auto print_row = [&](int64_t r) {
+    out << "  [";
+    for (int64_t c = 0; c < cols; ++c) {
+      if (cols > 2 * max_per_dim && c == max_per_dim) {
+        out << "..., ";
+        c = cols - max_per_dim;
+      }
+      out << v[static_cast<size_t>(r * cols + c)] << (c + 1 < cols ? ", " : "");
+    }
+    out << "]\n";
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    if (rows > 2 * max_per_dim && r == max_per_dim) {
+      out << "  ...\n";
+      r = rows - max_per_dim;
+    }
+    print_row(r);
+  }
+  return out.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.str(); }
+
+// ---- views
+
+Tensor Tensor::reshape(const Shape& new_shape) const { return ft::reshape(*this, new_shape); }
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const { return ft::narrow(*this, d, start, length); }
+Tensor Tensor::transpose() const { return ft::transpose(*this); }
+
+// ---- autograd
+
+Tensor& Tensor::requires_grad_(bool on) {
+  check_defined(*this, "requires_grad_", "tensor");
+  FT_CHECK(!on || is_floating(dtype()), "requires_grad_: only floating tensors can require grad, got ",
+           dtype_name(dtype()));
+  FT_CHECK(!impl_->grad_fn, "requires_grad_: only leaf tensors can change requires_grad");
+  impl_->requires_grad = on;
+  return *this;
+}
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+Tensor Tensor::grad() const {
+  check_defined(*this, "grad", "tensor");
+  return impl_->grad;
+}
+void Tensor::set_grad(const Tensor& grad) const {
+  check_defined(*this, "set_grad", "tensor");
+  FT_CHECK(!grad.defined() || grad.shape() == shape(), "set_grad: gradient shape ", shape_str(grad.shape()),
+           " for a tensor of shape ", shape_str(shape()));
+  impl_->grad = grad;
+}
+void Tensor::zero_grad() const {
+  check_defined(*this, "zero_grad", "tensor");
+  impl_->grad = Tensor();
+}
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> none;
+  return impl_ ? impl_->grad_fn : none;
+}
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  check_defined(*this, "backward", "tensor");
+  FT_CHECK(requires_grad(), "backward: the tensor does not require grad");
+  Tensor g = grad;
+  if (!g.defined()) {
+    FT_CHECK(numel() == 1, "backward: a gradient is needed for a non-scalar tensor of shape ", shape_str(shape()));
+    g = full(shape(), 1.0, dtype(), device());
+  }
+  FT_CHECK(g.shape() == shape(), "backward: gradient of shape ", shape_str(g.shape()), " for a tensor of shape ",
+           shape_str(shape()));
+  run_backward(*this, g, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  check_defined(*this, "detach", "tensor");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->byte_offset = impl_->byte_offset;
+  impl->shape = impl_->shape;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::copy_(const Tensor& src) const {
+  check_defined(*this, "copy_", "destination");
+  check_defined(src, "copy_", "source");
+  FT_CHECK(src.numel() == numel(), "copy_: source of shape ", shape_str(src.shape()), " into shape ",
+           shape_str(shape()));
+  NoGradGuard no_grad;
+  Tensor converted = src.dtype() == dtype() ? src : cast(src, dtype());
+  runtime::copy_bytes(data_ptr(), device(), converted.data_ptr(), converted.device(), nbytes());
+}
+
+void Tensor::assign_(const Tensor& src) const {
+  check_defined(*this, "assign_", "destination");
+  FT_CHECK(src.shape() == shape() && src.dtype() == dtype() && src.device() == device(),
+           "assign_: source ", shape_str(src.shape()), " ", dtype_name(src.dtype()), " ", src.device().str(),
+           " must match ", shape_str(shape()), " ", dtype_name(dtype()), " ", device().str());
+  impl_->storage = src.impl_->storage;
+  impl_->byte_offset = src.impl_->byte_offset;
+}
+
+}  // namespace ft
