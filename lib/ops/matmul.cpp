@@ -93,14 +93,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor sa = gb ? a.detach() : Tensor();
   Tensor sb = ga ? b.detach() : Tensor();
-  return record("matmul", out, {a, b}, [sa, sb, ga, gb, trans_a, trans_b](const Tensor& g) {
+  const bool shared_b = b.dim() == 2 && a.dim() > 2;
+  return record("matmul", out, {a, b}, [sa, sb, ga, gb, trans_a, trans_b, shared_b, shape_b = b.shape()](const Tensor& g) {
     Tensor grad_a, grad_b;
     if (ga) {
       Tensor d_op_a = matmul(g, sb, false, !trans_b);  // dC · op(B)ᵀ
       grad_a = trans_a ? transpose(d_op_a) : d_op_a;
     }
     if (gb) {
-      const bool shared_b = sb.dim() == 2 && sa.dim() > 2;
       if (shared_b && !trans_a) {
         // One B for every batch: fold the batch into the rows, one product instead of a sum.
         Tensor a2 = sa.reshape({-1, sa.size(-1)});
@@ -108,7 +108,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
         grad_b = trans_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
       } else {
         Tensor per_batch = trans_b ? matmul(g, sa, true, trans_a) : matmul(sa, g, !trans_a, false);
-        grad_b = shared_b ? sum_to(per_batch, sb.shape()) : per_batch;
+        grad_b = shared_b ? sum_to(per_batch, shape_b) : per_batch;
       }
     }
     return std::vector<Tensor>{grad_a, grad_b};

@@ -1,0 +1,83 @@
+// A small command-line parser for the example binaries: --name value flags with defaults and
+// help text, so every binary's --help lists every flag.
+#pragma once
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib/error.h"
+
+namespace ft::cli {
+
+class Args {
+ public:
+  Args(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
+
+  /// Declares a flag with its default value (as text) and one line of help.
+  void flag(const std::string& name, const std::string& default_value, const std::string& help) {
+    order_.push_back(name);
+    values_[name] = default_value;
+    help_[name] = help;
+  }
+
+  /// Parses argv; returns false when --help was asked for (after printing it).
+  bool parse(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        print_help(std::cout);
+        return false;
+      }
+      FT_CHECK(arg.rfind("--", 0) == 0, program_, ": unexpected argument '", arg, "' (see --help)");
+      std::string name = arg.substr(2), value;
+      const size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      } else {
+        FT_CHECK(i + 1 < argc, program_, ": flag --", name, " needs a value (see --help)");
+        value = argv[++i];
+      }
+      FT_CHECK(values_.count(name), program_, ": unknown flag --", name, " (see --help)");
+      values_[name] = value;
+    }
+    return true;
+  }
+
+  std::string str(const std::string& name) const { return values_.at(name); }
+  long long integer(const std::string& name) const {
+    const std::string& v = values_.at(name);
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    FT_CHECK(!v.empty() && *end == '\0', program_, ": --", name, " expects an integer, got '", v, "'");
+    return x;
+  }
+  double number(const std::string& name) const {
+    const std::string& v = values_.at(name);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    FT_CHECK(!v.empty() && *end == '\0', program_, ": --", name, " expects a number, got '", v, "'");
+    return x;
+  }
+
+  void print_help(std::ostream& out) const {
+    out << "usage: " << program_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
+    for (const std::string& name : order_) {
+      std::string left = "  --" + name + " VALUE";
+      if (left.size() < 24) left.resize(24, ' ');
+      out << left << " " << help_.at(name);
+      if (!values_.at(name).empty()) out << " (default: " << values_.at(name) << ")";
+      out << "\n";
+    }
+    out << "  --help                 print this help\n";
+  }
+
+ private:
+  std::string program_, summary_;
+  std::vector<std::string> order_;
+  std::map<std::string, std::string> values_, help_;
+};
+
+}  // namespace ft::cli

@@ -1,0 +1,27 @@
+// Linear layer: y = act(x·Wᵀ + b) through the fused-op dispatch of lib/ops/linear.h.
+#pragma once
+#include "layers/module.h"
+#include "lib/ops/linear.h"
+
+namespace ft {
+
+class Linear : public Module {
+ public:
+  struct Options {
+    int64_t in = 0;
+    int64_t out = 0;
+    bool bias = true;
+    Activation activation = Activation::None;
+  };
+  /// Weights uniform in ±1/√in (PyTorch's default), drawn from gen.
+  Linear(Options options, Generator& gen);
+  Tensor forward(const Tensor& x) override;
+  const Tensor& weight() const { return weight_; }
+  const Tensor& bias() const { return bias_; }
+
+ private:
+  Options options_;
+  Tensor weight_, bias_;
+};
+
+}  // namespace ft
