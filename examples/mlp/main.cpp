@@ -42,7 +42,9 @@ int run(int argc, char** argv) {
   args.flag("kernels", "fused", "fused or unfused: fused CUDA kernels or their composite twins");
   args.flag("epochs", "3", "passes over the 60,000 training images");
   args.flag("batch", "256", "samples per step (the benchmark uses 4096)");
-  args.flag("lr", "1e-3", "AdamW learning rate (constant)");
+  args.flag("lr", "1e-3", "AdamW peak learning rate");
+  args.flag("schedule", "cosine", "constant, or cosine: linear warmup then cosine decay to 0 at the last step");
+  args.flag("warmup", "10", "warmup steps of the cosine schedule");
   args.flag("weight-decay", "0.01", "AdamW decoupled weight decay");
   args.flag("hidden", "1024", "width of each hidden layer");
   args.flag("layers", "3", "number of hidden layers");
@@ -79,6 +81,14 @@ int run(int argc, char** argv) {
   options.log_every = args.integer("log-every");
   options.metrics_path = args.str("metrics");
   options.schedule.max_lr = args.number("lr");
+  const std::string schedule = args.str("schedule");
+  FT_CHECK(schedule == "constant" || schedule == "cosine", "ft-mlp: --schedule must be constant or cosine, got '",
+           schedule, "'");
+  if (schedule == "cosine") {
+    options.schedule.kind = ft::LRSchedule::Kind::WarmupCosine;
+    options.schedule.warmup_steps = args.integer("warmup");
+    options.schedule.total_steps = epochs * (train.size() / batch);
+  }
   ft::Trainer trainer(*model, optimizer,
                       [&](const ft::Tensor& x, const ft::Tensor& y) {
                         return ft::cross_entropy(model->forward(ft::cast(x, dtype)), y);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: build with every core, run the whole test suite on the GPU, train ft-mlp
+# for one epoch of the mlp-fmnist workload (batch 4096) in both kernel modes, and print a short
+# table last. Logs go to $OUT (or ./out). Fashion-MNIST is read from data/fashion-mnist when
+# present (carried there), else from the system folder.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+data=data/fashion-mnist
+[ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+BUILD_DIR=build-device scripts/build.sh -DFT_MLP_DATA_DIR="$PWD/$data" >"$out/build.log" 2>&1 || {
+  tail -40 "$out/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "build ok"
+
+ctest --test-dir build-device --output-on-failure -j 4 >"$out/ctest.log" 2>&1
+test_rc=$?
+grep -E "tests passed|tests failed" "$out/ctest.log"
+[ $test_rc -eq 0 ] || grep -E "Failed|FAILED|\*\*\*" "$out/ctest.log" | head -40
+build-device/tests/ft_tests --gtest_brief=1 >"$out/gtest.log" 2>&1
+gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$out/gtest.log" | tr '\n' ' ')
+
+declare -A ms acc
+for mode in unfused fused; do
+  build-device/examples/ft-mlp --device cuda --kernels "$mode" --epochs 1 --batch 4096 --log-every 5 \
+    --data-dir "$data" --metrics "$out/mlp-$mode.jsonl" >"$out/mlp-$mode.log" 2>&1
+  line=$(grep '^RESULT' "$out/mlp-$mode.log")
+  [ -n "$line" ] || { tail -5 "$out/mlp-$mode.log"; }
+  ms[$mode]=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$line")
+  acc[$mode]=$(sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' <<<"$line")
+done
+
+echo
+echo "== fusedtrain device check ($(date -u +%F), $(head -1 "$out/gpu.txt" | cut -d, -f1)) =="
+echo "gtest: $gtest_summary"
+printf "%-22s %-12s %-14s\n" "ft-mlp (batch 4096)" "ms/step" "test accuracy"
+for mode in unfused fused; do printf "%-22s %-12s %-14s\n" "  $mode" "${ms[$mode]:-?}" "${acc[$mode]:-?}"; done
+if [ -n "${ms[fused]:-}" ] && [ -n "${ms[unfused]:-}" ]; then
+  awk -v f="${ms[fused]}" -v u="${ms[unfused]}" 'BEGIN { printf "  fused speed-up: %.2fx\n", u / f }'
+fi
+exit $test_rc
