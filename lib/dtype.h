@@ -1,6 +1,7 @@
 // Element types and devices, and the host-side bfloat16 storage type.
 #pragma once
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -25,6 +26,21 @@ struct bf16 {
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u);
     return static_cast<uint16_t>(u >> 16);
+  }
+  /// Rounds a double once to the nearest bf16 (not twice through f32): the f32 step rounds to
+  /// odd, which keeps the sticky information the final rounding needs.
+  static bf16 from_double(double value) {
+    float f = static_cast<float>(value);
+    if (static_cast<double>(f) != value && f == f && f - f == 0.0f) {
+      if (std::fabs(static_cast<double>(f)) > std::fabs(value)) f = std::nextafter(f, 0.0f);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      u |= 1u;
+      std::memcpy(&f, &u, 4);
+    }
+    bf16 out;
+    out.bits = from_float(f);
+    return out;
   }
   static float to_float(uint16_t b) {
     uint32_t u = static_cast<uint32_t>(b) << 16;

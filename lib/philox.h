@@ -25,7 +25,7 @@ FT_HOST_DEVICE uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
 FT_HOST_DEVICE Uint4 philox4x32_10(Uint4 counter, uint32_t key0, uint32_t key1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int round = 0; round < 10; ++round) {

@@ -17,7 +17,7 @@ class AdamW : public Optimizer {
     double eps = 1e-8;
     double weight_decay = 0.01;
     /// Which parameters decay; default: those with 2 or more dims (not biases or norm gains).
-    std::function<bool(const Tensor&)> decays;
+    std::function<bool(const Tensor&)> decays = {};
   };
   AdamW(std::vector<Tensor> params, Options options);
   void step() override;

@@ -12,10 +12,10 @@ struct StepMetrics {
   int64_t total_steps = 0;
   double loss = 0;
   double lr = 0;
-  std::optional<double> grad_norm;
+  std::optional<double> grad_norm = {};
   double ms = 0;                      // milliseconds per step (median over the logged window)
   double items_per_s = 0;             // samples/s or tokens/s
-  std::optional<double> mfu;          // fraction of the datasheet peak, when FLOPs are known
+  std::optional<double> mfu = {};     // fraction of the datasheet peak, when FLOPs are known
   int64_t skipped_steps = 0;          // steps skipped for non-finite gradients
 };
 

@@ -1,5 +1,6 @@
 // Dtype dispatch for the CPU loops: calls f with a value of the element type.
-// bf16 elements are computed in f32, f64 in f64, everything else in f32.
+// bf16 and f32 elements are computed in f32; f64 and the integer types in f64, which holds
+// every i32 exactly (and i64 ids up to 2^53).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -10,7 +11,7 @@
 namespace ft::cpu {
 
 template <class T>
-using acc_t = std::conditional_t<std::is_same_v<T, double> || std::is_same_v<T, int64_t>, double, float>;
+using acc_t = std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, bf16>, float, double>;
 
 template <class T>
 inline acc_t<T> load(const T* p, int64_t i) {
@@ -20,7 +21,7 @@ inline acc_t<T> load(const T* p, int64_t i) {
 
 template <class T, class A>
 inline void store(T* p, int64_t i, A value) {
-  if constexpr (std::is_same_v<T, bf16>) p[i] = bf16(static_cast<float>(value));
+  if constexpr (std::is_same_v<T, bf16>) p[i] = bf16::from_double(static_cast<double>(value));
   else p[i] = static_cast<T>(value);
 }
 

@@ -1,0 +1,167 @@
+// matmul: plain, batched, with either operand transposed, and with a 2-D b shared by every
+// batch. CPU f64 values against a triple loop written here, gradient checks in f64 (both
+// operands, and each alone), and every device × dtype against the CPU f64 reference.
+#include <string>
+#include <vector>
+
+#include "lib/ops/matmul.h"
+#include "tests/lib/test_util.h"
+
+namespace ft {
+namespace {
+
+using namespace ft::test;
+
+struct MatmulCase {
+  Shape batch;  // a's leading dims
+  int64_t m, k, n;
+  bool trans_a, trans_b;
+  bool shared_b;  // b is 2-D and serves every batch
+};
+
+std::string case_name(const MatmulCase& c) {
+  return shape_str(c.batch) + " m" + std::to_string(c.m) + " k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
+         (c.trans_a ? " aT" : "") + (c.trans_b ? " bT" : "") + (c.shared_b ? " shared b" : "");
+}
+
+Shape shape_a(const MatmulCase& c) {
+  Shape s = c.batch;
+  s.push_back(c.trans_a ? c.k : c.m);
+  s.push_back(c.trans_a ? c.m : c.k);
+  return s;
+}
+Shape shape_b(const MatmulCase& c) {
+  Shape s = c.shared_b ? Shape{} : c.batch;
+  s.push_back(c.trans_b ? c.n : c.k);
+  s.push_back(c.trans_b ? c.k : c.n);
+  return s;
+}
+
+/// op(A) @ op(B) in doubles, indexing the stored (row-major) operands directly.
+std::vector<double> reference_matmul(const MatmulCase& c, const std::vector<double>& a, const std::vector<double>& b) {
+  const int64_t batch = shape_numel(c.batch), m = c.m, k = c.k, n = c.n;
+  std::vector<double> out(static_cast<size_t>(batch * m * n), 0.0);
+  for (int64_t p = 0; p < batch; ++p) {
+    const double* pa = a.data() + p * m * k;
+    const double* pb = b.data() + (c.shared_b ? 0 : p * k * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t t = 0; t < k; ++t)
+          acc += (c.trans_a ? pa[t * m + i] : pa[i * k + t]) * (c.trans_b ? pb[j * k + t] : pb[t * n + j]);
+        out[static_cast<size_t>((p * m + i) * n + j)] = acc;
+      }
+  }
+  return out;
+}
+
+/// Every combination of transposes for one set of sizes, batched or shared b.
+void add_all_transposes(std::vector<MatmulCase>& cases, Shape batch, int64_t m, int64_t k, int64_t n, bool shared_b) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) cases.push_back({batch, m, k, n, ta, tb, shared_b});
+}
+
+// Sizes that are 1 or not multiples of 4, 32 or 128, every transpose combination, batches of
+// 2-D and 3-D leading dims, and a shared 2-D b.
+std::vector<MatmulCase> device_cases() {
+  std::vector<MatmulCase> cases;
+  for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 1, 1}, {3, 5, 4}, {33, 129, 17}, {129, 33, 257}, {1, 257, 3}, {257, 1, 33}})
+    cases.push_back({{}, m, k, n, false, false, false});
+  add_all_transposes(cases, {}, 33, 65, 17, false);
+  add_all_transposes(cases, {3}, 33, 17, 129, false);
+  add_all_transposes(cases, {4}, 33, 65, 17, true);
+  add_all_transposes(cases, {1}, 5, 3, 7, true);
+  cases.push_back({{2, 3}, 5, 7, 4, false, false, false});
+  cases.push_back({{2, 3}, 5, 7, 4, true, true, true});
+  return cases;
+}
+
+std::vector<MatmulCase> small_cases() {
+  std::vector<MatmulCase> cases;
+  add_all_transposes(cases, {}, 3, 4, 5, false);
+  add_all_transposes(cases, {2}, 3, 4, 2, false);
+  add_all_transposes(cases, {3}, 2, 4, 3, true);
+  cases.push_back({{2, 2}, 2, 3, 2, false, true, false});
+  cases.push_back({{2, 2}, 2, 3, 2, true, false, true});
+  cases.push_back({{}, 1, 1, 1, false, false, false});
+  return cases;
+}
+
+std::vector<Tensor> matmul_inputs(const MatmulCase& c, Generator& gen) {
+  return {random_tensor(shape_a(c), DType::F64, kCPU, gen), random_tensor(shape_b(c), DType::F64, kCPU, gen)};
+}
+
+TensorFn matmul_fn(const MatmulCase& c) {
+  return [c](const std::vector<Tensor>& in) { return matmul(in[0], in[1], c.trans_a, c.trans_b); };
+}
+
+TEST(MatmulTest, CpuF64MatchesTripleLoop) {
+  Generator gen = test_generator();
+  for (const MatmulCase& c : device_cases()) {
+    SCOPED_TRACE(case_name(c));
+    const std::vector<Tensor> in = matmul_inputs(c, gen);
+    const Tensor y = matmul(in[0], in[1], c.trans_a, c.trans_b);
+    Shape expected_shape = c.batch;
+    expected_shape.push_back(c.m);
+    expected_shape.push_back(c.n);
+    ASSERT_EQ(y.shape(), expected_shape);
+    const Tensor expected =
+        Tensor::from_vector(reference_matmul(c, in[0].to_vector(), in[1].to_vector()), expected_shape, DType::F64);
+    EXPECT_TRUE(all_close(y, expected, 1e-13));
+  }
+}
+
+TEST(MatmulTest, GradCheckF64) {
+  Generator gen = test_generator();
+  for (const MatmulCase& c : small_cases()) {
+    SCOPED_TRACE(case_name(c));
+    EXPECT_TRUE(gradcheck(matmul_fn(c), matmul_inputs(c, gen), gen));
+  }
+}
+
+// A frozen operand (an input batch, frozen weights) must not break the other one's gradient.
+TEST(MatmulTest, GradCheckOneOperandF64) {
+  Generator gen = test_generator();
+  for (const MatmulCase& c : small_cases()) {
+    SCOPED_TRACE(case_name(c));
+    const std::vector<Tensor> in = matmul_inputs(c, gen);
+    EXPECT_TRUE(gradcheck(matmul_fn(c), in, gen, {.wrt = {true, false}})) << "a only";
+    EXPECT_TRUE(gradcheck(matmul_fn(c), in, gen, {.wrt = {false, true}})) << "b only";
+  }
+}
+
+class MatmulDeviceTest : public ::testing::TestWithParam<DeviceDType> {};
+
+TEST_P(MatmulDeviceTest, MatchesF64Reference) {
+  const DeviceDType p = GetParam();
+  FT_SKIP_UNLESS_AVAILABLE(p.device);
+  Generator gen = test_generator();
+  for (const MatmulCase& c : device_cases()) {
+    SCOPED_TRACE(case_name(c));
+    EXPECT_TRUE(matches_f64_reference(matmul_fn(c), matmul_inputs(c, gen), p.device, p.dtype, gen,
+                                      forward_tolerance(p.dtype), grad_tolerance(p.dtype)));
+  }
+}
+
+TEST_P(MatmulDeviceTest, OneOperandGradientMatchesF64Reference) {
+  const DeviceDType p = GetParam();
+  FT_SKIP_UNLESS_AVAILABLE(p.device);
+  Generator gen = test_generator();
+  for (const MatmulCase& c : {MatmulCase{{4}, 33, 65, 17, false, true, true}, MatmulCase{{3}, 5, 7, 9, true, false, false}}) {
+    SCOPED_TRACE(case_name(c));
+    const std::vector<Tensor> in = matmul_inputs(c, gen);
+    EXPECT_TRUE(matches_f64_reference(matmul_fn(c), in, p.device, p.dtype, gen, forward_tolerance(p.dtype),
+                                      grad_tolerance(p.dtype), {true, false}))
+        << "a only";
+    EXPECT_TRUE(matches_f64_reference(matmul_fn(c), in, p.device, p.dtype, gen, forward_tolerance(p.dtype),
+                                      grad_tolerance(p.dtype), {false, true}))
+        << "b only";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, MatmulDeviceTest, ::testing::ValuesIn(device_dtypes()),
+                         [](const auto& info) { return device_dtype_name(info.param); });
+
+}  // namespace
+}  // namespace ft

@@ -10,11 +10,12 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <ostream>
+#include <cstdlib>
 #include <functional>
 #include <iomanip>
 #include <limits>
 #include <optional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -72,10 +73,12 @@ inline double unit_roundoff(DType dtype) {
 // ---- seeds and inputs
 
 /// A seed derived from the running test's full name, so every test (and every parameter of a
-/// parametrized test) draws its own inputs, and a failure replays with the same ones.
+/// parametrized test) draws its own inputs, and a failure replays with the same ones. Setting
+/// FT_TEST_SEED=<text> mixes in other inputs, to probe tolerances over many draws.
 inline uint64_t test_seed(uint64_t salt = 0) {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "no-test";
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "no-test";
+  if (const char* extra = std::getenv("FT_TEST_SEED")) name += std::string("#") + extra;
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : name) {
     h ^= c;
@@ -90,12 +93,16 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, Device device, Gene
   return Tensor::randn(shape, gen, dtype, device);
 }
 
-/// Uniform values in [lo, hi), for ops whose domain is positive (log, sqrt, rsqrt, pow).
-inline Tensor positive_tensor(const Shape& shape, DType dtype, Device device, Generator& gen, double lo = 0.5,
-                              double hi = 2.0) {
+/// Uniform values in [lo, hi).
+inline Tensor uniform_tensor(const Shape& shape, DType dtype, Device device, Generator& gen, double lo, double hi) {
   std::vector<double> v = Tensor::rand(shape, gen, DType::F64, kCPU).to_vector();
   for (double& x : v) x = lo + (hi - lo) * x;
   return Tensor::from_vector(v, shape, dtype, device);
+}
+
+/// Values in [0.5, 2), for ops whose domain is positive (log, sqrt, rsqrt, pow, divisors).
+inline Tensor positive_tensor(const Shape& shape, DType dtype, Device device, Generator& gen) {
+  return uniform_tensor(shape, dtype, device, gen, 0.5, 2.0);
 }
 
 /// Integer ids uniform in [0, limit).
@@ -289,6 +296,7 @@ inline ::testing::AssertionResult gradcheck(const TensorFn& f, const std::vector
 
 /// The inputs' absolute values as fresh f64 leaves (integer inputs unchanged).
 inline std::vector<Tensor> absolute_leaves(const std::vector<Tensor>& inputs) {
+  // Leaves only where the reference differentiates, so both graphs have the same shape.
   std::vector<Tensor> out(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !is_floating(inputs[i].dtype())) {
@@ -297,7 +305,8 @@ inline std::vector<Tensor> absolute_leaves(const std::vector<Tensor>& inputs) {
     }
     std::vector<double> v = inputs[i].to_vector();
     for (double& x : v) x = std::abs(x);
-    out[i] = Tensor::from_vector(v, inputs[i].shape(), DType::F64).requires_grad_();
+    out[i] = Tensor::from_vector(v, inputs[i].shape(), DType::F64);
+    if (inputs[i].requires_grad()) out[i].requires_grad_();
   }
   return out;
 }
@@ -305,7 +314,8 @@ inline std::vector<Tensor> absolute_leaves(const std::vector<Tensor>& inputs) {
 /// Runs f on `inputs` (f64 CPU masters for floating inputs; integer inputs as they are) moved to
 /// (device, dtype), and on the CPU in f64 over the very same rounded values. Compares the outputs
 /// and, when the output is differentiable, the gradient of every floating input for a random
-/// upstream gradient. Gradients must also keep their input's dtype and device.
+/// upstream gradient. Gradients must also keep their input's dtype and device. `wrt`, when
+/// given, marks the floating inputs to differentiate; the others are converted but stay constants.
 ///
 /// A result passes when ‖r − r_ref‖ <= tol · ‖r_ref‖ + u · ‖r_abs‖, u the dtype's unit roundoff
 /// and r_abs the same result computed from |inputs| and |upstream|: a sum of K rounded terms
@@ -313,15 +323,19 @@ inline std::vector<Tensor> absolute_leaves(const std::vector<Tensor>& inputs) {
 /// terms cancel, so its error is measured against the terms' size, not the sum's.
 inline ::testing::AssertionResult matches_f64_reference(const TensorFn& f, const std::vector<Tensor>& inputs,
                                                         Device device, DType dtype, Generator& gen, double fwd_tol,
-                                                        double grad_tol) {
+                                                        double grad_tol, const std::vector<bool>& wrt = {}) {
   const size_t n = inputs.size();
   std::vector<Tensor> on_device(n), reference(n);
   for (size_t i = 0; i < n; ++i) {
     const Tensor& x = inputs[i];
     if (!x.defined()) continue;
     if (is_floating(x.dtype())) {
-      on_device[i] = fresh_leaf(x, dtype, device);
-      reference[i] = fresh_leaf(on_device[i], DType::F64, kCPU);  // the rounded values, exactly
+      on_device[i] = fresh_copy(x, dtype, device);
+      reference[i] = fresh_copy(on_device[i], DType::F64, kCPU);  // the rounded values, exactly
+      if (wrt.empty() || wrt[i]) {
+        on_device[i].requires_grad_();
+        reference[i].requires_grad_();
+      }
     } else {
       on_device[i] = fresh_copy(x, x.dtype(), device);
       reference[i] = x;
