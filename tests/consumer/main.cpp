@@ -2,6 +2,7 @@
 // unless the loss went down.
 #include <cstdio>
 
+#include <fusedtrain/lib/error.h>
 #include <fusedtrain/layers/activation.h>
 #include <fusedtrain/layers/linear.h>
 #include <fusedtrain/layers/sequential.h>
