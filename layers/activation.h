@@ -14,17 +14,17 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) override;
 };
 
-/// Dropout with its own Philox stream: each training call reserves a fresh offset, so masks
-/// never repeat; identity in eval mode.
+/// Dropout keyed on its seed and the device's Philox counter (PhiloxCounter): each training
+/// call reserves fresh offsets on the device, so masks never repeat, also under graph replay;
+/// identity in eval mode.
 class Dropout : public Module {
  public:
   Dropout(double p, uint64_t seed);
   Tensor forward(const Tensor& x) override;
-  Generator& generator() { return gen_; }
 
  private:
   double p_;
-  Generator gen_;
+  uint64_t seed_;
 };
 
 }  // namespace ft

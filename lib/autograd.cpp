@@ -56,15 +56,21 @@ void accumulate(Tensor& slot, const Tensor& grad) {
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   FT_CHECK(grad.shape() == leaf.shape, "backward: gradient of shape ", shape_str(grad.shape()),
            " for a leaf of shape ", shape_str(leaf.shape));
-  Tensor g = grad.dtype() == leaf.dtype ? grad : grad.to(leaf.dtype);
   if (!leaf.grad.defined()) {
-    // Own the storage: the incoming gradient may alias another tensor's.
-    Tensor fresh = Tensor::empty(g.shape(), g.dtype(), g.device());
-    fresh.copy_(g);
+    // A gradient nobody else holds (a fresh buffer from the op's backward) is taken as it is,
+    // as PyTorch's AccumulateGrad does; anything shared is copied, so later in-place updates
+    // of .grad() cannot reach another tensor.
+    const bool sole_owner = grad.impl_ptr().use_count() == 1 && grad.impl()->storage.use_count() == 1;
+    if (sole_owner && grad.dtype() == leaf.dtype) {
+      leaf.grad = grad.detach();
+      return;
+    }
+    Tensor fresh = Tensor::empty(grad.shape(), leaf.dtype, grad.device());
+    fresh.copy_(grad);
     leaf.grad = fresh;
-  } else {
-    leaf.grad.assign_(add(leaf.grad, g));
+    return;
   }
+  leaf.grad.assign_(add(leaf.grad, grad.dtype() == leaf.dtype ? grad : grad.to(leaf.dtype)));
 }
 
 }  // namespace

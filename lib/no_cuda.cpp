@@ -5,6 +5,10 @@
 
 #include "lib/cuda/launchers.h"
 #include "lib/error.h"
+#include "lib/ops/bias_act.h"
+#include "lib/ops/cross_entropy.h"
+#include "lib/ops/dropout.h"
+#include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/runtime.h"
 
@@ -37,7 +41,7 @@ void fill(const Tensor&, double) { unavailable(); }
 void arange(const Tensor&) { unavailable(); }
 void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
 void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
-void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool) {
+void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool) {
   unavailable();
 }
 void transpose_last2(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
@@ -45,7 +49,8 @@ void copy_rows(void*, size_t, const void*, size_t, size_t, size_t) { unavailable
 void gather_rows(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 void scatter_add_rows(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 void validate_ids(const Tensor&, int64_t, int64_t, unsigned) { unavailable(); }
-void philox_uniform(const Tensor&, uint64_t, uint64_t) { unavailable(); }
+void philox_uniform(const Tensor&, uint64_t, const Tensor&) { unavailable(); }
+void philox_take(const Tensor&, const Tensor&, uint64_t) { unavailable(); }
 }  // namespace cuda
 
 namespace cuda {
@@ -56,6 +61,33 @@ void linear_backward(const Tensor&, const Tensor&, const Tensor&, Activation, co
                      const Tensor&, const Tensor&) {
   FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
 }
+void bias_act_forward(const Tensor&, const Tensor&, Activation, const Tensor&) { unavailable(); }
+void bias_act_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&) {
+  unavailable();
+}
+void swiglu_forward(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, const Tensor&) { unavailable(); }
+void swiglu_backward(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, const Tensor&,
+                     const Tensor&) {
+  unavailable();
+}
+void dropout_forward(const Tensor&, const Tensor&, const Tensor&, double, uint64_t, const Tensor&, const Tensor&) {
+  unavailable();
+}
+void dropout_backward(const Tensor&, double, uint64_t, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
+                  const Tensor&, const Tensor&, const Tensor&) {
+  unavailable();
+}
+void norm_backward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                   const Tensor&, const Tensor&) {
+  unavailable();
+}
+void cross_entropy_count(const Tensor&, int64_t, int64_t, const Tensor&) { unavailable(); }
+void cross_entropy_forward(const Tensor&, const Tensor&, const CrossEntropyOptions&, const Tensor&, const Tensor&, bool,
+                           const Tensor&) {
+  unavailable();
+}
+void scale_by_upstream(const Tensor&, const Tensor&) { unavailable(); }
 }  // namespace cuda
 
 }  // namespace ft

@@ -32,6 +32,9 @@ for mode in unfused fused; do
   acc[$mode]=$(sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' <<<"$line")
 done
 
+build-device/examples/ft-bench ops >"$out/bench-ops.log" 2>&1 || tail -20 "$out/bench-ops.log"
+python3 bench/peers/ops_torch.py >"$out/bench-ops-torch.log" 2>&1 || tail -20 "$out/bench-ops-torch.log"
+
 echo
 echo "== fusedtrain device check ($(date -u +%F), $(head -1 "$out/gpu.txt" | cut -d, -f1)) =="
 echo "gtest: $gtest_summary"
@@ -40,4 +43,14 @@ for mode in unfused fused; do printf "%-22s %-12s %-14s\n" "  $mode" "${ms[$mode
 if [ -n "${ms[fused]:-}" ] && [ -n "${ms[unfused]:-}" ]; then
   awk -v f="${ms[fused]}" -v u="${ms[unfused]}" 'BEGIN { printf "  fused speed-up: %.2fx\n", u / f }'
 fi
+echo
+sed -n '/^op (fwd+bwd)/,/^$/p' "$out/bench-ops.log"
+printf "%-24s %12s %12s %14s\n" "op vs PyTorch eager" "torch ms" "fused ms" "torch / fused"
+grep '^RESULT op=' "$out/bench-ops-torch.log" | while read -r line; do
+  name=$(sed -n 's/^RESULT op=\(.*\) torch_eager_ms=.*/\1/p' <<<"$line")
+  torch_ms=$(sed -n 's/.*torch_eager_ms=\([0-9.]*\).*/\1/p' <<<"$line")
+  ours=$(grep "^RESULT op=$name fused_ms=" "$out/bench-ops.log" | sed -n 's/.*fused_eager_ms=\([0-9.]*\).*/\1/p')
+  [ -n "$ours" ] && awk -v n="$name" -v t="$torch_ms" -v f="$ours" 'BEGIN { printf "%-24s %12.3f %12.3f %13.2fx\n", n, t, f, t / f }'
+done
+echo "(fused ms here is eager, launch gaps included, to match PyTorch eager)"
 exit $test_rc

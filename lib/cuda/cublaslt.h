@@ -25,6 +25,7 @@ struct LtGemm {
   void* bias = nullptr;  // read for BIAS epilogues, written for BGRAD epilogues
   void* aux = nullptr;   // GELU_AUX: pre-activation written; DGELU: read
   int64_t ld_aux = 0;
+  bool accumulate = false;  // D += product (beta = 1) instead of D = product
 };
 
 void run_gemm(const LtGemm& g);

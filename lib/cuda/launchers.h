@@ -26,9 +26,10 @@ void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, 
 /// x viewed as [outer, mid, inner]: out[o, i] = sum over m of x[o, m, i] (deterministic order).
 void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mid, int64_t inner);
 
-/// C[b] = op(A[b]) @ op(B[b]) for `batch` row-major matrices (b_batched false: one shared B).
+/// C[b] = op(A[b]) @ op(B[b]) for `batch` row-major matrices (b_batched false: one shared B);
+/// C[b] += ... when accumulate.
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
-            bool trans_a, bool trans_b, bool b_batched);
+            bool trans_a, bool trans_b, bool b_batched, bool accumulate = false);
 
 void transpose_last2(const Tensor& x, const Tensor& out, int64_t batch, int64_t rows, int64_t cols);
 void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
@@ -39,6 +40,9 @@ void scatter_add_rows(const Tensor& grad, const Tensor& ids, const Tensor& table
 /// Flags `code` in the device error word when an id is outside [0, limit) and not `allowed`.
 void validate_ids(const Tensor& ids, int64_t limit, int64_t allowed, unsigned code);
 
-void philox_uniform(const Tensor& out, uint64_t seed, uint64_t offset);
+/// out[i] = philox::uniform(seed, *offset, i); offset is a one-element i64 device tensor.
+void philox_uniform(const Tensor& out, uint64_t seed, const Tensor& offset);
+/// used = *counter; *counter += step (one thread).
+void philox_take(const Tensor& counter, const Tensor& used, uint64_t step);
 
 }  // namespace ft::cuda

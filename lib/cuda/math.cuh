@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "lib/dtype.h"
 #include "lib/error.h"
+#include "lib/ops/activation.h"
 #include "lib/philox.h"
 
 namespace ft::cuda {
@@ -26,6 +28,12 @@ template <> __device__ __forceinline__ float from_acc<float>(float v) { return v
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <class T> __device__ __forceinline__ T from_acc(double v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(double v) { return __double2bfloat16(v); }
+
+/// v rounded to T and back: what a value is once stored (reductions of stored values use it).
+template <class T>
+__device__ __forceinline__ float rounded(float v) {
+  return to_acc(from_acc<T>(v));
+}
 
 /// Reads element i of any dtype as a double (casts and comparisons, where speed is secondary).
 __device__ __forceinline__ double load_any(const void* p, DType dtype, int64_t i) {
@@ -66,6 +74,95 @@ __device__ __forceinline__ float gelu_tanh_grad(float x) {
   const float inner = k * (x + 0.044715f * x * x * x);
   const float t = tanhf(inner);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float gelu_erf_grad(float x) {
+  return 0.5f * (1.0f + erff(x * 0.7071067811865476f)) + x * 0.3989422804014327f * __expf(-0.5f * x * x);
+}
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return x * sigmoid(x); }
+__device__ __forceinline__ float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
+/// act(x) and act'(x) for every Activation, in f32.
+__device__ __forceinline__ float activate(Activation act, float x) {
+  switch (act) {
+    case Activation::ReLU: return x > 0.0f ? x : 0.0f;
+    case Activation::GELU: return gelu_tanh(x);
+    case Activation::GELUErf: return gelu_erf(x);
+    case Activation::SiLU: return silu(x);
+    default: return x;
+  }
+}
+__device__ __forceinline__ float activate_grad(Activation act, float x) {
+  switch (act) {
+    case Activation::ReLU: return x > 0.0f ? 1.0f : 0.0f;
+    case Activation::GELU: return gelu_tanh_grad(x);
+    case Activation::GELUErf: return gelu_erf_grad(x);
+    case Activation::SiLU: return silu_grad(x);
+    default: return 1.0f;
+  }
+}
+
+/// Dropout's keep bits for elements [i, i + 4) of the draw keyed on (seed, offset): element j is
+/// kept when philox::uniform(seed, offset, j) >= p. One Philox call serves all four when
+/// offset + i is a multiple of 4 (always, for counters from PhiloxCounter and i % 4 == 0).
+__device__ __forceinline__ void dropout_keep4(uint64_t seed, uint64_t offset, uint64_t i, float p, bool (&keep)[4]) {
+  const uint64_t counter = offset + i;
+  if ((counter & 3) == 0) {
+    const philox::Uint4 bits = philox::block_bits(seed, counter >> 2);
+    keep[0] = philox::to_uniform(bits.x) >= p;
+    keep[1] = philox::to_uniform(bits.y) >= p;
+    keep[2] = philox::to_uniform(bits.z) >= p;
+    keep[3] = philox::to_uniform(bits.w) >= p;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
+  }
+}
+
+/// N elements moved as one vector access (16 bytes for 8 bf16 or 4 f32).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+template <class T>
+constexpr int kPackSize = 16 / sizeof(T);
+
+template <class T, int N>
+__device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
+  const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(p);
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = to_acc(pack.v[k]);
+}
+template <class T, int N>
+__device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
+  Pack<T, N> pack;
+#pragma unroll
+  for (int k = 0; k < N; ++k) pack.v[k] = from_acc<T>(in[k]);
+  *reinterpret_cast<Pack<T, N>*>(p) = pack;
+}
+
+/// True when every pointer is 16-byte aligned and the row length is a multiple of the pack.
+template <class T>
+inline bool packable(int64_t row, std::initializer_list<const void*> pointers) {
+  if (row % kPackSize<T> != 0) return false;
+  for (const void* p : pointers)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+/// Calls f with a value of the CUDA element type of f32 or bf16 (the fused kernels' dtypes).
+template <class F>
+void dispatch_half_float(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::F32: return f(float{});
+    case DType::BF16: return f(__nv_bfloat16{});
+    default: FT_FAIL(op, ": the fused kernel takes f32 or bf16, got ", dtype_name(dtype));
+  }
 }
 
 /// Calls f with a value of the CUDA element type of a floating dtype.

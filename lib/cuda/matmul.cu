@@ -105,8 +105,8 @@ void run_gemm(const LtGemm& g) {
     }
     algo = it->second;
   }
-  const double alpha64 = 1.0, beta64 = 0.0;
-  const float alpha32 = 1.0f, beta32 = 0.0f;
+  const double alpha64 = 1.0, beta64 = g.accumulate ? 1.0 : 0.0;
+  const float alpha32 = 1.0f, beta32 = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
   FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, g.d, ld, g.d, ld, &algo,
@@ -118,8 +118,9 @@ void run_gemm(const LtGemm& g) {
 }
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
-            bool trans_a, bool trans_b, bool b_batched) {
+            bool trans_a, bool trans_b, bool b_batched, bool accumulate) {
   LtGemm g;
+  g.accumulate = accumulate;
   g.dtype = a.dtype();
   // Column-major view: Dᵀ[n, m] = op(B)ᵀ · op(A)ᵀ, with B and A as stored.
   g.m = n;

@@ -1,5 +1,7 @@
 #include "lib/cuda/runtime.h"
 
+#include <algorithm>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +76,27 @@ void check_device_errors() {
   if (word & kIndexOutOfRange) FT_FAIL("gather: an index was out of range [0, rows) (flagged on the device)");
   if (word & kTargetOutOfRange) FT_FAIL("cross_entropy: a target id was out of range [0, V) (flagged on the device)");
   FT_FAIL("a kernel flagged device error code ", word);
+}
+
+ColumnScratch column_scratch(int64_t row_blocks, int64_t cols, int64_t col_tiles) {
+  // Grows and never shrinks; the counters must start at zero, and each kernel leaves them so.
+  static void* partials = nullptr;
+  static size_t partial_bytes = 0;
+  static unsigned* counters = nullptr;
+  static size_t counter_count = 0;
+  const size_t need = static_cast<size_t>(row_blocks * cols) * sizeof(float);
+  if (need > partial_bytes) {
+    if (partials) FT_CUDA_CHECK(cudaFreeAsync(partials, stream()));
+    partial_bytes = std::max(need, partial_bytes * 2);
+    FT_CUDA_CHECK(cudaMallocAsync(&partials, partial_bytes, stream()));
+  }
+  if (static_cast<size_t>(col_tiles) > counter_count) {
+    if (counters) FT_CUDA_CHECK(cudaFreeAsync(counters, stream()));
+    counter_count = std::max<size_t>(static_cast<size_t>(col_tiles), 1024);
+    FT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&counters), counter_count * sizeof(unsigned), stream()));
+    FT_CUDA_CHECK(cudaMemsetAsync(counters, 0, counter_count * sizeof(unsigned), stream()));
+  }
+  return ColumnScratch{static_cast<float*>(partials), counters};
 }
 
 unsigned elementwise_blocks(long long n, int threads) {

@@ -23,6 +23,15 @@ unsigned* device_error_word();
 /// Reads and clears the error word (synchronizes); throws ft::Error when a kernel flagged one.
 void check_device_errors();
 
+/// Scratch for kernels that sum columns across blocks: partials for `row_blocks × cols` floats
+/// and `col_tiles` zeroed arrival counters, kept across launches (stream order makes sharing
+/// safe; each kernel leaves the counters at zero).
+struct ColumnScratch {
+  float* partials;
+  unsigned* counters;
+};
+ColumnScratch column_scratch(int64_t row_blocks, int64_t cols, int64_t col_tiles);
+
 /// Grid size for an elementwise kernel of n items with `threads` per block.
 unsigned elementwise_blocks(long long n, int threads);
 

@@ -1,49 +1,77 @@
 #include "lib/ops/cross_entropy.h"
 
+#include <memory>
+
 #include "lib/autograd.h"
 #include "lib/cuda/launchers.h"
 #include "lib/error.h"
+#include "lib/kernel_mode.h"
 #include "lib/ops/cpu_dispatch.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
 
 namespace ft {
 
-namespace {
-
-void validate_targets(const Tensor& targets, int64_t vocab, int64_t ignore_index) {
-  if (targets.is_cuda()) {
-    cuda::validate_ids(targets, vocab, ignore_index, cuda::kTargetOutOfRange);
-    return;
-  }
+void check_cross_entropy_inputs(const char* op, const Tensor& logits_or_x, int64_t vocab, const Tensor& targets,
+                                int64_t ignore_index) {
+  check_defined(targets, op, "targets");
+  const int64_t n = logits_or_x.size(0);
+  FT_CHECK(targets.dim() == 1 && targets.size(0) == n, op, ": targets must be [", n, "], got ",
+           shape_str(targets.shape()));
+  FT_CHECK(targets.dtype() == DType::I32 || targets.dtype() == DType::I64, op, ": targets must be i32 or i64, got ",
+           dtype_name(targets.dtype()));
+  FT_CHECK(targets.device() == logits_or_x.device(), op, ": targets on ", targets.device().str(), ", inputs on ",
+           logits_or_x.device().str());
+  if (targets.is_cuda()) return;  // checked on the device, raised at the next synchronizing read
   cpu::dispatch_all(targets.dtype(), [&](auto tag) {
     using I = decltype(tag);
     if constexpr (std::is_integral_v<I>) {
       const I* p = targets.data<I>();
       for (int64_t i = 0; i < targets.numel(); ++i) {
         const int64_t t = static_cast<int64_t>(p[i]);
-        FT_CHECK((t >= 0 && t < vocab) || t == ignore_index, "cross_entropy: target ", t, " at row ", i,
+        FT_CHECK((t >= 0 && t < vocab) || t == ignore_index, op, ": target ", t, " at row ", i,
                  " is out of range [0, ", vocab, ") and is not ignore_index ", ignore_index);
       }
     }
   });
 }
 
+namespace {
+
+void check_logits(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
+  check_defined(logits, "cross_entropy", "logits");
+  FT_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ", shape_str(logits.shape()));
+  FT_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0,
+           "cross_entropy: label_smoothing must be in [0, 1], got ", options.label_smoothing);
+  check_cross_entropy_inputs("cross_entropy", logits, logits.size(1), targets, options.ignore_index);
+}
+
+Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
+  const int64_t vocab = logits.size(1);
+  Tensor count = Tensor::empty({1}, DType::F32, logits.device());
+  cuda::cross_entropy_count(targets, vocab, options.ignore_index, count);
+  Tensor loss = Tensor::empty({1}, DType::F32, logits.device());
+  const bool grad = needs_grad({&logits});
+  Tensor dlogits = grad ? Tensor::empty(logits.shape(), logits.dtype(), logits.device()) : Tensor();
+  cuda::cross_entropy_forward(logits, targets, options, count, loss, false, dlogits);
+  Tensor out = loss.reshape({});
+  if (!grad) return out;
+  // dlogits is final up to the upstream factor; backward applies it in place, so the node can
+  // run once only.
+  auto consumed = std::make_shared<bool>(false);
+  return record("cross_entropy", out, {logits}, [dlogits, consumed](const Tensor& g) {
+    FT_CHECK(!*consumed, "cross_entropy (fused): backward ran twice through one forward; its gradient is scaled in "
+                         "place, so retain_graph is not supported here");
+    *consumed = true;
+    cuda::scale_by_upstream(dlogits, cast(g, DType::F32));
+    return std::vector<Tensor>{dlogits};
+  });
+}
+
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
-  check_defined(logits, "cross_entropy", "logits");
-  check_defined(targets, "cross_entropy", "targets");
-  FT_CHECK(logits.dim() == 2, "cross_entropy: logits must be [N, V], got ", shape_str(logits.shape()));
-  FT_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets must be [",
-           logits.size(0), "], got ", shape_str(targets.shape()));
-  FT_CHECK(targets.dtype() == DType::I32 || targets.dtype() == DType::I64,
-           "cross_entropy: targets must be i32 or i64, got ", dtype_name(targets.dtype()));
-  FT_CHECK(targets.device() == logits.device(), "cross_entropy: targets on ", targets.device().str(), ", logits on ",
-           logits.device().str());
+Tensor cross_entropy_composite(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
   const int64_t n = logits.size(0), vocab = logits.size(1);
-  validate_targets(targets, vocab, ignore_index);
-
   const DType compute = logits.dtype() == DType::BF16 ? DType::F32 : logits.dtype();
   Tensor x = cast(logits, compute);
   // The max only shifts for stability; its gradient cancels, so it is taken without history.
@@ -51,11 +79,20 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor lse = log(sum(exp(x - row_max), true)) + row_max;  // [N, 1]
   Tensor ids = Tensor::arange(vocab, targets.dtype(), targets.device());
   Tensor one_hot = cast(eq(ids, targets.reshape({n, 1})), compute);  // [N, V]
-  Tensor picked = sum(x * one_hot, false);                           // [N]
-  Tensor counted = cast(ne(targets, scalar_like(targets, static_cast<double>(ignore_index))), compute);
-  Tensor total = sum_all((lse.reshape({n}) - picked) * counted);
-  if (reduction == Reduction::Sum) return total;
+  Tensor nll = lse.reshape({n}) - sum(x * one_hot, false) * (1.0 - options.label_smoothing);
+  if (options.label_smoothing > 0.0) nll = nll - mean(x, false) * options.label_smoothing;
+  Tensor counted = cast(ne(targets, scalar_like(targets, static_cast<double>(options.ignore_index))), compute);
+  Tensor total = sum_all(nll * counted);
+  if (options.reduction == Reduction::Sum) return total;
   return total / sum_all(counted);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
+  check_logits(logits, targets, options);
+  const bool fused_dtype = logits.dtype() == DType::F32 || logits.dtype() == DType::BF16;
+  if (use_fused(logits) && fused_dtype && logits.numel() > 0) return cross_entropy_fused(logits, targets, options);
+  if (targets.is_cuda()) cuda::validate_ids(targets, logits.size(1), options.ignore_index, cuda::kTargetOutOfRange);
+  return cross_entropy_composite(logits, targets, options);
 }
 
 }  // namespace ft

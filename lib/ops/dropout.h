@@ -1,12 +1,37 @@
-// Dropout with a Philox mask: element i is kept when philox::uniform(seed, offset, i) >= p
-// (compared in f32), and kept values are scaled by 1/(1 - p). The mask depends only on
-// (seed, offset, i), so every path and device draws the same one. Nothing is stored for
-// backward but the seed and offset. p = 0 returns x; p = 1 returns zeros.
+// Dropout with a Philox mask, and the fused bias + dropout + residual of transformer blocks.
+//
+// Element i is kept when philox::uniform(seed, offset, i) >= p (compared in f32); kept values
+// are scaled by 1/(1 - p). The mask depends only on (seed, offset, i): the fused kernel, the
+// twin and the CPU draw it bit for bit alike, for any grid or vector width. `offset` is a
+// one-element i64 tensor on the data's device (PhiloxCounter::take), so a captured graph reads
+// the counter's value at replay. Backward regenerates the mask: only seed and offset are saved.
+// p = 0 returns x (plus bias and residual); p = 1 gives zeros.
+//
+// bias_dropout_add(x, bias, residual) = residual + dropout(x + bias); bias [C] or undefined,
+// residual of x's shape. Fused (CUDA, f32/bf16): forward one kernel (one Philox call per 4
+// elements); backward one kernel writing dx and reducing dbias (dresidual is dy itself).
 #pragma once
 #include "lib/tensor.h"
 
 namespace ft {
 
+Tensor dropout(const Tensor& x, double p, uint64_t seed, const Tensor& offset);
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p, uint64_t seed,
+                        const Tensor& offset);
+
+/// The twins, from primitives (philox_uniform, ge, cast, mul, add).
+Tensor dropout_composite(const Tensor& x, double p, uint64_t seed, const Tensor& offset);
+Tensor bias_dropout_add_composite(const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
+                                  uint64_t seed, const Tensor& offset);
+
+namespace cuda {
+/// out = (residual +) keep·scale·(x (+ bias)); bias and residual may be undefined.
+void dropout_forward(const Tensor& x, const Tensor& bias, const Tensor& residual, double p, uint64_t seed,
+                     const Tensor& offset, const Tensor& out);
+/// dx = keep·scale·dy; dbias (when defined) = column sums of dx.
+void dropout_backward(const Tensor& dy, double p, uint64_t seed, const Tensor& offset, const Tensor& dx,
+                      const Tensor& dbias);
+}  // namespace cuda
 
 }  // namespace ft

@@ -150,6 +150,14 @@ Tensor relu(const Tensor& x) {
                          },
                          true, false);
 }
+Tensor erf(const Tensor& x) {
+  // d/dx erf(x) = 2/√π · exp(-x²)
+  return unary_with_grad("erf", UnaryOp::Erf, x, 0, 0,
+                         [](const Tensor& g, const Tensor& x, const Tensor&) {
+                           return mul(g, affine(exp(neg(mul(x, x))), 1.1283791670955126, 0.0));
+                         },
+                         true, false);
+}
 Tensor pow(const Tensor& x, double exponent) {
   return unary_with_grad("pow", UnaryOp::Pow, x, exponent, 0,
                          [exponent](const Tensor& g, const Tensor& x, const Tensor&) {

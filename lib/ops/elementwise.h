@@ -17,6 +17,7 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
+Tensor erf(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 /// x * scale + shift in one kernel (the scalar forms of add, sub, mul and div use it).
 Tensor affine(const Tensor& x, double scale, double shift);

@@ -8,7 +8,7 @@
 
 namespace ft {
 
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Pow, Affine };
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Pow, Affine, Erf };
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
 enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
 
@@ -25,6 +25,7 @@ FT_HOST_DEVICE A apply_unary(UnaryOp op, A x, A p, A q) {
     case UnaryOp::Relu: return x > A(0) ? x : A(0);
     case UnaryOp::Pow: return std::pow(x, p);
     case UnaryOp::Affine: return x * p + q;
+    case UnaryOp::Erf: return std::erf(x);
   }
   return x;
 }

@@ -1,19 +1,15 @@
 #include "lib/ops/layer_norm.h"
 
+#include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
+#include "lib/ops/norm_dispatch.h"
 #include "lib/ops/reduce.h"
 
 namespace ft {
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  check_defined(x, "layer_norm", "x");
-  check_defined(weight, "layer_norm", "weight");
-  check_defined(bias, "layer_norm", "bias");
-  const int64_t c = x.dim() ? x.size(-1) : 0;
-  FT_CHECK(x.dim() >= 1 && weight.shape() == Shape{c} && bias.shape() == Shape{c}, "layer_norm: x ",
-           shape_str(x.shape()), " needs weight and bias of shape [", c, "], got ", shape_str(weight.shape()), " and ",
-           shape_str(bias.shape()));
+Tensor layer_norm_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   // Low-precision inputs are normalized in f32, as eager frameworks do.
   const DType compute = x.dtype() == DType::BF16 ? DType::F32 : x.dtype();
   Tensor xf = cast(x, compute);
@@ -22,6 +18,22 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor normalized = centered * rsqrt(var + eps);
   Tensor y = normalized * cast(weight, compute) + cast(bias, compute);
   return cast(y, x.dtype());
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_norm_inputs("layer_norm", x, Tensor(), weight, bias, true);
+  if (!norm_fused_ok(x)) return layer_norm_composite(x, weight, bias, eps);
+  return norm_fused(NormKind::Layer, x, Tensor(), weight, bias, eps).out;
+}
+
+AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                             double eps) {
+  check_norm_inputs("add_layer_norm", x, residual, weight, bias, true);
+  if (!norm_fused_ok(x)) {
+    Tensor sum = x + residual;
+    return {sum, layer_norm_composite(sum, weight, bias, eps)};
+  }
+  return norm_fused(NormKind::Layer, x, residual, weight, bias, eps);
 }
 
 }  // namespace ft

@@ -1,11 +1,40 @@
-// Layer normalization over the last dim C: (x - mean) / sqrt(var + eps) · w + b.
-// x: [..., C]; w, b: [C]. Statistics in f32 (bf16 inputs are upcast), result in x's dtype.
-// Composite of primitives here; the fused kernel arrives with its own dispatch.
+// Layer normalization over the last dim C, alone or after a residual add.
+//
+// layer_norm(x, w, b) = (x − mean) / √(var + eps) · w + b; x: [..., C]; w, b: [C].
+// add_layer_norm(x, residual, w, b) returns sum = x + residual (the next residual stream) and
+// out = layer_norm(sum, w, b), both from one pass.
+// Statistics in f32 (bf16 inputs are upcast); outputs in x's dtype.
+// Fused (CUDA, f32/bf16): forward one kernel, a warp per row, reading x (and residual) once and
+// writing out (and sum) once; saves mean and rstd per row (f32). Backward one kernel: dx per row
+// from the saved statistics, and dw, db as per-block column partials that the last block adds
+// up in a fixed order (deterministic, no atomics on the values).
+// Twins: mean, sub, mul, rsqrt, add primitives (in f32 for bf16 inputs).
 #pragma once
 #include "lib/tensor.h"
 
 namespace ft {
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor layer_norm_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+struct AddNormResult {
+  Tensor sum;  // x + residual
+  Tensor out;  // norm(sum)
+};
+AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                             double eps = 1e-5);
+
+enum class NormKind : uint8_t { Layer, RMS };
+
+namespace cuda {
+/// Normalizes rows of `x` (+ `residual`, stored to `sum`, when residual is defined). RMS skips the
+/// mean and the bias. mean is written for Layer only; rstd always (f32 [rows]).
+void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                  double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd);
+/// From dy and the normalized input `x` (the sum, for the add forms) with its saved statistics:
+/// dx (overwritten), and dweight, dbias (when defined; overwritten).
+void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+}  // namespace cuda
 
 }  // namespace ft

@@ -4,7 +4,6 @@
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
-#include "lib/ops/gelu.h"
 #include "lib/ops/matmul.h"
 
 namespace ft {
@@ -26,9 +25,10 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 }
 
 // cuBLASLt epilogues need f32/bf16, a bias to fuse, and 16-byte-aligned rows for the aux buffer.
-bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b) {
+bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
+  const bool epilogue_act = act == Activation::None || act == Activation::ReLU || act == Activation::GELU;
   return (x.dtype() == DType::BF16 || x.dtype() == DType::F32) && b.defined() && w.size(0) % 8 == 0 &&
-         x.numel() > 0;
+         x.numel() > 0 && epilogue_act;
 }
 
 Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
@@ -60,16 +60,12 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
 Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   Tensor y = matmul(x, weight, false, true);
   if (bias.defined()) y = y + bias;
-  switch (act) {
-    case Activation::ReLU: return relu(y);
-    case Activation::GELU: return gelu(y);
-    default: return y;
-  }
+  return activate(y, act);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   check_linear(x, weight, bias);
-  if (use_fused(x) && fused_supported(x, weight, bias)) return linear_fused(x, weight, bias, act);
+  if (use_fused(x) && fused_supported(x, weight, bias, act)) return linear_fused(x, weight, bias, act);
   return linear_composite(x, weight, bias, act);
 }
 

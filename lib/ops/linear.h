@@ -1,17 +1,16 @@
 // linear(x, W, b, activation) = activation(x · Wᵀ + b): the first fused op.
 //
 // x: [..., IN], W: [OUT, IN], b: [OUT] or undefined; result [..., OUT], x's dtype.
-// Fused (CUDA, bf16/f32): one cuBLASLt product whose epilogue adds the bias and applies the
+// Fused (CUDA, bf16/f32; activation None, ReLU or GELU): one cuBLASLt product whose epilogue adds the bias and applies the
 // activation; GELU saves the pre-activation as the epilogue's aux output for backward, which
 // computes dpre = dy·gelu'(pre) in one kernel, dx = dpre·W, and dW with the bias gradient in the
 // same product's BGRADB epilogue. Saves x, W and (GELU) the pre-activation, (ReLU) the output.
 // Twin: matmul + add + activation primitives.
 #pragma once
+#include "lib/ops/activation.h"
 #include "lib/tensor.h"
 
 namespace ft {
-
-enum class Activation : uint8_t { None, ReLU, GELU };
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Activation act = Activation::None);
 

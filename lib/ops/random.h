@@ -5,6 +5,29 @@
 namespace ft {
 
 /// f32 uniforms in [0, 1): element i is philox::uniform(seed, offset, i). No gradient.
+/// `offset` is a one-element i64 tensor on the result's device: kernels read it from memory, so
+/// a captured CUDA graph uses whatever value the counter holds at replay.
+Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset);
+/// The same with a host offset (wrapped in a one-element tensor on `device`).
 Tensor philox_uniform(const Shape& shape, uint64_t seed, uint64_t offset, Device device = kCPU);
+
+/// A one-element i64 tensor holding `offset` on `device`, for the ops that take offsets.
+Tensor philox_offset(uint64_t offset, Device device);
+
+/// The Philox counter dropout draws from, one per device, kept in that device's memory.
+class PhiloxCounter {
+ public:
+  static PhiloxCounter& on(Device device);
+  /// Reserves `count` values: returns a new one-element tensor holding the offset to use and
+  /// advances the counter in place by count rounded up to 4 (one tiny kernel on CUDA, no sync).
+  Tensor take(uint64_t count);
+  /// The current value (a synchronizing read).
+  uint64_t value() const;
+  void set(uint64_t value);
+
+ private:
+  explicit PhiloxCounter(Device device);
+  Tensor counter_;
+};
 
 }  // namespace ft

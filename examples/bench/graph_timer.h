@@ -1,0 +1,18 @@
+// Times a piece of device work two ways, both with CUDA events after a warm-up:
+// eager (each call enqueued by the host, launch gaps included) and replayed from a CUDA graph
+// captured once (kernel time without host gaps). The work must free whatever it allocates
+// before it returns, so the captured graph can be replayed.
+#pragma once
+#include <functional>
+
+namespace ft::bench {
+
+struct Timing {
+  double eager_ms = 0;  // median over iterations
+  double graph_ms = 0;  // median over replays; 0 when capture failed
+};
+
+/// Runs `work` warmup times, then times `iterations` eager calls and `iterations` replays.
+Timing time_device_work(const std::function<void()>& work, int warmup, int iterations);
+
+}  // namespace ft::bench

@@ -1,0 +1,129 @@
+// ft-bench ops: each memory-bound fused op, forward + backward, on the GPT-2 shapes of
+// BENCHMARKS.md, in both kernel modes. Prints the median time, the achieved bandwidth on the
+// fewest bytes the measured work must move, its share of the 3.0 TB/s ceiling, and the
+// fused/unfused ratio.
+#include "examples/bench/ops.h"
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "examples/bench/graph_timer.h"
+#include "lib/kernel_mode.h"
+#include "lib/ops/bias_act.h"
+#include "lib/ops/cross_entropy.h"
+#include "lib/ops/dropout.h"
+#include "lib/ops/layer_norm.h"
+#include "lib/ops/random.h"
+
+namespace ft::bench {
+
+namespace {
+
+constexpr double kCeilingBytesPerS = 3.0e12;  // measured device-to-device copy, BENCHMARKS.md
+
+struct OpCase {
+  std::string name;
+  double fewest_bytes;  // each input read once, each output written once, forward + backward
+  std::string bytes_note;
+  std::function<std::function<void()>()> make;  // builds inputs, returns the fwd+bwd work
+};
+
+Tensor leaf(const Shape& shape, Generator& gen) {
+  Tensor t = Tensor::randn(shape, gen, DType::BF16, kCUDA);
+  t.requires_grad_();
+  return t;
+}
+
+std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
+  const double row = static_cast<double>(n * c) * 2.0;  // one bf16 [N, C] tensor
+  std::vector<OpCase> out;
+  out.push_back({"residual+layernorm", 7 * row,
+                 "fwd reads x, residual, writes sum, out; bwd reads dy, sum, writes dx (= dresidual)", [=] {
+                   Generator gen(1);
+                   Tensor x = leaf({n, c}, gen), r = leaf({n, c}, gen), w = leaf({c}, gen), b = leaf({c}, gen);
+                   Tensor dy = Tensor::randn({n, c}, gen, DType::BF16, kCUDA);
+                   return std::function<void()>([=] {
+                     add_layer_norm(x, r, w, b).out.backward(dy);
+                     for (const Tensor& t : {x, r, w, b}) t.zero_grad();
+                   });
+                 }});
+  out.push_back({"bias+gelu (4C)", 5 * 4 * row, "fwd reads x, writes y; bwd reads dy, x, writes dx", [=] {
+                   Generator gen(2);
+                   Tensor x = leaf({n, 4 * c}, gen), b = leaf({4 * c}, gen);
+                   Tensor dy = Tensor::randn({n, 4 * c}, gen, DType::BF16, kCUDA);
+                   return std::function<void()>([=] {
+                     bias_act(x, b, Activation::GELU).backward(dy);
+                     x.zero_grad();
+                     b.zero_grad();
+                   });
+                 }});
+  out.push_back({"bias+dropout+residual", 5 * row,
+                 "fwd reads x, residual, writes out; bwd reads dy, writes dx (dresidual is dy)", [=] {
+                   Generator gen(3);
+                   Tensor x = leaf({n, c}, gen), r = leaf({n, c}, gen), b = leaf({c}, gen);
+                   Tensor dy = Tensor::randn({n, c}, gen, DType::BF16, kCUDA);
+                   return std::function<void()>([=] {
+                     Tensor offset = PhiloxCounter::on(kCUDA).take(static_cast<uint64_t>(n * c));
+                     bias_dropout_add(x, b, r, 0.1, 1234, offset).backward(dy);
+                     for (const Tensor& t : {x, r, b}) t.zero_grad();
+                   });
+                 }});
+  out.push_back({"cross-entropy V=" + std::to_string(vocab), 2.0 * static_cast<double>(n * vocab) * 2.0,
+                 "reads logits, writes dlogits", [=] {
+                   Generator gen(4);
+                   Tensor logits = leaf({n, vocab}, gen);
+                   std::vector<double> ids(static_cast<size_t>(n));
+                   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<double>((i * 7919) % vocab);
+                   Tensor targets = Tensor::from_vector(ids, {n}, DType::I64, kCUDA);
+                   return std::function<void()>([=] {
+                     cross_entropy(logits, targets).backward();
+                     logits.zero_grad();
+                   });
+                 }});
+  return out;
+}
+
+}  // namespace
+
+int run_ops_bench(const OpsBenchOptions& options) {
+  std::printf("ft-bench ops: N=%lld rows, C=%lld, V=%lld, bf16, forward+backward, %d iterations after %d warm-up\n",
+              static_cast<long long>(options.rows), static_cast<long long>(options.channels),
+              static_cast<long long>(options.vocab), options.iterations, options.warmup);
+  struct Row {
+    std::string name, note;
+    double bytes;
+    Timing t[2];
+  };
+  std::vector<Row> rows;
+  for (const OpCase& op : cases(options.rows, options.channels, options.vocab)) {
+    Row row{op.name, op.bytes_note, op.fewest_bytes, {}};
+    for (int m = 0; m < 2; ++m) {
+      KernelModeGuard guard(m == 0 ? KernelMode::Unfused : KernelMode::Fused);
+      std::function<void()> work = op.make();
+      row.t[m] = time_device_work(work, options.warmup, options.iterations);
+    }
+    rows.push_back(row);
+    std::fflush(stdout);
+  }
+  std::printf("\n%-24s %10s %10s %10s %10s %9s %8s %9s\n", "op (fwd+bwd)", "MB", "unfused", "fused", "fused",
+              "GB/s", "% peak", "speed-up");
+  std::printf("%-24s %10s %10s %10s %10s %9s %8s %9s\n", "", "fewest", "graph ms", "graph ms", "eager ms", "fused",
+              "fused", "fused");
+  for (const Row& r : rows) {
+    const double fused_ms = r.t[1].graph_ms, unfused_ms = r.t[0].graph_ms;
+    const double gbps = fused_ms > 0 ? r.bytes / (fused_ms * 1e-3) / 1e9 : 0.0;
+    std::printf("%-24s %10.1f %10.3f %10.3f %10.3f %9.0f %7.1f%% %8.2fx\n", r.name.c_str(), r.bytes / 1e6, unfused_ms,
+                fused_ms, r.t[1].eager_ms, gbps, 100.0 * gbps * 1e9 / kCeilingBytesPerS,
+                fused_ms > 0 ? unfused_ms / fused_ms : 0.0);
+  }
+  std::printf("\nbytes counted:\n");
+  for (const Row& r : rows) std::printf("  %-24s %s\n", r.name.c_str(), r.note.c_str());
+  for (const Row& r : rows)
+    std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
+                r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);
+  return 0;
+}
+
+}  // namespace ft::bench

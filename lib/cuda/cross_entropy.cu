@@ -1,0 +1,184 @@
+// Fused softmax cross-entropy. A block per row: one pass keeps a running max and sum of
+// exponentials (and the row sum for label smoothing); when a gradient is needed a second pass
+// over the same row, still in L2, writes dlogits = (softmax − target distribution) · scale, so
+// forward + backward read the logits once and write dlogits once. Row losses are added in row
+// order by the last block (deterministic). Replaces the twin's max, sub, exp, sum, log, one-hot
+// compare, mul and reduction kernels and their backward chain.
+#include <cub/block/block_reduce.cuh>
+
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/runtime.h"
+#include "lib/ops/cross_entropy.h"
+
+namespace ft::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 512;
+
+struct MaxSum {  // a running log-sum-exp: sum of exp(x − max)
+  float max, sum;
+};
+struct CombineMaxSum {
+  __device__ MaxSum operator()(const MaxSum& a, const MaxSum& b) const {
+    const float m = fmaxf(a.max, b.max);
+    if (m == -INFINITY) return {m, 0.0f};
+    return {m, a.sum * __expf(a.max - m) + b.sum * __expf(b.max - m)};
+  }
+};
+
+__device__ __forceinline__ void add_exp(MaxSum& acc, float x) {
+  if (x > acc.max) {
+    acc.sum = acc.sum * __expf(acc.max - x) + 1.0f;
+    acc.max = x;
+  } else {
+    acc.sum += __expf(x - acc.max);
+  }
+}
+
+template <class T, int V, class F>
+__device__ __forceinline__ void for_row(const T* row, int64_t vocab, F&& f) {
+  for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < vocab; c += static_cast<int64_t>(blockDim.x) * V) {
+    float v[V];
+    if constexpr (V > 1) load_pack<T, V>(row + c, v);
+    else v[0] = to_acc(row[c]);
+    f(c, v);
+  }
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
+    const T* logits, const void* targets, bool targets64, int64_t vocab, int64_t ignore_index, float smoothing,
+    bool mean_reduction, const float* count, float* row_loss, unsigned* counter, float* loss, bool accumulate,
+    T* dlogits, int64_t rows) {
+  using MaxSumReduce = cub::BlockReduce<MaxSum, kRowThreads>;
+  using SumReduce = cub::BlockReduce<float, kRowThreads>;
+  __shared__ typename MaxSumReduce::TempStorage max_sum_storage;
+  __shared__ typename SumReduce::TempStorage sum_storage;
+  __shared__ float shared_lse, shared_scale;
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * vocab;
+  const int64_t target = load_id(targets, targets64, r);
+  const bool counted = target != ignore_index && target >= 0 && target < vocab;
+
+  MaxSum acc{-INFINITY, 0.0f};
+  float row_sum = 0.0f;
+  for_row<T, V>(row, vocab, [&](int64_t, const float(&v)[V]) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      add_exp(acc, v[k]);
+      row_sum += v[k];
+    }
+  });
+  const MaxSum total = MaxSumReduce(max_sum_storage).Reduce(acc, CombineMaxSum{});
+  const float sum_all = smoothing > 0.0f ? SumReduce(sum_storage).Sum(row_sum) : 0.0f;
+  if (threadIdx.x == 0) {
+    const float lse = total.max + __logf(total.sum);
+    shared_lse = lse;
+    const float scale = mean_reduction ? 1.0f / *count : 1.0f;
+    shared_scale = counted ? scale : 0.0f;
+    float l = 0.0f;
+    if (counted) {
+      const float picked = to_acc(row[target]);
+      l = lse - (1.0f - smoothing) * picked - smoothing * sum_all / static_cast<float>(vocab);
+    }
+    row_loss[r] = l * scale;
+  }
+  __syncthreads();
+  if (dlogits) {
+    const float lse = shared_lse, scale = shared_scale, uniform = smoothing / static_cast<float>(vocab);
+    T* out = dlogits + r * vocab;
+    for_row<T, V>(row, vocab, [&](int64_t c, const float(&v)[V]) {
+      float d[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float target_p = (c + k == target ? 1.0f - smoothing : 0.0f) + uniform;
+        d[k] = (__expf(v[k] - lse) - target_p) * scale;
+      }
+      if constexpr (V > 1) store_pack<T, V>(out + c, d);
+      else out[c] = from_acc<T>(d[0]);
+    });
+  }
+  // The last row to finish adds the row losses in row order.
+  __threadfence();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float part = 0.0f;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) part += __ldcg(&row_loss[i]);
+  const float sum = SumReduce(sum_storage).Sum(part);
+  if (threadIdx.x == 0) {
+    *loss = accumulate ? *loss + sum : sum;
+    *counter = 0;
+  }
+}
+
+__global__ void cross_entropy_count_kernel(const void* targets, bool targets64, int64_t n, int64_t vocab,
+                                           int64_t ignore_index, float* count, unsigned* error_word) {
+  using SumReduce = cub::BlockReduce<float, 1024>;
+  __shared__ typename SumReduce::TempStorage storage;
+  float part = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t t = load_id(targets, targets64, i);
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= vocab) atomicOr(error_word, kTargetOutOfRange);
+    else part += 1.0f;
+  }
+  const float total = SumReduce(storage).Sum(part);
+  if (threadIdx.x == 0) *count = total;
+}
+
+template <class T>
+__global__ void scale_by_upstream_kernel(T* grad, int64_t n, const float* upstream) {
+  const float g = *upstream;
+  if (g == 1.0f) return;  // the usual case: loss.backward() seeds 1
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    grad[i] = from_acc<T>(to_acc(grad[i]) * g);
+}
+
+}  // namespace
+
+void cross_entropy_count(const Tensor& targets, int64_t vocab, int64_t ignore_index, const Tensor& count) {
+  cross_entropy_count_kernel<<<1, 1024, 0, stream()>>>(targets.data_ptr(), targets.dtype() == DType::I64,
+                                                       targets.numel(), vocab, ignore_index, count.data<float>(),
+                                                       device_error_word());
+  FT_CUDA_CHECK_LAUNCH("cross_entropy_count_kernel");
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options,
+                           const Tensor& count, const Tensor& loss, bool accumulate, const Tensor& dlogits) {
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  FT_CHECK(rows <= 2147483647LL, "cross_entropy: too many rows (", rows, ")");
+  ColumnScratch scratch = column_scratch(1, rows, 1);
+  dispatch_half_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      cross_entropy_forward_kernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(
+          logits.data<T>(), targets.data_ptr(), targets.dtype() == DType::I64, vocab, options.ignore_index,
+          static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean, count.data<float>(),
+          scratch.partials, scratch.counters, loss.data<float>(), accumulate,
+          dlogits.defined() ? dlogits.data<T>() : nullptr, rows);
+    };
+    const void* d = dlogits.defined() ? dlogits.data_ptr() : nullptr;
+    if (packable<T>(vocab, {logits.data_ptr(), d})) launch(std::integral_constant<int, kPackSize<T>>{});
+    else launch(std::integral_constant<int, 1>{});
+  });
+  FT_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
+}
+
+void scale_by_upstream(const Tensor& grad, const Tensor& upstream) {
+  FT_CHECK(upstream.dtype() == DType::F32 && upstream.numel() == 1, "scale_by_upstream: upstream must be one f32");
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  dispatch_half_float(grad.dtype(), "cross_entropy backward", [&](auto tag) {
+    using T = decltype(tag);
+    scale_by_upstream_kernel<T><<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(grad.data<T>(), n,
+                                                                                              upstream.data<float>());
+  });
+  FT_CUDA_CHECK_LAUNCH("scale_by_upstream_kernel");
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,63 @@
+#include "lib/ops/norm_dispatch.h"
+
+#include "lib/autograd.h"
+#include "lib/error.h"
+#include "lib/kernel_mode.h"
+
+namespace ft {
+
+void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                       const Tensor& bias, bool has_bias) {
+  check_defined(x, op, "x");
+  check_defined(weight, op, "weight");
+  if (has_bias) check_defined(bias, op, "bias");
+  FT_CHECK(x.dim() >= 1, op, ": x needs at least one dim");
+  const int64_t c = x.size(-1);
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    FT_CHECK(p->shape() == Shape{c} && p->dtype() == x.dtype() && p->device() == x.device(), op, ": x ",
+             shape_str(x.shape()), " ", dtype_name(x.dtype()), " on ", x.device().str(), " needs weight and bias [",
+             c, "] alike, got ", shape_str(p->shape()), " ", dtype_name(p->dtype()), " on ", p->device().str());
+  }
+  if (residual.defined())
+    FT_CHECK(residual.shape() == x.shape() && residual.dtype() == x.dtype() && residual.device() == x.device(), op,
+             ": residual ", shape_str(residual.shape()), " ", dtype_name(residual.dtype()), " must match x ",
+             shape_str(x.shape()), " ", dtype_name(x.dtype()));
+}
+
+bool norm_fused_ok(const Tensor& x) {
+  return use_fused(x) && (x.dtype() == DType::F32 || x.dtype() == DType::BF16) && x.numel() > 0;
+}
+
+AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                         const Tensor& bias, double eps) {
+  const int64_t rows = x.numel() / x.size(-1);
+  AddNormResult result;
+  result.out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (residual.defined()) result.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = kind == NormKind::Layer ? Tensor::empty({rows}, DType::F32, x.device()) : Tensor();
+  Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
+  cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd);
+  if (!needs_grad({&x, &residual, &weight, &bias})) return result;
+  // The sum is an add node (its gradient reaches x and residual unchanged); the norm reads the
+  // sum, so gradients from both outputs meet there.
+  Tensor normalized_input = x;
+  if (residual.defined()) {
+    result.sum = record("add", result.sum, {x, residual}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
+    normalized_input = result.sum;
+  }
+  const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
+  result.out = record(kind == NormKind::Layer ? "layer_norm" : "rms_norm", result.out,
+                      {normalized_input, weight, bias},
+                      [kind, sx = normalized_input.detach(), sw = weight.detach(), mean, rstd, want_w,
+                       want_b](const Tensor& g) {
+                        Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
+                        Tensor dw = want_w ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
+                        Tensor db = want_b ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
+                        cuda::norm_backward(kind, g, sx, sw, mean, rstd, dx, dw, db);
+                        return std::vector<Tensor>{dx, dw, db};
+                      });
+  return result;
+}
+
+}  // namespace ft

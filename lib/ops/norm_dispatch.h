@@ -1,0 +1,18 @@
+// The fused path shared by layer_norm, add_layer_norm, rms_norm and add_rms_norm: checks,
+// the dispatch test, and the autograd wiring around lib/cuda/norm.cu. Internal to lib/ops.
+#pragma once
+#include "lib/ops/layer_norm.h"
+
+namespace ft {
+
+/// Throws ft::Error unless x is [..., C], residual (when given) matches x, and weight (and bias,
+/// when the norm has one) are [C] of x's dtype and device.
+void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                       const Tensor& bias, bool has_bias);
+/// Fused mode, CUDA, f32/bf16, non-empty.
+bool norm_fused_ok(const Tensor& x);
+/// Runs the fused forward and records backward. With residual undefined, sum is undefined.
+AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                         const Tensor& bias, double eps);
+
+}  // namespace ft

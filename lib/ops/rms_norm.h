@@ -1,0 +1,13 @@
+// RMS normalization over the last dim C: x / √(mean(x²) + eps) · w, alone or after a residual
+// add. Same fused kernels as layer_norm (lib/cuda/norm.cu) without the mean and the bias.
+// Twin: mul, mean, rsqrt primitives (f32 for bf16 inputs).
+#pragma once
+#include "lib/ops/layer_norm.h"
+
+namespace ft {
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+Tensor rms_norm_composite(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+AddNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, double eps = 1e-6);
+
+}  // namespace ft
