@@ -49,7 +49,7 @@ printf "%-24s %12s %12s %14s\n" "op vs PyTorch eager" "torch ms" "fused ms" "tor
 grep '^RESULT op=' "$out/bench-ops-torch.log" | while read -r line; do
   name=$(sed -n 's/^RESULT op=\(.*\) torch_eager_ms=.*/\1/p' <<<"$line")
   torch_ms=$(sed -n 's/.*torch_eager_ms=\([0-9.]*\).*/\1/p' <<<"$line")
-  ours=$(grep "^RESULT op=$name fused_ms=" "$out/bench-ops.log" | sed -n 's/.*fused_eager_ms=\([0-9.]*\).*/\1/p')
+  ours=$(grep "^RESULT op=$name fused_ms=" "$out/bench-ops.log" | sed -n 's/.* fused_eager_ms=\([0-9.]*\).*/\1/p')
   [ -n "$ours" ] && awk -v n="$name" -v t="$torch_ms" -v f="$ours" 'BEGIN { printf "%-24s %12.3f %12.3f %13.2fx\n", n, t, f, t / f }'
 done
 echo "(fused ms here is eager, launch gaps included, to match PyTorch eager)"

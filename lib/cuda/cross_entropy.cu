@@ -14,7 +14,9 @@ namespace ft::cuda {
 
 namespace {
 
-constexpr int kRowThreads = 512;
+// 1024 threads a row keep at most two rows per SM in flight, so the second pass finds its row
+// in L2 (264 rows of 100 KB at V = 50304, bf16) instead of reading HBM again.
+constexpr int kRowThreads = 1024;
 
 struct MaxSum {  // a running log-sum-exp: sum of exp(x − max)
   float max, sum;

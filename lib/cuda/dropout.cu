@@ -31,7 +31,8 @@ __device__ __forceinline__ void store4(T* p, int64_t i, int64_t n, const float (
   }
 }
 
-// Over the flat tensor in groups of 4 (map_kernel with one row of n rounded up to 4).
+// Groups of 4 elements: over [rows, cols] when cols % 4 == 0 (the bias column is c + k), else
+// over the flat tensor as one row of n rounded up to 4 (the bias column takes a modulo).
 template <class T>
 struct DropoutForward {
   const T* x;
@@ -42,16 +43,18 @@ struct DropoutForward {
   uint64_t seed;
   const int64_t* offset;
   float p, scale;
-  __device__ void operator()(int64_t, int64_t i, float (&)[4]) const {
-    float v[4], r[4] = {};
+  bool by_rows;
+  __device__ void operator()(int64_t r, int64_t c, float (&)[4]) const {
+    const int64_t i = by_rows ? r * cols + c : c;
+    float v[4], res[4] = {};
     load4(x, i, n, v);
-    if (residual) load4(residual, i, n, r);
+    if (residual) load4(residual, i, n, res);
     bool keep[4];
     dropout_keep4(seed, static_cast<uint64_t>(*offset), static_cast<uint64_t>(i), p, keep);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float b = bias && i + k < n ? to_acc(bias[(i + k) % cols]) : 0.0f;
-      v[k] = r[k] + (keep[k] ? (v[k] + b) * scale : 0.0f);
+      const float b = !bias || i + k >= n ? 0.0f : to_acc(bias[by_rows ? c + k : (i + k) % cols]);
+      v[k] = res[k] + (keep[k] ? (v[k] + b) * scale : 0.0f);
     }
     store4(out, i, n, v);
   }
@@ -70,7 +73,19 @@ struct DropoutBackward {
   __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const {
     const int64_t i = r * cols + c;
     const uint64_t base = static_cast<uint64_t>(*offset);
-    if constexpr (VEC == 4) {
+    if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
+      float g[8];
+      load_pack<T, 8>(dy + i, g);
+      bool keep[4], keep_hi[4];
+      dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
+      dropout_keep4(seed, base, static_cast<uint64_t>(i + 4), p, keep_hi);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        g[k] = (k < 4 ? keep[k] : keep_hi[k - 4]) ? g[k] * scale : 0.0f;
+        sums[k] = rounded<T>(g[k]);
+      }
+      store_pack<T, 8>(dx + i, g);
+    } else if constexpr (VEC == 4) {
       float g[4];
       load4(dy, i, n, g);
       bool keep[4];
@@ -105,8 +120,10 @@ void dropout_forward(const Tensor& x, const Tensor& bias, const Tensor& residual
                          seed,
                          offset.data<int64_t>(),
                          static_cast<float>(p),
-                         static_cast<float>(1.0 / (1.0 - p))};
-    launch_map<4>(op, 1, (n + 3) / 4 * 4);
+                         static_cast<float>(1.0 / (1.0 - p)),
+                         x.size(-1) % 4 == 0};
+    if (op.by_rows) launch_map<4>(op, n / x.size(-1), x.size(-1));
+    else launch_map<4>(op, 1, (n + 3) / 4 * 4);
   });
 }
 
@@ -120,6 +137,10 @@ void dropout_backward(const Tensor& dy, double p, uint64_t seed, const Tensor& o
       launch_map<4>(DropoutBackward<T, 4>{dy.data<T>(), dx.data<T>(), n, (n + 3) / 4 * 4, seed,
                                           offset.data<int64_t>(), pf, scale},
                     1, (n + 3) / 4 * 4);
+    } else if (cols % 8 == 0 && std::is_same_v<T, __nv_bfloat16> && packable<T>(cols, {dy.data_ptr(), dx.data_ptr()})) {
+      launch_map_reduce_columns<8, T>(
+          DropoutBackward<T, 8>{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale}, rows,
+          cols, dbias.data<T>());
     } else if (cols % 4 == 0) {
       launch_map_reduce_columns<4, T>(
           DropoutBackward<T, 4>{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale}, rows,

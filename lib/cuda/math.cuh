@@ -124,6 +124,29 @@ __device__ __forceinline__ void dropout_keep4(uint64_t seed, uint64_t offset, ui
   }
 }
 
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int shift = 16; shift > 0; shift >>= 1) v += __shfl_xor_sync(0xffffffffu, v, shift);
+  return v;
+}
+
+/// Sum over the whole block (any multiple of 32 threads, up to 1024), returned to every thread.
+/// `scratch` is 33 floats of shared memory; the call ends with a barrier, so it can be reused.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float total = warp_sum(lane < warps ? scratch[lane] : 0.0f);
+    if (lane == 0) scratch[32] = total;
+  }
+  __syncthreads();
+  const float total = scratch[32];
+  __syncthreads();
+  return total;
+}
+
 /// N elements moved as one vector access (16 bytes for 8 bf16 or 4 f32).
 template <class T, int N>
 struct alignas(sizeof(T) * N) Pack {

@@ -1,14 +1,14 @@
 // Fused LayerNorm / RMSNorm, with the optional residual add in front.
 //
-// Forward: a block per row (grid-stride over rows), threads owning 16-byte packs of columns. The
-// row is read from HBM once; the statistics passes re-read it from L1. The residual sum is
-// stored once and the normalized row written once; only mean and rstd (f32) are saved.
-// Backward: the same layout; each thread keeps the weight and bias gradients of its own
-// columns in shared memory (no two threads share a column, so no atomics and a fixed order),
-// and the per-block partials are added by a small column kernel in block order. Replaces the
-// twin's cast, mean, sub, mul, rsqrt and add kernels and their backward chains.
-#include <cub/block/block_reduce.cuh>
-
+// A "row group" normalizes one row at a time: a warp when the row fits in 32 threads' registers
+// (C <= 32·4 packs, the GPT-2 case: shuffles only, no barriers), else the whole block. Each
+// thread holds its packs of the row in registers, so x (and the residual) are read from HBM
+// once; the residual sum is stored once, the output written once, and only mean and rstd (f32)
+// are saved. Backward holds x and dy the same way and writes dx once; the weight and bias
+// gradients of each column are accumulated by the one thread that owns the column, in shared
+// memory (no atomics, fixed order), and the per-block partials are added by a small column
+// kernel in block order. Replaces the twin's cast, mean, sub, mul, rsqrt and add kernels and
+// their backward chains.
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/layer_norm.h"
@@ -17,95 +17,78 @@ namespace ft::cuda {
 
 namespace {
 
-constexpr int kMaxThreads = 512;
+constexpr int kWarpPacks = 4;    // packs per lane in warp mode
+constexpr int kBlockPacks = 8;   // packs per thread in block mode
+constexpr int kBlockThreads = 256;  // warp mode: 8 rows per block
 
-template <class T, int V>
-struct RowAccess {
-  int64_t cols;
-  __device__ bool vector_ok() const { return V > 1; }
-  // Visits columns [c, c + V) owned by this thread, in a fixed order.
-  template <class F>
-  __device__ void for_each(F&& f) const {
-    for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < cols; c += static_cast<int64_t>(blockDim.x) * V) f(c);
+template <bool kWarpRows>
+struct RowGroup {
+  __device__ int rank() const { return kWarpRows ? threadIdx.x % 32 : threadIdx.x; }
+  __device__ int size() const { return kWarpRows ? 32 : blockDim.x; }
+  __device__ int64_t first_row() const {
+    return kWarpRows ? blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
   }
+  __device__ int64_t row_stride() const { return kWarpRows ? gridDim.x * (int64_t)(blockDim.x / 32) : gridDim.x; }
+  __device__ float sum(float v, float* scratch) const { return kWarpRows ? warp_sum(v) : block_sum(v, scratch); }
 };
 
 template <int V, class T>
-__device__ __forceinline__ void load_row(const T* p, int64_t c, float (&v)[V]) {
-  if constexpr (V > 1) load_pack<T, V>(p + c, v);
-  else v[0] = to_acc(p[c]);
+__device__ __forceinline__ void load_v(const T* p, float (&v)[V]) {
+  if constexpr (V > 1) load_pack<T, V>(p, v);
+  else v[0] = to_acc(*p);
 }
 template <int V, class T>
-__device__ __forceinline__ void store_row(T* p, int64_t c, const float (&v)[V]) {
-  if constexpr (V > 1) store_pack<T, V>(p + c, v);
-  else p[c] = from_acc<T>(v[0]);
+__device__ __forceinline__ void store_v(T* p, const float (&v)[V]) {
+  if constexpr (V > 1) store_pack<T, V>(p, v);
+  else *p = from_acc<T>(v[0]);
 }
 
-template <class Reduce>
-__device__ __forceinline__ float block_sum(Reduce& reduce, float value, float* broadcast) {
-  const float total = reduce.Sum(value);
-  if (threadIdx.x == 0) *broadcast = total;
-  __syncthreads();
-  const float out = *broadcast;
-  __syncthreads();
-  return out;
-}
-
-// s = x (+ residual, rounded to T as the twin stores it).
-template <int V, class T>
-__device__ __forceinline__ void load_input(const T* x, const T* residual, int64_t c, float (&s)[V]) {
-  load_row<V>(x, c, s);
-  if (residual) {
-    float r[V];
-    load_row<V>(residual, c, r);
-#pragma unroll
-    for (int k = 0; k < V; ++k) s[k] = rounded<T>(s[k] + r[k]);
-  }
-}
-
-template <class T, int V, bool kRms>
-__global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const T* x, const T* residual, const T* weight,
-                                                                   const T* bias, T* sum, T* out, float* mean_out,
-                                                                   float* rstd_out, int64_t rows, int64_t cols,
-                                                                   float eps) {
-  using Reduce = cub::BlockReduce<float, 32, cub::BLOCK_REDUCE_WARP_REDUCTIONS, kMaxThreads / 32>;
-  __shared__ typename Reduce::TempStorage storage;
-  __shared__ float broadcast;
-  Reduce reduce(storage);
-  const RowAccess<T, V> access{cols};
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* xr = x + r * cols;
-    const T* rr = residual ? residual + r * cols : nullptr;
-    float mean = 0.0f;
-    if constexpr (!kRms) {
-      float part = 0.0f;
-      access.for_each([&](int64_t c) {
-        float s[V];
-        load_input<V>(xr, rr, c, s);
-#pragma unroll
-        for (int k = 0; k < V; ++k) part += s[k];
-      });
-      mean = block_sum(reduce, part, &broadcast) / static_cast<float>(cols);
-    }
+template <class T, int V, int P, bool kRms, bool kWarpRows>
+__global__ void norm_forward_kernel(const T* x, const T* residual, const T* weight, const T* bias, T* sum, T* out,
+                                    float* mean_out, float* rstd_out, int64_t rows, int64_t cols, float eps) {
+  __shared__ float scratch[33];
+  const RowGroup<kWarpRows> group;
+  const int64_t step = static_cast<int64_t>(group.size()) * V;
+  for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
+    float s[P][V];
     float part = 0.0f;
-    access.for_each([&](int64_t c) {
-      float s[V];
-      load_input<V>(xr, rr, c, s);
 #pragma unroll
-      for (int k = 0; k < V; ++k) part += (s[k] - mean) * (s[k] - mean);
-    });
-    const float rstd = rsqrtf(block_sum(reduce, part, &broadcast) / static_cast<float>(cols) + eps);
-    access.for_each([&](int64_t c) {
-      float s[V], w[V], b[V] = {};
-      load_input<V>(xr, rr, c, s);
-      if (sum) store_row<V>(sum + r * cols, c, s);
-      load_row<V>(weight, c, w);
-      if (bias) load_row<V>(bias, c, b);
+    for (int p = 0; p < P; ++p) {
+      const int64_t c = group.rank() * V + p * step;
+      if (c >= cols) break;
+      load_v<V>(x + r * cols + c, s[p]);
+      if (residual) {
+        float res[V];
+        load_v<V>(residual + r * cols + c, res);
 #pragma unroll
-      for (int k = 0; k < V; ++k) s[k] = (s[k] - mean) * rstd * w[k] + b[k];
-      store_row<V>(out + r * cols, c, s);
-    });
-    if (threadIdx.x == 0) {
+        for (int k = 0; k < V; ++k) s[p][k] = rounded<T>(s[p][k] + res[k]);  // as the twin stores the sum
+        store_v<V>(sum + r * cols + c, s[p]);
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) part += s[p][k];
+    }
+    const float mean = kRms ? 0.0f : group.sum(part, scratch) / static_cast<float>(cols);
+    part = 0.0f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t c = group.rank() * V + p * step;
+      if (c >= cols) break;
+#pragma unroll
+      for (int k = 0; k < V; ++k) part += (s[p][k] - mean) * (s[p][k] - mean);
+    }
+    const float rstd = rsqrtf(group.sum(part, scratch) / static_cast<float>(cols) + eps);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t c = group.rank() * V + p * step;
+      if (c >= cols) break;
+      float w[V], b[V] = {};
+      load_v<V>(weight + c, w);
+      if (bias) load_v<V>(bias + c, b);
+#pragma unroll
+      for (int k = 0; k < V; ++k) s[p][k] = (s[p][k] - mean) * rstd * w[k] + b[k];
+      store_v<V>(out + r * cols + c, s[p]);
+    }
+    if (group.rank() == 0) {
       if (mean_out) mean_out[r] = mean;
       rstd_out[r] = rstd;
     }
@@ -113,62 +96,60 @@ __global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const T* x, c
 }
 
 // dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean (x̂ = x·rstd).
-template <class T, int V, bool kRms>
-__global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const T* dy, const T* x, const T* weight,
-                                                                    const float* mean_in, const float* rstd_in,
-                                                                    T* dx, float* partials, int64_t rows,
-                                                                    int64_t cols) {
-  using Reduce = cub::BlockReduce<float, 32, cub::BLOCK_REDUCE_WARP_REDUCTIONS, kMaxThreads / 32>;
-  __shared__ typename Reduce::TempStorage storage;
-  __shared__ float broadcast;
-  extern __shared__ float column_acc[];  // [2, cols]: dweight then dbias, each column owned by one thread
-  Reduce reduce(storage);
-  const RowAccess<T, V> access{cols};
-  access.for_each([&](int64_t c) {
+// Shared memory: one [2, cols] slice (dweight, dbias) per row group of the block.
+template <class T, int V, int P, bool kRms, bool kWarpRows>
+__global__ void norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in,
+                                     const float* rstd_in, T* dx, float* partials, int64_t rows, int64_t cols) {
+  __shared__ float scratch[33];
+  extern __shared__ float slices[];
+  const RowGroup<kWarpRows> group;
+  const int groups = kWarpRows ? blockDim.x / 32 : 1;
+  float* acc = slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * cols;
+  const int64_t step = static_cast<int64_t>(group.size()) * V;
+  for (int64_t c = group.rank() * V; c < cols; c += step)
 #pragma unroll
-    for (int k = 0; k < V; ++k) column_acc[c + k] = column_acc[cols + c + k] = 0.0f;
-  });
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const T* xr = x + r * cols;
-    const T* gr = dy + r * cols;
+    for (int k = 0; k < V; ++k) acc[c + k] = acc[cols + c + k] = 0.0f;
+  for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
     const float mean = kRms ? 0.0f : mean_in[r], rstd = rstd_in[r];
+    float xhat[P][V], gw[P][V];
     float part_g = 0.0f, part_gx = 0.0f;
-    access.for_each([&](int64_t c) {
-      float xv[V], g[V], w[V];
-      load_row<V>(xr, c, xv);
-      load_row<V>(gr, c, g);
-      load_row<V>(weight, c, w);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t c = group.rank() * V + p * step;
+      if (c >= cols) break;
+      float g[V], w[V];
+      load_v<V>(x + r * cols + c, xhat[p]);
+      load_v<V>(dy + r * cols + c, g);
+      load_v<V>(weight + c, w);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float xhat = (xv[k] - mean) * rstd, gw = g[k] * w[k];
-        part_g += gw;
-        part_gx += gw * xhat;
-        column_acc[c + k] += g[k] * xhat;
-        column_acc[cols + c + k] += g[k];
+        xhat[p][k] = (xhat[p][k] - mean) * rstd;
+        gw[p][k] = g[k] * w[k];
+        part_g += gw[p][k];
+        part_gx += gw[p][k] * xhat[p][k];
+        acc[c + k] += g[k] * xhat[p][k];
+        acc[cols + c + k] += g[k];
       }
-    });
-    const float mean_g = kRms ? 0.0f : block_sum(reduce, part_g, &broadcast) / static_cast<float>(cols);
-    const float mean_gx = block_sum(reduce, part_gx, &broadcast) / static_cast<float>(cols);
-    access.for_each([&](int64_t c) {
-      float xv[V], g[V], w[V];
-      load_row<V>(xr, c, xv);
-      load_row<V>(gr, c, g);
-      load_row<V>(weight, c, w);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float xhat = (xv[k] - mean) * rstd;
-        g[k] = rstd * (g[k] * w[k] - mean_g - xhat * mean_gx);
-      }
-      store_row<V>(dx + r * cols, c, g);
-    });
-  }
-  access.for_each([&](int64_t c) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      partials[blockIdx.x * 2 * cols + c + k] = column_acc[c + k];
-      partials[blockIdx.x * 2 * cols + cols + c + k] = column_acc[cols + c + k];
     }
-  });
+    const float mean_g = kRms ? 0.0f : group.sum(part_g, scratch) / static_cast<float>(cols);
+    const float mean_gx = group.sum(part_gx, scratch) / static_cast<float>(cols);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t c = group.rank() * V + p * step;
+      if (c >= cols) break;
+      float d[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] = rstd * (gw[p][k] - mean_g - xhat[p][k] * mean_gx);
+      store_v<V>(dx + r * cols + c, d);
+    }
+  }
+  __syncthreads();
+  // This block's partial: its row groups' slices added in group order.
+  for (int64_t j = threadIdx.x; j < 2 * cols; j += blockDim.x) {
+    float total = 0.0f;
+    for (int g = 0; g < groups; ++g) total += slices[g * 2 * cols + j];
+    partials[blockIdx.x * 2 * cols + j] = total;
+  }
 }
 
 // out[j] = Σ_b partials[b, j] in block order, for j over [2, cols] (dweight then dbias).
@@ -185,9 +166,18 @@ __global__ void sum_partials_kernel(const float* partials, int blocks, int64_t c
   }
 }
 
-int threads_for(int64_t groups) {
-  const int64_t t = (groups + 31) / 32 * 32;
-  return static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, t)));
+struct Launch {
+  bool warp_rows;
+  int threads;
+};
+
+// Warp mode when a row fits in 32 lanes' packs; otherwise a block per row, sized so that each
+// thread holds at most kBlockPacks packs.
+Launch plan(int64_t cols, int vec) {
+  const int64_t packs = (cols + vec - 1) / vec;
+  if (packs <= 32 * kWarpPacks) return {true, kBlockThreads};
+  const int64_t threads = (packs + kBlockPacks - 1) / kBlockPacks;
+  return {false, static_cast<int>(std::max<int64_t>(64, (threads + 31) / 32 * 32))};
 }
 
 template <class Body>
@@ -195,28 +185,39 @@ void with_norm_config(NormKind kind, DType dtype, int64_t cols, std::initializer
                       Body&& body) {
   dispatch_half_float(dtype, "norm", [&](auto tag) {
     using T = decltype(tag);
-    auto pick_kind = [&](auto vec) {
-      if (kind == NormKind::RMS) body(tag, vec, std::true_type{});
-      else body(tag, vec, std::false_type{});
+    auto pick = [&](auto vec) {
+      const Launch launch = plan(cols, decltype(vec)::value);
+      auto pick_mode = [&](auto rms) {
+        if (launch.warp_rows) body(tag, vec, rms, std::true_type{}, std::integral_constant<int, kWarpPacks>{}, launch);
+        else body(tag, vec, rms, std::false_type{}, std::integral_constant<int, kBlockPacks>{}, launch);
+      };
+      if (kind == NormKind::RMS) pick_mode(std::true_type{});
+      else pick_mode(std::false_type{});
     };
-    if (packable<T>(cols, pointers)) pick_kind(std::integral_constant<int, kPackSize<T>>{});
-    else pick_kind(std::integral_constant<int, 1>{});
+    if (packable<T>(cols, pointers)) pick(std::integral_constant<int, kPackSize<T>>{});
+    else pick(std::integral_constant<int, 1>{});
   });
 }
 
+unsigned grid_for(const Launch& launch, int64_t rows, int64_t max_blocks) {
+  const int64_t per_block = launch.warp_rows ? launch.threads / 32 : 1;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((rows + per_block - 1) / per_block, max_blocks)));
+}
+
 }  // namespace
+
+bool norm_supported(int64_t cols) { return cols >= 1 && cols <= 1024 * kBlockPacks; }
 
 void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                   double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.data_ptr() : nullptr; };
   with_norm_config(kind, x.dtype(), cols, {ptr(x), ptr(residual), ptr(weight), ptr(bias), ptr(sum), ptr(out)},
-                   [&](auto tag, auto vec, auto rms) {
+                   [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
                      using T = decltype(tag);
-                     constexpr int V = decltype(vec)::value;
-                     const unsigned blocks =
-                         static_cast<unsigned>(std::min<int64_t>(rows, 32LL * multiprocessor_count()));
-                     norm_forward_kernel<T, V, decltype(rms)::value><<<blocks, threads_for(cols / V), 0, stream()>>>(
+                     auto kernel = norm_forward_kernel<T, decltype(vec)::value, decltype(packs)::value,
+                                                       decltype(rms)::value, decltype(warp_rows)::value>;
+                     kernel<<<grid_for(launch, rows, 64LL * multiprocessor_count()), launch.threads, 0, stream()>>>(
                          x.data<T>(), static_cast<const T*>(ptr(residual)), weight.data<T>(),
                          static_cast<const T*>(ptr(bias)), sum.defined() ? sum.data<T>() : nullptr, out.data<T>(),
                          mean.defined() ? mean.data<float>() : nullptr, rstd.data<float>(), rows, cols,
@@ -228,24 +229,26 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  const int blocks = static_cast<int>(std::min<int64_t>(rows, 2LL * multiprocessor_count()));
-  const size_t smem = static_cast<size_t>(2 * cols) * sizeof(float);
-  ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
   with_norm_config(kind, x.dtype(), cols, {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr()},
-                   [&](auto tag, auto vec, auto rms) {
+                   [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
                      using T = decltype(tag);
-                     constexpr int V = decltype(vec)::value;
-                     auto kernel = norm_backward_kernel<T, V, decltype(rms)::value>;
+                     auto kernel = norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
+                                                        decltype(rms)::value, decltype(warp_rows)::value>;
+                     const int groups = launch.warp_rows ? launch.threads / 32 : 1;
+                     const size_t smem = static_cast<size_t>(groups) * 2 * static_cast<size_t>(cols) * sizeof(float);
                      if (smem > 48 * 1024)
                        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                           static_cast<int>(smem)));
-                     kernel<<<blocks, threads_for(cols / V), smem, stream()>>>(
+                     const unsigned blocks = grid_for(launch, rows, 2LL * multiprocessor_count());
+                     ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
+                     kernel<<<blocks, launch.threads, smem, stream()>>>(
                          dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
                          rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols);
                      FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
                      if (dweight.defined() || dbias.defined()) {
                        sum_partials_kernel<T><<<elementwise_blocks(2 * cols, kThreads), kThreads, 0, stream()>>>(
-                           scratch.partials, blocks, cols, dweight.defined() ? dweight.data<T>() : nullptr,
+                           scratch.partials, static_cast<int>(blocks), cols,
+                           dweight.defined() ? dweight.data<T>() : nullptr,
                            dbias.defined() ? dbias.data<T>() : nullptr);
                        FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
                      }

@@ -27,6 +27,8 @@ AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tens
 enum class NormKind : uint8_t { Layer, RMS };
 
 namespace cuda {
+/// Whether the fused kernels take rows of this width (up to 8192; wider rows use the twin).
+bool norm_supported(int64_t cols);
 /// Normalizes rows of `x` (+ `residual`, stored to `sum`, when residual is defined). RMS skips the
 /// mean and the bias. mean is written for Layer only; rstd always (f32 [rows]).
 void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,

@@ -26,7 +26,8 @@ void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, 
 }
 
 bool norm_fused_ok(const Tensor& x) {
-  return use_fused(x) && (x.dtype() == DType::F32 || x.dtype() == DType::BF16) && x.numel() > 0;
+  return use_fused(x) && (x.dtype() == DType::F32 || x.dtype() == DType::BF16) && x.numel() > 0 &&
+         cuda::norm_supported(x.size(-1));
 }
 
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,

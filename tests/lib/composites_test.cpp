@@ -293,7 +293,7 @@ TEST(CrossEntropyTest, CpuF64MatchesReference) {
                                           << ignore << (reduction == Reduction::Sum ? " sum" : " mean"));
           const Tensor logits = affine(random_tensor({n, vocab}, DType::F64, kCPU, gen), 3.0, 0.0);
           const Tensor targets = targets_with_ignored(n, vocab, ignore, id_dtype, gen);
-          const Tensor loss = cross_entropy(logits, targets, ignore, reduction);
+          const Tensor loss = cross_entropy(logits, targets, {.ignore_index = ignore, .reduction = reduction});
           EXPECT_EQ(loss.shape(), Shape{});
           EXPECT_EQ(loss.dtype(), DType::F64);
           const double expected =
@@ -323,7 +323,7 @@ TEST(CrossEntropyTest, AllRowsIgnoredMeanIsNaN) {
   const Tensor logits = Tensor::zeros({3, 4}, DType::F64);
   const Tensor targets = Tensor::full({3}, -100.0, DType::I64);
   EXPECT_TRUE(std::isnan(cross_entropy(logits, targets).item()));
-  EXPECT_EQ(cross_entropy(logits, targets, -100, Reduction::Sum).item(), 0.0);
+  EXPECT_EQ(cross_entropy(logits, targets, {.reduction = Reduction::Sum}).item(), 0.0);
 }
 
 TEST(CrossEntropyTest, BF16LogitsGiveAnF32Loss) {
@@ -337,9 +337,9 @@ TEST(CrossEntropyTest, GradCheckF64) {
   for (Reduction reduction : {Reduction::Mean, Reduction::Sum}) {
     for (int64_t ignore : {int64_t{-100}, int64_t{2}}) {
       const Tensor targets = targets_with_ignored(6, 5, ignore, DType::I64, gen);
-      EXPECT_TRUE(gradcheck(
-          [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], ignore, reduction); },
-          {affine(random_tensor({6, 5}, DType::F64, kCPU, gen), 2.0, 0.0), targets}, gen));
+      const CrossEntropyOptions options{.ignore_index = ignore, .reduction = reduction};
+      EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], options); },
+                            {affine(random_tensor({6, 5}, DType::F64, kCPU, gen), 2.0, 0.0), targets}, gen));
     }
   }
 }
@@ -351,7 +351,8 @@ TEST_P(CrossEntropyDeviceTest, MatchesF64Reference) {
     for (Reduction reduction : {Reduction::Mean, Reduction::Sum}) {
       SCOPED_TRACE(testing::Message() << "n " << n << " V " << vocab << (reduction == Reduction::Sum ? " sum" : " mean"));
       const Tensor targets = targets_with_ignored(n, vocab, -100, DType::I64, gen);
-      EXPECT_TRUE(matches([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], -100, reduction); },
+      const CrossEntropyOptions options{.reduction = reduction};
+      EXPECT_TRUE(matches([&](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1], options); },
                           {random_tensor({n, vocab}, DType::F64, kCPU, gen), targets}, gen));
     }
   }
