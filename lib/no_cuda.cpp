@@ -16,6 +16,9 @@ namespace ft {
 
 bool cuda_available() { return false; }
 void synchronize() {}
+size_t device_memory_in_use() { return 0; }
+void reset_peak_memory() {}
+size_t peak_memory() { return 0; }
 
 namespace runtime {
 void* allocate(size_t bytes, Device device) {

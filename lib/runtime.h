@@ -12,6 +12,13 @@ bool cuda_available();
 /// (an out-of-range index, say). Explicit reads such as item() and to(CPU) call it.
 void synchronize();
 
+/// Bytes of device memory the library's tensors hold now (the pool's used memory, not its reserve).
+size_t device_memory_in_use();
+/// Restarts the high-water mark of device_memory_in_use() at the current value.
+void reset_peak_memory();
+/// The most device memory in use since the last reset_peak_memory() (or the start).
+size_t peak_memory();
+
 namespace runtime {
 /// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool).
 void* allocate(size_t bytes, Device device);

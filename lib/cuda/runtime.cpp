@@ -118,6 +118,32 @@ bool cuda_available() {
   return available;
 }
 
+namespace {
+cudaMemPool_t default_pool() {
+  int device = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&device));
+  cudaMemPool_t pool;
+  FT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  return pool;
+}
+size_t pool_attribute(cudaMemPoolAttr attr) {
+  if (!cuda_available()) return 0;
+  cuda::stream();  // the pool is configured with the context
+  uint64_t value = 0;
+  FT_CUDA_CHECK(cudaMemPoolGetAttribute(default_pool(), attr, &value));
+  return static_cast<size_t>(value);
+}
+}  // namespace
+
+size_t device_memory_in_use() { return pool_attribute(cudaMemPoolAttrUsedMemCurrent); }
+size_t peak_memory() { return pool_attribute(cudaMemPoolAttrUsedMemHigh); }
+void reset_peak_memory() {
+  if (!cuda_available()) return;
+  FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // frees still queued count until they run
+  uint64_t zero = 0;  // the driver resets the high-water mark to the current use
+  FT_CUDA_CHECK(cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
+}
+
 void synchronize() {
   if (cuda_available()) cuda::check_device_errors();
 }

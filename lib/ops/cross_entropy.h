@@ -11,7 +11,8 @@
 // When a gradient is needed it also writes dlogits = softmax − target distribution, scaled for
 // the reduction, in the same pass (the row is still in L2), as llm.c does; backward is one
 // kernel that multiplies by the upstream gradient in place, and returns at once when that
-// gradient is 1. Fewest bytes for forward + backward: read logits once, write dlogits once.
+// gradient is 1. Because of that in-place scaling, the fused node runs backward once:
+// retain_graph and a second backward through it is an ft::Error. Fewest bytes for forward + backward: read logits once, write dlogits once.
 // Twin: max, sub, exp, sum, log, compare, mul primitives (materializes a one-hot [N, V]).
 #pragma once
 #include "lib/tensor.h"

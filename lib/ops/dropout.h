@@ -8,7 +8,7 @@
 // p = 0 returns x (plus bias and residual); p = 1 gives zeros.
 //
 // bias_dropout_add(x, bias, residual) = residual + dropout(x + bias); bias [C] or undefined,
-// residual of x's shape. Fused (CUDA, f32/bf16): forward one kernel (one Philox call per 4
+// residual of x's shape or undefined. Fused (CUDA, f32/bf16): forward one kernel (one Philox call per 4
 // elements); backward one kernel writing dx and reducing dbias (dresidual is dy itself).
 #pragma once
 #include "lib/tensor.h"

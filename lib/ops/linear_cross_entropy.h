@@ -5,7 +5,8 @@
 // each chunk the logits are computed, turned into dlogits in place by the fused cross-entropy
 // kernel, and immediately consumed by the dx and dW products (dW accumulates across chunks).
 // The gradients are therefore computed during forward, when a gradient is needed; backward
-// only scales them by the upstream gradient. Peak extra memory: one chunk of logits
+// only scales them by the upstream gradient, in place, so a second backward through the same
+// forward (retain_graph) is an ft::Error. Peak extra memory: one chunk of logits
 // (chunk_rows × V) plus dx and dW. Twin: matmul + cross_entropy (materializes [N, V]).
 #pragma once
 #include "lib/ops/cross_entropy.h"
