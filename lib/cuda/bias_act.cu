@@ -21,7 +21,7 @@ struct BiasActForward {
     load_pack<T, VEC>(x + r * cols + c, v);
     if (bias) load_pack<T, VEC>(bias + c, b);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = activate(act, v[k] + b[k]);
+    for (int k = 0; k < VEC; ++k) v[k] = activate(act, v[k] + b[k], kFastMath<T>);
     store_pack<T, VEC>(y + r * cols + c, v);
   }
 };
@@ -41,7 +41,7 @@ struct BiasActBackward {
     if (bias) load_pack<T, VEC>(bias + c, b);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      g[k] *= activate_grad(act, v[k] + b[k]);
+      g[k] *= activate_grad(act, v[k] + b[k], kFastMath<T>);
       sums[k] = rounded<T>(g[k]);  // db sums the dx values as stored
     }
     store_pack<T, VEC>(dx + r * cols + c, g);

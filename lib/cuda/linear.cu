@@ -18,7 +18,7 @@ template <class T>
 __global__ void activation_backward_kernel(const T* dy, const T* saved, T* dpre, int64_t n, Activation act) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const float g = to_acc(dy[i]), s = to_acc(saved[i]);
-    dpre[i] = from_acc<T>(act == Activation::GELU ? g * gelu_tanh_grad(s) : (s > 0.0f ? g : 0.0f));
+    dpre[i] = from_acc<T>(act == Activation::GELU ? g * gelu_tanh_grad(s, kFastMath<T>) : (s > 0.0f ? g : 0.0f));
   }
 }
 

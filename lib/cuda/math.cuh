@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "lib/dtype.h"
 #include "lib/error.h"
@@ -64,15 +65,24 @@ __device__ __forceinline__ int64_t load_id(const void* p, bool is64, int64_t i) 
   return is64 ? static_cast<const int64_t*>(p)[i] : static_cast<int64_t>(static_cast<const int32_t*>(p)[i]);
 }
 
-/// GELU, tanh form, and its derivative (used by fused epilogue-free backward paths).
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+/// tanh: the hardware approximation (one MUFU op, relative error about 2^-11) when the result is
+/// rounded to bf16 anyway (2^-8), the accurate tanhf otherwise. The formulas below take the
+/// choice as `fast`, so f32 results keep f32 accuracy.
+__device__ __forceinline__ float tanh_of(float x, bool fast) {
+  if (!fast) return tanhf(x);
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
-__device__ __forceinline__ float gelu_tanh_grad(float x) {
+
+/// GELU, tanh form, and its derivative.
+__device__ __forceinline__ float gelu_tanh(float x, bool fast = false) {
+  const float k = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + tanh_of(k * (x + 0.044715f * x * x * x), fast));
+}
+__device__ __forceinline__ float gelu_tanh_grad(float x, bool fast = false) {
   const float k = 0.7978845608028654f;
-  const float inner = k * (x + 0.044715f * x * x * x);
-  const float t = tanhf(inner);
+  const float t = tanh_of(k * (x + 0.044715f * x * x * x), fast);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
@@ -87,25 +97,29 @@ __device__ __forceinline__ float silu_grad(float x) {
   return s * (1.0f + x * (1.0f - s));
 }
 
-/// act(x) and act'(x) for every Activation, in f32.
-__device__ __forceinline__ float activate(Activation act, float x) {
+/// act(x) and act'(x) for every Activation, in f32 (`fast`: see tanh_of).
+__device__ __forceinline__ float activate(Activation act, float x, bool fast = false) {
   switch (act) {
     case Activation::ReLU: return x > 0.0f ? x : 0.0f;
-    case Activation::GELU: return gelu_tanh(x);
+    case Activation::GELU: return gelu_tanh(x, fast);
     case Activation::GELUErf: return gelu_erf(x);
     case Activation::SiLU: return silu(x);
     default: return x;
   }
 }
-__device__ __forceinline__ float activate_grad(Activation act, float x) {
+__device__ __forceinline__ float activate_grad(Activation act, float x, bool fast = false) {
   switch (act) {
     case Activation::ReLU: return x > 0.0f ? 1.0f : 0.0f;
-    case Activation::GELU: return gelu_tanh_grad(x);
+    case Activation::GELU: return gelu_tanh_grad(x, fast);
     case Activation::GELUErf: return gelu_erf_grad(x);
     case Activation::SiLU: return silu_grad(x);
     default: return 1.0f;
   }
 }
+
+/// Whether results of type T tolerate the fast approximations (bf16 does).
+template <class T>
+constexpr bool kFastMath = std::is_same_v<T, __nv_bfloat16>;
 
 /// Dropout's keep bits for elements [i, i + 4) of the draw keyed on (seed, offset): element j is
 /// kept when philox::uniform(seed, offset, j) >= p. One Philox call serves all four when
