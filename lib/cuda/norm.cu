@@ -10,7 +10,6 @@
 // kernel in block order. Replaces the twin's cast, mean, sub, mul, rsqrt and add kernels and
 // their backward chains.
 #include "lib/cuda/math.cuh"
-#include "lib/cuda/row_map.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/layer_norm.h"
 
@@ -153,16 +152,28 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* weight, c
   }
 }
 
-// out[j] = Σ_b partials[b, j] in block order, for j over [2, cols] (dweight then dbias).
+// out[j] = Σ_b partials[b, j] over j in [2, cols] (dweight then dbias). A block takes 32 columns;
+// its 8 warps split the row blocks (warp w takes b ≡ w mod 8), and warp 0 adds the 8 results in
+// warp order: deterministic, with 8 warps' loads in flight per column group instead of one
+// thread's.
 template <class T>
 __global__ void sum_partials_kernel(const float* partials, int blocks, int64_t cols, T* dweight, T* dbias) {
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < 2 * cols; j += (int64_t)gridDim.x * blockDim.x) {
-    const float acc = sum_rows(partials, static_cast<unsigned>(blocks), 2 * cols, j);
-    if (j < cols) {
-      if (dweight) dweight[j] = from_acc<T>(acc);
-    } else if (dbias) {
-      dbias[j - cols] = from_acc<T>(acc);
-    }
+  __shared__ float by_warp[8][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t j = blockIdx.x * 32LL + lane;
+  float acc = 0.0f;
+  if (j < 2 * cols)
+    for (int b = warp; b < blocks; b += 8) acc += __ldcg(&partials[b * 2 * cols + j]);
+  by_warp[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0 || j >= 2 * cols) return;
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) total += by_warp[w][lane];
+  if (j < cols) {
+    if (dweight) dweight[j] = from_acc<T>(total);
+  } else if (dbias) {
+    dbias[j - cols] = from_acc<T>(total);
   }
 }
 
@@ -239,16 +250,16 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
                      if (smem > 48 * 1024)
                        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                           static_cast<int>(smem)));
-                     // 4 blocks per SM (more rows in flight; ncu on the H200 showed the backward
-                     // latency-bound at 2 per SM: 81 us for 60 MB).
-                     const unsigned blocks = grid_for(launch, rows, 4LL * multiprocessor_count());
+                     // 2 blocks per SM: 4 measured no faster on the H100 (83 us either way for the
+                     // GPT-2 shape) and doubles the partials to add.
+                     const unsigned blocks = grid_for(launch, rows, 2LL * multiprocessor_count());
                      ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
                      kernel<<<blocks, launch.threads, smem, stream()>>>(
                          dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
                          rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols);
                      FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
                      if (dweight.defined() || dbias.defined()) {
-                       sum_partials_kernel<T><<<elementwise_blocks(2 * cols, 64), 64, 0, stream()>>>(
+                       sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(
                            scratch.partials, static_cast<int>(blocks), cols,
                            dweight.defined() ? dweight.data<T>() : nullptr,
                            dbias.defined() ? dbias.data<T>() : nullptr);
