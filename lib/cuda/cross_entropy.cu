@@ -17,7 +17,6 @@ namespace {
 // 512 threads a row: 1024 (fewer rows in flight, to keep each row in L2 for the second pass)
 // measured slower on the H100 (1.70 -> 1.84 ms at N = 16384, V = 50304).
 constexpr int kRowThreads = 512;
-constexpr int kCachedPacks = 13;  // 16-byte packs a thread keeps: rows up to 53,248 bf16 (GPT-2: 50,304) or 26,624 f32
 
 struct MaxSum {  // a running log-sum-exp: sum of exp(x − max)
   float max, sum;
@@ -49,31 +48,7 @@ __device__ __forceinline__ void for_row(const T* row, int64_t vocab, F&& f) {
   }
 }
 
-// Visits the row's packs in a fixed order: from registers when the row was cached (P > 0),
-// else from memory.
-template <class T, int V, int P, class F>
-__device__ __forceinline__ void for_row_cached(const T* row, int64_t vocab, const Pack<T, V> (&cache)[P > 0 ? P : 1],
-                                               F&& f) {
-  if constexpr (P > 0) {
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int64_t c = (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * V;
-      if (c >= vocab) break;
-      float v[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = to_acc(cache[p].v[k]);
-      f(c, v);
-    }
-  } else {
-    for_row<T, V>(row, vocab, f);
-  }
-}
-
-// P > 0: each thread first loads its (up to P) packs of the row into registers, all loads in
-// flight at once, and both passes read them there: the logits are read from HBM once. ncu on
-// the H100 showed the uncached version reading 3.29 GB for 1.65 GB of logits (the second pass
-// missed L2). P = 0 (rows too long for registers, or not pack-aligned) re-reads the row.
-template <class T, int V, int P>
+template <class T, int V>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
     const T* logits, const void* targets, bool targets64, int64_t vocab, int64_t ignore_index, float smoothing,
     bool mean_reduction, const float* count, float* row_loss, unsigned* counter, float* loss, bool accumulate,
@@ -88,17 +63,9 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
   const int64_t target = load_id(targets, targets64, r);
   const bool counted = target != ignore_index && target >= 0 && target < vocab;
 
-  Pack<T, V> cache[P > 0 ? P : 1];
-  if constexpr (P > 0) {
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int64_t c = (static_cast<int64_t>(p) * blockDim.x + threadIdx.x) * V;
-      if (c < vocab) cache[p] = *reinterpret_cast<const Pack<T, V>*>(row + c);
-    }
-  }
   MaxSum acc{-INFINITY, 0.0f};
   float row_sum = 0.0f;
-  for_row_cached<T, V, P>(row, vocab, cache, [&](int64_t, const float(&v)[V]) {
+  for_row<T, V>(row, vocab, [&](int64_t, const float(&v)[V]) {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       add_exp(acc, v[k]);
@@ -123,7 +90,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
   if (dlogits) {
     const float lse = shared_lse, scale = shared_scale, uniform = smoothing / static_cast<float>(vocab);
     T* out = dlogits + r * vocab;
-    for_row_cached<T, V, P>(row, vocab, cache, [&](int64_t c, const float(&v)[V]) {
+    for_row<T, V>(row, vocab, [&](int64_t c, const float(&v)[V]) {
       float d[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -189,22 +156,17 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Cr
   ColumnScratch scratch = column_scratch(1, rows, 1);
   dispatch_half_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    auto launch = [&](auto vec, auto packs) {
+    auto launch = [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      cross_entropy_forward_kernel<T, V, decltype(packs)::value><<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(
+      cross_entropy_forward_kernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(
           logits.data<T>(), targets.data_ptr(), targets.dtype() == DType::I64, vocab, options.ignore_index,
           static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean, count.data<float>(),
           scratch.partials, scratch.counters, loss.data<float>(), accumulate,
           dlogits.defined() ? dlogits.data<T>() : nullptr, rows);
     };
     const void* d = dlogits.defined() ? dlogits.data_ptr() : nullptr;
-    constexpr int kPack = kPackSize<T>;
-    if (packable<T>(vocab, {logits.data_ptr(), d}) && vocab <= static_cast<int64_t>(kRowThreads) * kPack * kCachedPacks)
-      launch(std::integral_constant<int, kPack>{}, std::integral_constant<int, kCachedPacks>{});
-    else if (packable<T>(vocab, {logits.data_ptr(), d}))
-      launch(std::integral_constant<int, kPack>{}, std::integral_constant<int, 0>{});
-    else
-      launch(std::integral_constant<int, 1>{}, std::integral_constant<int, 0>{});
+    if (packable<T>(vocab, {logits.data_ptr(), d})) launch(std::integral_constant<int, kPackSize<T>>{});
+    else launch(std::integral_constant<int, 1>{});
   });
   FT_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
 }
