@@ -15,6 +15,7 @@
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/dropout.h"
 #include "lib/ops/layer_norm.h"
+#include "lib/ops/linear.h"
 #include "lib/ops/random.h"
 
 namespace ft::bench {
@@ -85,6 +86,44 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
   return out;
 }
 
+// linear with GELU, fwd+bwd: the cuBLASLt epilogue path, matmul then the fused bias_act kernel,
+// and the twin, on the shapes the models use.
+void linear_gelu_table(const OpsBenchOptions& options) {
+  struct Shape3 {
+    int64_t rows, in, out;
+    Activation act;
+  };
+  const Shape3 shapes[] = {{options.rows, options.channels, 4 * options.channels, Activation::GELU},
+                           {options.rows, 4 * options.channels, options.channels, Activation::None},
+                           {4096, 1024, 1024, Activation::None},
+                           {4096, 1024, 1024, Activation::GELU}};
+  std::printf("\n%-34s %12s %16s %10s %10s\n", "linear fwd+bwd (graph ms)", "epilogue", "matmul+bias_act", "twin",
+              "faster");
+  for (const Shape3& s : shapes) {
+    Generator gen(5);
+    Tensor x = leaf({s.rows, s.in}, gen), w = leaf({s.out, s.in}, gen), b = leaf({s.out}, gen);
+    Tensor dy = Tensor::randn({s.rows, s.out}, gen, DType::BF16, kCUDA);
+    auto work = [=] {
+      linear(x, w, b, s.act).backward(dy);
+      for (const Tensor& t : {x, w, b}) t.zero_grad();
+    };
+    double ms[3];
+    const LinearFusion fusions[3] = {LinearFusion::Epilogue, LinearFusion::MatmulBiasAct, LinearFusion::Auto};
+    for (int k = 0; k < 3; ++k) {
+      KernelModeGuard guard(k == 2 ? KernelMode::Unfused : KernelMode::Fused);
+      set_linear_fusion(fusions[k]);
+      ms[k] = time_device_work(work, options.warmup, options.iterations).graph_ms;
+    }
+    set_linear_fusion(LinearFusion::Auto);
+    char name[64];
+    std::snprintf(name, sizeof name, "%lldx%lld->%lld %s", static_cast<long long>(s.rows), static_cast<long long>(s.in),
+                  static_cast<long long>(s.out), activation_name(s.act));
+    std::printf("%-34s %12.3f %16.3f %10.3f %10s\n", name, ms[0], ms[1], ms[2],
+                ms[0] <= ms[1] ? "epilogue" : "matmul+ba");
+    std::printf("RESULT linear=%s epilogue_ms=%.4f matmul_bias_act_ms=%.4f twin_ms=%.4f\n", name, ms[0], ms[1], ms[2]);
+  }
+}
+
 }  // namespace
 
 int run_ops_bench(const OpsBenchOptions& options) {
@@ -120,6 +159,7 @@ int run_ops_bench(const OpsBenchOptions& options) {
   }
   std::printf("\nbytes counted:\n");
   for (const Row& r : rows) std::printf("  %-24s %s\n", r.name.c_str(), r.note.c_str());
+  linear_gelu_table(options);
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);

@@ -4,6 +4,7 @@
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
+#include "lib/ops/bias_act.h"
 #include "lib/ops/matmul.h"
 
 namespace ft {
@@ -63,10 +64,32 @@ Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bia
   return activate(y, act);
 }
 
+namespace {
+LinearFusion& pinned_fusion() {
+  static LinearFusion fusion = LinearFusion::Auto;
+  return fusion;
+}
+}  // namespace
+
+void set_linear_fusion(LinearFusion fusion) { pinned_fusion() = fusion; }
+LinearFusion linear_fusion() { return pinned_fusion(); }
+
+LinearFusion linear_fusion_for(int64_t, int64_t, int64_t, Activation) {
+  // Measured in ft-bench ops (docs/performance.md); the epilogue path until a shape shows the
+  // other faster.
+  return LinearFusion::Epilogue;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   check_linear(x, weight, bias);
-  if (use_fused(x) && fused_supported(x, weight, bias, act)) return linear_fused(x, weight, bias, act);
-  return linear_composite(x, weight, bias, act);
+  const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
+  if (!use_fused(x) || !fused_dtype || x.numel() == 0) return linear_composite(x, weight, bias, act);
+  LinearFusion fusion = linear_fusion();
+  if (fusion == LinearFusion::Auto)
+    fusion = linear_fusion_for(x.numel() / x.size(-1), weight.size(1), weight.size(0), act);
+  if (fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act))
+    return linear_fused(x, weight, bias, act);
+  return bias_act(matmul(x, weight, false, true), bias, act);
 }
 
 }  // namespace ft

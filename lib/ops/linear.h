@@ -5,6 +5,9 @@
 // activation; GELU saves the pre-activation as the epilogue's aux output for backward, which
 // computes dpre = dy·gelu'(pre) in one kernel, dx = dpre·W, and dW with the bias gradient in the
 // same product's BGRADB epilogue. Saves x, W and (GELU) the pre-activation, (ReLU) the output.
+// Second fused strategy: the matmul primitive (no epilogue) followed by the fused bias_act
+// kernel (lib/ops/bias_act.h). Which fused strategy runs is chosen per shape by
+// linear_fusion_for(); set_linear_fusion() pins one (for tests and benchmarks).
 // Twin: matmul + add + activation primitives.
 #pragma once
 #include "lib/ops/activation.h"
@@ -13,6 +16,13 @@
 namespace ft {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Activation act = Activation::None);
+
+enum class LinearFusion : uint8_t { Auto, Epilogue, MatmulBiasAct };
+/// Pins the fused strategy (Auto: the per-shape rule). Read only in linear's dispatch.
+void set_linear_fusion(LinearFusion fusion);
+LinearFusion linear_fusion();
+/// The strategy Auto picks for rows × in → out with this activation.
+LinearFusion linear_fusion_for(int64_t rows, int64_t in, int64_t out, Activation act);
 
 /// The composite twin, always built from primitives (the CPU path and the unfused CUDA path).
 Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);

@@ -169,6 +169,28 @@ TEST_P(LinearDeviceTest, PartialGradientsMatchF64Reference) {
   }
 }
 
+// Both fused strategies (cuBLASLt epilogue; matmul then the fused bias_act kernel) against the
+// CPU f64 reference, whichever the per-shape rule would pick.
+TEST(LinearFusionTest, BothFusedStrategiesMatchF64Reference) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  KernelModeGuard fused(KernelMode::Fused);
+  for (LinearFusion fusion : {LinearFusion::Epilogue, LinearFusion::MatmulBiasAct}) {
+    set_linear_fusion(fusion);
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (const LinearCase& c : device_cases()) {
+        for (Activation act : kActivations) {
+          SCOPED_TRACE(std::string(fusion == LinearFusion::Epilogue ? "epilogue " : "matmul+bias_act ") +
+                       dtype_name(dtype) + " " + case_name(c, act));
+          EXPECT_TRUE(matches_f64_reference(linear_fn(act), device_inputs(c, act, dtype, gen), kCUDA, dtype, gen,
+                                            forward_tolerance(dtype), grad_tolerance(dtype)));
+        }
+      }
+    }
+  }
+  set_linear_fusion(LinearFusion::Auto);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, LinearDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
 
