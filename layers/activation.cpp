@@ -3,13 +3,14 @@
 #include "lib/error.h"
 #include "lib/ops/dropout.h"
 #include "lib/ops/elementwise.h"
-#include "lib/ops/gelu.h"
+#include "lib/ops/bias_act.h"
 #include "lib/ops/random.h"
 
 namespace ft {
 
-Tensor GELU::forward(const Tensor& x) { return gelu(x); }
-Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+// Through bias_act (with no bias), so fused mode on CUDA runs the fused kernel.
+Tensor GELU::forward(const Tensor& x) { return bias_act(x, Tensor(), Activation::GELU); }
+Tensor ReLU::forward(const Tensor& x) { return bias_act(x, Tensor(), Activation::ReLU); }
 
 Dropout::Dropout(double p, uint64_t seed) : p_(p), seed_(seed) {
   FT_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got ", p);
