@@ -86,9 +86,9 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
   return out;
 }
 
-// linear with GELU, fwd+bwd: the cuBLASLt epilogue path, matmul then the fused bias_act kernel,
+// linear, fwd+bwd: the cuBLASLt epilogue path, matmul then the fused bias_act kernel,
 // and the twin, on the shapes the models use.
-void linear_gelu_table(const OpsBenchOptions& options) {
+void linear_strategy_table(const OpsBenchOptions& options) {
   struct Shape3 {
     int64_t rows, in, out;
     Activation act;
@@ -159,7 +159,7 @@ int run_ops_bench(const OpsBenchOptions& options) {
   }
   std::printf("\nbytes counted:\n");
   for (const Row& r : rows) std::printf("  %-24s %s\n", r.name.c_str(), r.note.c_str());
-  linear_gelu_table(options);
+  linear_strategy_table(options);
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);
