@@ -1,0 +1,197 @@
+#include "train/token_shards.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <bit>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "lib/error.h"
+
+namespace ft {
+
+namespace {
+
+constexpr int32_t kShardMagic = 20240520;
+constexpr int32_t kShardVersion = 1;
+constexpr int64_t kHeaderInts = 256;
+constexpr int64_t kHeaderBytes = kHeaderInts * 4;
+
+std::vector<std::string> glob_files(const std::string& pattern) {
+  glob_t matches{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+  std::unique_ptr<glob_t, void (*)(glob_t*)> guard(&matches, ::globfree);
+  FT_CHECK(rc != GLOB_NOMATCH, "TokenLoader: no file matches '", pattern, "'");
+  FT_CHECK(rc == 0, "TokenLoader: glob of '", pattern, "' failed (",
+           rc == GLOB_NOSPACE ? "out of memory" : "read error", ")");
+  std::vector<std::string> files(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+  // glob(3) sorts by the locale's collation; a bytewise sort makes the order, and with it every
+  // saved position, the same under any locale.
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+int64_t file_bytes(const std::string& path) {
+  std::error_code error;
+  FT_CHECK(std::filesystem::is_regular_file(path, error), "TokenLoader: '", path, "' is not a regular file");
+  const auto bytes = std::filesystem::file_size(path, error);
+  FT_CHECK(!error, "TokenLoader: cannot stat '", path, "': ", error.message());
+  return static_cast<int64_t>(bytes);
+}
+
+std::ifstream open_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in, "TokenLoader: cannot open '", path, "'");
+  return in;
+}
+
+int32_t little_endian_i32(const uint8_t* p) {
+  return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24));
+}
+
+// Reads and checks a shard's header against the file's size; returns its token count.
+int64_t shard_length(const std::string& path) {
+  const int64_t bytes = file_bytes(path);
+  FT_CHECK(bytes >= kHeaderBytes, "TokenLoader: '", path, "' is truncated: ", bytes, " bytes, shorter than the ",
+           kHeaderBytes, "-byte shard header");
+  std::ifstream in = open_file(path);
+  uint8_t header[kHeaderBytes];
+  in.read(reinterpret_cast<char*>(header), kHeaderBytes);
+  FT_CHECK(in, "TokenLoader: cannot read the header of '", path, "'");
+  const int32_t magic = little_endian_i32(header), version = little_endian_i32(header + 4);
+  const int64_t count = little_endian_i32(header + 8);
+  FT_CHECK(magic == kShardMagic, "TokenLoader: '", path, "' has magic ", magic, ", expected ", kShardMagic,
+           " (not an llm.c token shard; use TokenFormat::Text for a text file)");
+  FT_CHECK(version == kShardVersion, "TokenLoader: '", path, "' has version ", version, ", expected ", kShardVersion,
+           " (uint16 tokens)");
+  FT_CHECK(count >= 0, "TokenLoader: '", path, "' has a negative token count ", count);
+  const int64_t expected = kHeaderBytes + 2 * count;
+  FT_CHECK(bytes == expected, "TokenLoader: '", path, "' is ", bytes, " bytes but its header promises ", count,
+           " tokens (", expected, " bytes)", bytes < expected ? " (truncated)" : " (trailing data)");
+  return count;
+}
+
+// The whole file's tokens; every id checked against the vocabulary, so a bad file fails here
+// and never as an out-of-range embedding row deep inside a step.
+std::vector<uint16_t> read_tokens(const std::string& path, TokenFormat format, int64_t length, int64_t vocab_size) {
+  // The sizes were checked at construction; checking again catches a file replaced since then.
+  const int64_t now = format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
+  FT_CHECK(now == length, "TokenLoader: '", path, "' changed since the loader opened it (", length, " tokens, now ",
+           now, ")");
+  std::ifstream in = open_file(path);
+  std::vector<uint16_t> tokens(static_cast<size_t>(length));
+  if (format == TokenFormat::Shards) {
+    in.seekg(kHeaderBytes);
+    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(2 * length));
+    if constexpr (std::endian::native == std::endian::big) {
+      for (uint16_t& t : tokens) t = static_cast<uint16_t>((t >> 8) | (t << 8));
+    }
+  } else {
+    std::vector<uint8_t> bytes(static_cast<size_t>(length));
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(length));
+    std::copy(bytes.begin(), bytes.end(), tokens.begin());
+  }
+  FT_CHECK(in, "TokenLoader: cannot read the tokens of '", path, "'");
+  const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t t) { return t >= vocab_size; });
+  FT_CHECK(bad == tokens.end(), "TokenLoader: '", path, "' has token id ", *bad, " at position ",
+           bad - tokens.begin(), ", not below the vocabulary size ", vocab_size);
+  return tokens;
+}
+
+}  // namespace
+
+TokenLoader::TokenLoader(const std::string& pattern, const Options& options) : options_(options) {
+  FT_CHECK(options.batch_size > 0 && options.seq_len > 0,
+           "TokenLoader: batch size and sequence length must be positive, got B=", options.batch_size,
+           " T=", options.seq_len);
+  FT_CHECK(options.vocab_size > 0, "TokenLoader: vocabulary size must be positive, got ", options.vocab_size);
+  files_ = glob_files(pattern);
+  for (const std::string& path : files_) {
+    const int64_t length = options.format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
+    FT_CHECK(length >= tokens_per_step() + 1, "TokenLoader: '", path, "' has ", length,
+             " tokens, fewer than one batch needs (B*T+1 = ", tokens_per_step() + 1, " for B=", options.batch_size,
+             " T=", options.seq_len, ")");
+    lengths_.push_back(length);
+  }
+  set_position({});
+}
+
+const std::string& TokenLoader::current_file() const {
+  return files_[static_cast<size_t>(order_[static_cast<size_t>(position_.shard)])];
+}
+
+int64_t TokenLoader::batches_per_epoch() const {
+  int64_t batches = 0;
+  for (int64_t length : lengths_) batches += (length - 1) / tokens_per_step();
+  return batches;
+}
+
+void TokenLoader::set_position(const TokenPosition& position) {
+  const int64_t files = static_cast<int64_t>(files_.size());
+  FT_CHECK(position.epoch >= 0 && position.shard >= 0 && position.shard < files && position.offset >= 0,
+           "TokenLoader: position (epoch ", position.epoch, ", shard ", position.shard, ", offset ", position.offset,
+           ") is outside ", files, " files");
+  // Checked before anything changes, so a rejected position leaves the loader as it was.
+  std::vector<int64_t> order =
+      order_.empty() || position.epoch != position_.epoch ? epoch_order(position.epoch) : order_;
+  const size_t file = static_cast<size_t>(order[static_cast<size_t>(position.shard)]);
+  FT_CHECK(position.offset + tokens_per_step() + 1 <= lengths_[file], "TokenLoader: position (epoch ", position.epoch,
+           ", shard ", position.shard, ", offset ", position.offset, ") leaves fewer than B*T+1 = ",
+           tokens_per_step() + 1, " tokens in '", files_[file], "' (", lengths_[file], " tokens)");
+  order_ = std::move(order);
+  position_ = position;
+}
+
+std::vector<int64_t> TokenLoader::epoch_order(int64_t epoch) const {
+  std::vector<int64_t> order(files_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  if (!options_.shuffle) return order;
+  // Fisher-Yates written out rather than std::shuffle, whose algorithm the standard leaves to
+  // each library: a saved position must name the same file under libstdc++ and libc++. The
+  // modulo bias is at most files/2^64.
+  std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  return order;
+}
+
+void TokenLoader::load_file(int64_t file) {
+  if (file == loaded_file_) return;
+  // Free the old file first: two GPT-2 shards at once would double the loader's memory.
+  tokens_.clear();
+  tokens_.shrink_to_fit();
+  loaded_file_ = -1;
+  tokens_ = read_tokens(files_[static_cast<size_t>(file)], options_.format, lengths_[static_cast<size_t>(file)],
+                        options_.vocab_size);
+  loaded_file_ = file;
+}
+
+TokenBatch TokenLoader::next_batch() {
+  // Files are read here rather than when the position moves, so a bad file fails the call that
+  // needs it and leaves the position where it was.
+  load_file(order_[static_cast<size_t>(position_.shard)]);
+  const int64_t B = options_.batch_size, T = options_.seq_len, step = B * T;
+  TokenBatch batch{Tensor::empty({B, T}, DType::I32), Tensor::empty({B, T}, DType::I32)};
+  const uint16_t* src = tokens_.data() + position_.offset;
+  int32_t* inputs = batch.inputs.data<int32_t>();
+  int32_t* targets = batch.targets.data<int32_t>();
+  for (int64_t i = 0; i < step; ++i) {
+    inputs[i] = src[i];
+    targets[i] = src[i + 1];
+  }
+  TokenPosition next = position_;
+  next.offset += step;
+  if (next.offset + step + 1 > lengths_[static_cast<size_t>(order_[static_cast<size_t>(next.shard)])]) {
+    next.offset = 0;
+    if (++next.shard == static_cast<int64_t>(files_.size())) {
+      next.shard = 0;
+      ++next.epoch;
+    }
+  }
+  set_position(next);
+  return batch;
+}
+
+}  // namespace ft
