@@ -1,0 +1,106 @@
+#include "layers/gpt.h"
+
+#include <cmath>
+
+#include "lib/error.h"
+#include "lib/ops/attention.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/layer_norm.h"
+#include "lib/ops/linear_cross_entropy.h"
+#include "lib/ops/shape_ops.h"
+
+namespace ft {
+
+namespace {
+
+// GPT-2's initialization: N(0, 0.02²) weights, zero biases; projections that write into the
+// residual stream scaled by 1/√(2L) so the stream's variance does not grow with depth.
+void init_linear(Linear& layer, Generator& gen, double std) {
+  layer.weight().copy_(Tensor::randn(layer.weight().shape(), gen) * std);
+  if (layer.bias().defined()) layer.bias().copy_(Tensor::zeros(layer.bias().shape()));
+}
+
+// [B, T, NH, HS] viewed as [B, T, C] <-> [B, NH, T, HS], with the two last-dim transposes the
+// primitives offer.
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hs = c / heads;
+  return transpose(transpose(x).reshape({b, heads, hs, t}));
+}
+Tensor merge_heads(const Tensor& x) {
+  const int64_t b = x.size(0), heads = x.size(1), t = x.size(2), hs = x.size(3);
+  return transpose(transpose(x).reshape({b, heads * hs, t}));
+}
+
+}  // namespace
+
+GPTBlock::GPTBlock(const GPTConfig& config, Generator& gen) : config_(config) {
+  const int64_t c = config.channels;
+  FT_CHECK(c % config.heads == 0, "GPT: channels ", c, " must divide into ", config.heads, " heads");
+  ln1_w_ = register_parameter("ln_1.weight", Tensor::full({c}, 1.0));
+  ln1_b_ = register_parameter("ln_1.bias", Tensor::zeros({c}));
+  qkv_ = register_module("attn.c_attn", std::make_shared<Linear>(Linear::Options{.in = c, .out = 3 * c}, gen));
+  attn_proj_ = register_module("attn.c_proj", std::make_shared<Linear>(Linear::Options{.in = c, .out = c}, gen));
+  ln2_w_ = register_parameter("ln_2.weight", Tensor::full({c}, 1.0));
+  ln2_b_ = register_parameter("ln_2.bias", Tensor::zeros({c}));
+  fc_ = register_module("mlp.c_fc", std::make_shared<Linear>(
+                                        Linear::Options{.in = c, .out = 4 * c, .activation = Activation::GELU}, gen));
+  mlp_proj_ = register_module("mlp.c_proj", std::make_shared<Linear>(Linear::Options{.in = 4 * c, .out = c}, gen));
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
+  init_linear(*qkv_, gen, 0.02);
+  init_linear(*attn_proj_, gen, residual_std);
+  init_linear(*fc_, gen, 0.02);
+  init_linear(*mlp_proj_, gen, residual_std);
+}
+
+Tensor GPTBlock::attend(const Tensor& x) {
+  const int64_t c = config_.channels;
+  Tensor qkv = qkv_->forward(x);  // [B, T, 3C]
+  Tensor q = split_heads(narrow(qkv, -1, 0, c), config_.heads);
+  Tensor k = split_heads(narrow(qkv, -1, c, c), config_.heads);
+  Tensor v = split_heads(narrow(qkv, -1, 2 * c, c), config_.heads);
+  return attn_proj_->forward(merge_heads(attention(q, k, v, /*causal=*/true)));
+}
+
+std::pair<Tensor, Tensor> GPTBlock::forward_block(const Tensor& residual, const Tensor& pending) {
+  Tensor stream = residual, normed;
+  if (pending.defined()) {
+    AddNormResult r = add_layer_norm(pending, residual, ln1_w_, ln1_b_);
+    stream = r.sum;
+    normed = r.out;
+  } else {
+    normed = layer_norm(residual, ln1_w_, ln1_b_);
+  }
+  AddNormResult r2 = add_layer_norm(attend(normed), stream, ln2_w_, ln2_b_);
+  return {r2.sum, mlp_proj_->forward(fc_->forward(r2.out))};
+}
+
+GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
+  Generator gen(seed);
+  wte_ = register_module("wte", std::make_shared<Embedding>(config.vocab, config.channels, gen));
+  wpe_ = register_module("wpe", std::make_shared<Embedding>(config.block_size, config.channels, gen, 0.01));
+  for (int64_t l = 0; l < config.layers; ++l)
+    blocks_.push_back(register_module("h." + std::to_string(l), std::make_shared<GPTBlock>(config, gen)));
+  lnf_w_ = register_parameter("ln_f.weight", Tensor::full({config.channels}, 1.0));
+  lnf_b_ = register_parameter("ln_f.bias", Tensor::zeros({config.channels}));
+}
+
+Tensor GPT::hidden(const Tensor& ids) {
+  FT_CHECK(ids.dim() == 2, "GPT: ids must be [B, T], got ", shape_str(ids.shape()));
+  const int64_t t = ids.size(1);
+  FT_CHECK(t <= config_.block_size, "GPT: sequence length ", t, " exceeds block_size ", config_.block_size);
+  Tensor positions = Tensor::arange(t, DType::I64, ids.device());
+  Tensor residual = wte_->forward(ids) + wpe_->forward(positions);  // [B, T, C] + [T, C]
+  Tensor pending;
+  for (auto& block : blocks_) std::tie(residual, pending) = block->forward_block(residual, pending);
+  return add_layer_norm(pending, residual, lnf_w_, lnf_b_).out;
+}
+
+Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
+  FT_CHECK(targets.shape() == ids.shape(), "GPT: targets ", shape_str(targets.shape()), " must match ids ",
+           shape_str(ids.shape()));
+  Tensor h = hidden(ids);
+  const int64_t n = ids.numel();
+  return linear_cross_entropy(h.reshape({n, config_.channels}), wte_->weight(), targets.reshape({n}));
+}
+
+}  // namespace ft

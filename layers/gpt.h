@@ -1,0 +1,55 @@
+// GPT-2: token and position embeddings, pre-LayerNorm transformer blocks (the residual add of
+// each sub-layer fused into the next norm with add_layer_norm), a fused QKV projection, an MLP
+// whose bias + GELU ride in its first linear, a final norm, and the loss through
+// linear_cross_entropy against the tied token embedding.
+//
+// B: batch, T: sequence length, C: channels, NH: heads, HS = C / NH, V: vocabulary.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "layers/embedding.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace ft {
+
+struct GPTConfig {
+  int64_t vocab = 50304;
+  int64_t block_size = 1024;  // longest T
+  int64_t layers = 12;
+  int64_t heads = 12;
+  int64_t channels = 768;
+};
+
+class GPTBlock : public Module {
+ public:
+  GPTBlock(const GPTConfig& config, Generator& gen);
+  /// Runs the block on residual + pending (pending: the previous sub-layer's output not yet
+  /// added; undefined for the first block). Returns {new residual, this block's MLP output}.
+  std::pair<Tensor, Tensor> forward_block(const Tensor& residual, const Tensor& pending);
+
+ private:
+  Tensor attend(const Tensor& x);  // [B, T, C] -> [B, T, C]
+  GPTConfig config_;
+  Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;
+  std::shared_ptr<Linear> qkv_, attn_proj_, fc_, mlp_proj_;
+};
+
+class GPT : public Module {
+ public:
+  GPT(const GPTConfig& config, uint64_t seed);
+  /// Final hidden states [B, T, C] for ids [B, T].
+  Tensor hidden(const Tensor& ids);
+  /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
+  Tensor loss(const Tensor& ids, const Tensor& targets);
+  const GPTConfig& config() const { return config_; }
+
+ private:
+  GPTConfig config_;
+  std::shared_ptr<Embedding> wte_, wpe_;
+  std::vector<std::shared_ptr<GPTBlock>> blocks_;
+  Tensor lnf_w_, lnf_b_;
+};
+
+}  // namespace ft
