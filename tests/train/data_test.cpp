@@ -1,6 +1,8 @@
 // The IDX loader on files the test writes (valid, corrupt, truncated), the batch sampler, the
 // metrics line and JSON, and the step-time median.
 #include <gtest/gtest.h>
+
+#include "tests/train/temp_dir.h"
 #include <zlib.h>
 
 #include <cstdio>
@@ -21,18 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("ft_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload,
                                uint8_t type = 0x08) {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "lib/error.h"
+#include "tests/train/temp_dir.h"
 #include "train/safetensors.h"
 
 namespace ft {
@@ -17,14 +18,9 @@ namespace fs = std::filesystem;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ft_safetensors_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string file(const std::string& name) const { return temp_.file(name); }
+  test::TempDir temp_{"ft_safetensors"};
+  const fs::path& dir_ = temp_.path();
 };
 
 std::vector<uint8_t> read_bytes(const std::string& path) {

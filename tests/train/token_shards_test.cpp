@@ -5,6 +5,8 @@
 // B: batch size, T: sequence length.
 #include <gtest/gtest.h>
 
+#include "tests/train/temp_dir.h"
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,20 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("ft_tokens_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 std::vector<uint16_t> random_tokens(size_t n, int vocab_size, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -113,7 +102,7 @@ void expect_error(const std::function<void()>& run, const std::vector<std::strin
 constexpr int kGpt2Vocab = 50257;
 
 TEST(TokenLoader, ReadsShardsInSortedOrder) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const int64_t B = 2, T = 8;
   // Written in reverse so that the order comes from sorting, not from the directory.
   const std::vector<uint16_t> second = random_tokens(77, kGpt2Vocab, 2), first = random_tokens(100, kGpt2Vocab, 1);
@@ -140,7 +129,7 @@ TEST(TokenLoader, ReadsShardsInSortedOrder) {
 }
 
 TEST(TokenLoader, WrapsToANewEpochInTheSameOrder) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const int64_t B = 3, T = 4;
   const std::vector<uint16_t> a = random_tokens(40, kGpt2Vocab, 10), b = random_tokens(13, kGpt2Vocab, 11);
   write_file(dir.file("a.bin"), shard_bytes(a));
@@ -181,7 +170,7 @@ std::vector<std::string> epoch_files(TokenLoader& loader, const std::map<std::st
 }
 
 TEST(TokenLoader, ShufflesFilesPerEpochFromTheSeed) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const int64_t B = 1, T = 4;
   std::map<std::string, std::vector<uint16_t>> streams;
   for (int i = 0; i < 6; ++i) {
@@ -214,7 +203,7 @@ TEST(TokenLoader, ShufflesFilesPerEpochFromTheSeed) {
 }
 
 TEST(TokenLoader, ResumesExactlyFromASavedPosition) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const int64_t B = 2, T = 4;
   for (int i = 0; i < 3; ++i) {
     const auto tokens = random_tokens(static_cast<size_t>(30 + 11 * i), kGpt2Vocab, 200 + static_cast<uint64_t>(i));
@@ -257,7 +246,7 @@ TEST(TokenLoader, ResumesExactlyFromASavedPosition) {
 }
 
 TEST(TokenLoader, ReadsTextAsBytes) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const int64_t B = 3, T = 5;
   const std::vector<uint16_t> bytes = random_tokens(50, 256, 300);
   write_file(dir.file("input.txt"), std::vector<uint8_t>(bytes.begin(), bytes.end()));
@@ -285,7 +274,7 @@ TEST(TokenLoader, ReadsTextAsBytes) {
 }
 
 TEST(TokenLoader, RejectsMalformedShards) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const TokenLoader::Options options{.batch_size = 2, .seq_len = 4, .vocab_size = kGpt2Vocab};
   const std::vector<uint16_t> tokens = random_tokens(40, kGpt2Vocab, 400);
   auto open = [&](const std::string& name) { return [&, name] { TokenLoader(dir.file(name), options); }; };
@@ -322,7 +311,7 @@ TEST(TokenLoader, RejectsMalformedShards) {
 }
 
 TEST(TokenLoader, RejectsATokenOutsideTheVocabularyWhenItsShardIsRead) {
-  TempDir dir;
+  TempDir dir("ft_tokens");
   const int vocab = 1000;
   const TokenLoader::Options options{.batch_size = 2, .seq_len = 4, .vocab_size = vocab};
   const std::vector<uint16_t> good = random_tokens(20, vocab, 500);
