@@ -7,6 +7,7 @@
 #include "lib/ops/elementwise.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear_cross_entropy.h"
+#include "lib/ops/matmul.h"
 #include "lib/ops/shape_ops.h"
 
 namespace ft {
@@ -94,6 +95,8 @@ Tensor GPT::hidden(const Tensor& ids) {
   for (auto& block : blocks_) std::tie(residual, pending) = block->forward_block(residual, pending);
   return add_layer_norm(pending, residual, lnf_w_, lnf_b_).out;
 }
+
+Tensor GPT::logits(const Tensor& ids) { return matmul(hidden(ids), wte_->weight(), false, true); }
 
 Tensor GPT::loss(const Tensor& ids, const Tensor& targets) {
   FT_CHECK(targets.shape() == ids.shape(), "GPT: targets ", shape_str(targets.shape()), " must match ids ",

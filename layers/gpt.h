@@ -41,6 +41,8 @@ class GPT : public Module {
   GPT(const GPTConfig& config, uint64_t seed);
   /// Final hidden states [B, T, C] for ids [B, T].
   Tensor hidden(const Tensor& ids);
+  /// Next-token logits [B, T, V] (the tied head, materialized: for sampling and evaluation).
+  Tensor logits(const Tensor& ids);
   /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
   Tensor loss(const Tensor& ids, const Tensor& targets);
   const GPTConfig& config() const { return config_; }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "lib/autograd.h"
+#include "lib/error.h"
 #include "lib/ops/elementwise.h"
 
 namespace ft {
@@ -22,6 +23,33 @@ AdamW::AdamW(std::vector<Tensor> params, Options options) : Optimizer(std::move(
     s.v = Tensor::zeros(p.shape(), md, p.device());
     s.decay = options_.decays ? options_.decays(p) : p.dim() >= 2;
     state_.push_back(std::move(s));
+  }
+}
+
+std::map<std::string, Tensor> AdamW::state() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const std::string k = std::to_string(i);
+    out[k + ".m"] = state_[i].m;
+    out[k + ".v"] = state_[i].v;
+    out[k + ".master"] = state_[i].master;
+  }
+  return out;
+}
+
+void AdamW::load_state(const std::map<std::string, Tensor>& state) {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const std::string k = std::to_string(i);
+    for (auto [suffix, slot] : {std::pair<const char*, Tensor*>{".m", &state_[i].m}, {".v", &state_[i].v},
+                                {".master", &state_[i].master}}) {
+      auto it = state.find(k + suffix);
+      FT_CHECK(it != state.end(), "AdamW::load_state: missing '", k, suffix, "'");
+      FT_CHECK(it->second.shape() == slot->shape(), "AdamW::load_state: '", k, suffix, "' has shape ",
+               shape_str(it->second.shape()), ", expected ", shape_str(slot->shape()));
+      slot->copy_(it->second.to(slot->device()));
+    }
+    // A parameter that is its own master was just overwritten; a separate master refreshes it.
+    if (!params_[i].shares_storage(state_[i].master)) params_[i].copy_(state_[i].master);
   }
 }
 

@@ -3,6 +3,8 @@
 // master copy, so small updates are not lost to rounding; the bf16 copy is refreshed from it.
 #pragma once
 #include <functional>
+#include <map>
+#include <string>
 
 #include "optim/optimizer.h"
 
@@ -22,6 +24,10 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Tensor> params, Options options);
   void step() override;
   const Options& options() const { return options_; }
+  /// The per-parameter state as named tensors ("<i>.m", "<i>.v", "<i>.master" for parameter i),
+  /// for checkpoints; load_state restores it (shapes must match, every name must be present).
+  std::map<std::string, Tensor> state() const;
+  void load_state(const std::map<std::string, Tensor>& state);
 
  private:
   struct State {

@@ -4,6 +4,7 @@
 #include "lib/error.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
+#include "lib/ops/elementwise.h"
 
 namespace ft {
 
@@ -29,6 +30,19 @@ Tensor grad_norm(const std::vector<Tensor>& params) {
   }
   FT_CHECK(total.defined(), "grad_norm: no parameter has a gradient");
   return sqrt(total);
+}
+
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  const Tensor norm = grad_norm(params);
+  Tensor factor = pow(norm + 1e-6, -1.0) * max_norm;
+  factor = where(lt(factor, scalar_like(factor, 1.0)), factor, scalar_like(factor, 1.0)).reshape({1});
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    const Tensor g = p.grad();
+    g.assign_(g * cast(factor, g.dtype()));
+  }
+  return norm;
 }
 
 }  // namespace ft

@@ -17,6 +17,8 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return step_count_; }
+  /// For resuming: the number of steps already taken (bias corrections and schedules use it).
+  void set_step_count(int64_t steps) { step_count_ = steps; }
   const std::vector<Tensor>& params() const { return params_; }
 
  protected:
@@ -27,5 +29,9 @@ class Optimizer {
 
 /// Global L2 norm of all parameters' gradients (f32 accumulation), as a [] tensor; no sync.
 Tensor grad_norm(const std::vector<Tensor>& params);
+
+/// Scales every gradient by min(1, max_norm / norm) where norm is their global L2 norm, without
+/// reading the device (the factor stays a device tensor); returns the norm before clipping.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ft

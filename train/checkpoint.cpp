@@ -1,0 +1,95 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "lib/error.h"
+#include "train/safetensors.h"
+
+namespace ft {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void fsync_path(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string step_folder_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const AdamW& optimizer,
+                            const std::map<std::string, std::string>& run_state) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  FT_CHECK(!ec, "save_checkpoint: cannot create '", root, "': ", ec.message());
+  const fs::path final_dir = fs::path(root) / step_folder_name(step);
+  const fs::path temp_dir = fs::path(root) / (step_folder_name(step) + ".tmp");
+  fs::remove_all(temp_dir, ec);
+  fs::create_directories(temp_dir, ec);
+  FT_CHECK(!ec, "save_checkpoint: cannot create '", temp_dir.string(), "': ", ec.message());
+
+  std::map<std::string, std::string> meta = run_state;
+  meta["step"] = std::to_string(step);
+  save_safetensors((temp_dir / "model.safetensors").string(), model.state_dict(), {{"format", "pt"}});
+  save_safetensors((temp_dir / "optimizer.safetensors").string(), optimizer.state(), meta);
+  fsync_path(temp_dir, true);
+
+  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier, interrupted run
+  fs::rename(temp_dir, final_dir, ec);
+  FT_CHECK(!ec, "save_checkpoint: cannot rename '", temp_dir.string(), "' to '", final_dir.string(), "': ",
+           ec.message());
+  fsync_path(root, true);
+
+  // `latest` names the newest complete checkpoint; it is replaced by rename too.
+  const fs::path latest = fs::path(root) / "latest", latest_temp = fs::path(root) / "latest.tmp";
+  {
+    std::ofstream out(latest_temp, std::ios::trunc);
+    out << step_folder_name(step) << "\n";
+    out.flush();
+    FT_CHECK(out.good(), "save_checkpoint: cannot write '", latest_temp.string(), "'");
+  }
+  fsync_path(latest_temp, false);
+  fs::rename(latest_temp, latest, ec);
+  FT_CHECK(!ec, "save_checkpoint: cannot update '", latest.string(), "': ", ec.message());
+  fsync_path(root, true);
+  return final_dir.string();
+}
+
+std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, AdamW& optimizer) {
+  fs::path dir(folder);
+  if (fs::exists(dir / "latest")) {
+    std::ifstream in(dir / "latest");
+    std::string name;
+    in >> name;
+    FT_CHECK(!name.empty(), "load_checkpoint: '", (dir / "latest").string(), "' is empty");
+    dir /= name;
+  }
+  FT_CHECK(fs::exists(dir / "model.safetensors") && fs::exists(dir / "optimizer.safetensors"), "load_checkpoint: '",
+           dir.string(), "' holds no complete checkpoint (model.safetensors and optimizer.safetensors)");
+  const SafetensorsFile weights = load_safetensors((dir / "model.safetensors").string());
+  model.load_state_dict(weights.tensors);
+  const SafetensorsFile state = load_safetensors((dir / "optimizer.safetensors").string());
+  optimizer.load_state(state.tensors);
+  auto it = state.metadata.find("step");
+  FT_CHECK(it != state.metadata.end(), "load_checkpoint: '", dir.string(), "' has no step in its metadata");
+  optimizer.set_step_count(std::stoll(it->second));
+  return state.metadata;
+}
+
+}  // namespace ft
