@@ -1,0 +1,237 @@
+// ft-gpt2: trains a GPT-2 on llm.c token shards or on a text file read as bytes, with
+// validation, checkpoints (--resume continues a run exactly) and sampling for byte-level models.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include "examples/common/cli.h"
+#include "layers/gpt.h"
+#include "lib/autograd.h"
+#include "lib/kernel_mode.h"
+#include "lib/ops/elementwise.h"
+#include "lib/runtime.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/step_timer.h"
+#include "train/token_shards.h"
+
+namespace {
+
+ft::GPTConfig preset(const std::string& name, int64_t vocab) {
+  if (name == "tiny") return {.vocab = vocab, .block_size = 256, .layers = 2, .heads = 4, .channels = 64};
+  if (name == "d6") return {.vocab = vocab, .block_size = 1024, .layers = 6, .heads = 6, .channels = 384};
+  if (name == "d12") return {.vocab = vocab, .block_size = 1024, .layers = 12, .heads = 12, .channels = 768};
+  FT_FAIL("ft-gpt2: unknown --model '", name, "': expected tiny, d6 or d12");
+}
+
+// Byte-level sampling: temperature and top-k over the last position's logits.
+std::string sample(ft::GPT& model, const std::string& prompt, int64_t length, double temperature, int64_t top_k,
+                   uint64_t seed, ft::Device device) {
+  ft::NoGradGuard no_grad;
+  model.eval();
+  std::vector<double> ids;
+  for (unsigned char c : prompt.empty() ? std::string("\n") : prompt) ids.push_back(c);
+  std::mt19937_64 rng(seed);
+  std::string out;
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t window = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config().block_size);
+    std::vector<double> context(ids.end() - window, ids.end());
+    const ft::Tensor x = ft::Tensor::from_vector(context, {1, window}, ft::DType::I64, device);
+    const ft::Tensor logits = model.logits(x);
+    const std::vector<double> all = logits.to_vector();
+    const int64_t vocab = logits.size(-1);
+    std::vector<double> last(all.end() - vocab, all.end());
+    std::vector<double> sorted = last;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double cutoff = top_k > 0 && top_k < vocab ? sorted[static_cast<size_t>(top_k - 1)] : -INFINITY;
+    std::vector<double> weights(last.size());
+    for (size_t j = 0; j < last.size(); ++j)
+      weights[j] = last[j] < cutoff ? 0.0 : std::exp((last[j] - sorted[0]) / std::max(temperature, 1e-6));
+    std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
+    const int64_t next = pick(rng);
+    ids.push_back(static_cast<double>(next));
+    out += next < 256 && (std::isprint(static_cast<int>(next)) || next == '\n') ? static_cast<char>(next) : '?';
+  }
+  model.train();
+  return out;
+}
+
+int run(int argc, char** argv) {
+  ft::cli::Args args("ft-gpt2",
+                     "Trains a GPT-2 on llm.c token shards (--format shards) or on text files read as bytes\n"
+                     "(--format text, vocabulary 256). Prints a line every --log-every steps with loss, lr, grad\n"
+                     "norm, ms, tok/s and MFU; validates, checkpoints and samples on request.");
+  args.flag("train", "", "glob of training files (required)");
+  args.flag("val", "", "glob of validation files (default: none)");
+  args.flag("format", "shards", "shards (llm.c uint16 token shards) or text (bytes)");
+  args.flag("model", "d12", "tiny (L2 C64), d6 (L6 C384) or d12 (GPT-2 small, L12 C768)");
+  args.flag("vocab", "0", "vocabulary size (0: 50304 for shards, 256 for text)");
+  args.flag("batch", "4", "sequences per micro-step (B)");
+  args.flag("seq", "64", "tokens per sequence (T), at most the model's block size");
+  args.flag("steps", "100", "optimizer steps to run in total (a resumed run continues to this)");
+  args.flag("grad-accum", "1", "micro-steps accumulated per optimizer step");
+  args.flag("lr", "6e-4", "peak learning rate");
+  args.flag("warmup", "10", "linear warmup steps");
+  args.flag("min-lr-frac", "0.1", "cosine decay floor as a fraction of the peak");
+  args.flag("weight-decay", "0.1", "AdamW weight decay (2-D weights only)");
+  args.flag("clip", "1.0", "gradient clipping by global L2 norm (0: off)");
+  args.flag("device", ft::cuda_available() ? "cuda" : "cpu", "cpu or cuda");
+  args.flag("kernels", "fused", "fused or unfused");
+  args.flag("seed", "0", "seed for initialization, shard shuffling and sampling");
+  args.flag("shuffle", "1", "1: shuffle shard order each epoch; 0: in order");
+  args.flag("log-every", "10", "steps between progress lines");
+  args.flag("metrics", "", "write one JSON line per logged step to this file");
+  args.flag("val-every", "0", "steps between validations (0: never)");
+  args.flag("val-batches", "8", "batches per validation");
+  args.flag("ckpt-dir", "", "folder for checkpoints (empty: none)");
+  args.flag("ckpt-every", "0", "steps between checkpoints (0: only at the end, when --ckpt-dir is set)");
+  args.flag("resume", "", "checkpoint folder, or a --ckpt-dir holding 'latest', to continue from");
+  args.flag("sample-every", "0", "steps between samples (byte-level models only; 0: never)");
+  args.flag("sample-len", "128", "bytes per sample");
+  args.flag("prompt", "", "text the samples start from");
+  args.flag("temperature", "1.0", "sampling temperature");
+  args.flag("top-k", "0", "sample among the k most likely tokens (0: all)");
+  if (!args.parse(argc, argv)) return 0;
+
+  FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
+  const std::string format_name = args.str("format");
+  FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
+  const ft::TokenFormat format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards;
+  int64_t vocab = args.integer("vocab");
+  if (vocab == 0) vocab = format == ft::TokenFormat::Text ? 256 : 50304;
+  const ft::GPTConfig config = preset(args.str("model"), vocab);
+  const int64_t batch = args.integer("batch"), seq = args.integer("seq"), steps = args.integer("steps");
+  const int64_t accum = args.integer("grad-accum");
+  FT_CHECK(batch > 0 && seq > 0 && steps > 0 && accum > 0, "ft-gpt2: --batch, --seq, --steps, --grad-accum must be positive");
+  FT_CHECK(seq <= config.block_size, "ft-gpt2: --seq ", seq, " exceeds the model's block size ", config.block_size);
+  const ft::Device device = ft::Device::parse(args.str("device"));
+  FT_CHECK(!device.is_cuda() || ft::cuda_available(), "ft-gpt2: --device cuda, but no CUDA GPU is available");
+  ft::set_kernel_mode(ft::parse_kernel_mode(args.str("kernels")));
+  const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
+
+  const ft::TokenLoader::Options loader_options{.batch_size = batch, .seq_len = seq, .vocab_size = vocab,
+                                                .seed = seed, .shuffle = args.integer("shuffle") != 0,
+                                                .format = format};
+  ft::TokenLoader train(args.str("train"), loader_options);
+  std::unique_ptr<ft::TokenLoader> val;
+  if (!args.str("val").empty()) {
+    ft::TokenLoader::Options o = loader_options;
+    o.shuffle = false;
+    val = std::make_unique<ft::TokenLoader>(args.str("val"), o);
+  }
+
+  ft::GPT model(config, seed);
+  model.to(device, dtype);
+  ft::AdamW optimizer(model.parameters(), ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95,
+                                                             .eps = 1e-8, .weight_decay = args.number("weight-decay")});
+  int64_t step = 0;
+  if (!args.str("resume").empty()) {
+    const auto state = ft::load_checkpoint(args.str("resume"), model, optimizer);
+    step = std::stoll(state.at("step"));
+    train.set_position(
+        ft::TokenPosition{std::stoll(state.at("epoch")), std::stoll(state.at("shard")), std::stoll(state.at("offset"))});
+    std::printf("resumed from step %lld\n", static_cast<long long>(step));
+  }
+  const ft::LRSchedule schedule{.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = args.number("lr"),
+                                .warmup_steps = args.integer("warmup"), .total_steps = steps,
+                                .min_lr = args.number("lr") * args.number("min-lr-frac")};
+  const int64_t params = model.parameter_count();
+  const double flops_per_token = 6.0 * static_cast<double>(params) +
+                                 6.0 * static_cast<double>(config.layers * config.channels * seq);
+  std::printf("ft-gpt2: %lld parameters (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, B=%lld T=%lld, "
+              "grad accum %lld, %lld steps\n",
+              static_cast<long long>(params), static_cast<long long>(config.layers),
+              static_cast<long long>(config.channels), static_cast<long long>(config.heads),
+              static_cast<long long>(vocab), device.str().c_str(), ft::dtype_name(dtype),
+              ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(batch), static_cast<long long>(seq),
+              static_cast<long long>(accum), static_cast<long long>(steps));
+
+  auto save = [&] {
+    if (args.str("ckpt-dir").empty()) return;
+    const ft::TokenPosition p = train.position();
+    const std::string folder = ft::save_checkpoint(
+        args.str("ckpt-dir"), step, model, optimizer,
+        {{"epoch", std::to_string(p.epoch)}, {"shard", std::to_string(p.shard)}, {"offset", std::to_string(p.offset)},
+         {"model", args.str("model")}, {"vocab", std::to_string(vocab)}});
+    std::printf("checkpoint: %s\n", folder.c_str());
+  };
+
+  ft::MetricsLog log("tok", args.str("metrics"));
+  ft::StepTimer timer(device);
+  const int64_t log_every = std::max<int64_t>(1, args.integer("log-every"));
+  const int64_t tokens_per_step = batch * seq * accum;
+  double last_loss = 0;
+  while (step < steps) {
+    optimizer.set_lr(schedule.at(step));
+    timer.begin_step();
+    optimizer.zero_grad();
+    ft::Tensor total;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      ft::TokenBatch b = train.next_batch();
+      ft::Tensor loss = model.loss(b.inputs.to(device), b.targets.to(device)) * (1.0 / static_cast<double>(accum));
+      loss.backward();
+      total = total.defined() ? total + loss.detach() : loss.detach();
+    }
+    const double clip = args.number("clip");
+    ft::Tensor norm = clip > 0 ? ft::clip_grad_norm(optimizer.params(), clip) : ft::grad_norm(optimizer.params());
+    optimizer.step();
+    timer.end_step();
+    ++step;
+    if (step % log_every == 0 || step == steps) {
+      ft::StepMetrics m;
+      m.step = step;
+      m.total_steps = steps;
+      m.loss = total.item();
+      FT_CHECK(std::isfinite(m.loss), "ft-gpt2: training diverged: the loss is ", m.loss, " at step ", step);
+      m.lr = optimizer.lr();
+      m.grad_norm = norm.item();
+      m.ms = ft::median(timer.collect());
+      m.items_per_s = m.ms > 0 ? static_cast<double>(tokens_per_step) * 1000.0 / m.ms : 0.0;
+      if (device.is_cuda()) m.mfu = flops_per_token * m.items_per_s / 989e12;  // H100/H200 dense bf16 peak
+      log.log(m);
+      last_loss = m.loss;
+    }
+    const int64_t val_every = args.integer("val-every");
+    if (val && val_every > 0 && (step % val_every == 0 || step == steps)) {
+      ft::NoGradGuard no_grad;
+      model.eval();
+      val->reset();
+      double sum = 0;
+      const int64_t batches = std::max<int64_t>(1, args.integer("val-batches"));
+      for (int64_t i = 0; i < batches; ++i) {
+        ft::TokenBatch b = val->next_batch();
+        sum += model.loss(b.inputs.to(device), b.targets.to(device)).item();
+      }
+      model.train();
+      std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), sum / static_cast<double>(batches));
+    }
+    const int64_t sample_every = args.integer("sample-every");
+    if (sample_every > 0 && vocab == 256 && step % sample_every == 0)
+      std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
+                  sample(model, args.str("prompt"), args.integer("sample-len"), args.number("temperature"),
+                         args.integer("top-k"), seed + static_cast<uint64_t>(step), device)
+                      .c_str());
+    const int64_t ckpt_every = args.integer("ckpt-every");
+    if (ckpt_every > 0 && step % ckpt_every == 0 && step < steps) save();
+  }
+  save();
+  std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f\n", static_cast<long long>(step), last_loss,
+              std::log(static_cast<double>(vocab)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ft::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
