@@ -80,4 +80,16 @@ class Args {
   std::map<std::string, std::string> values_, help_;
 };
 
+/// Runs a binary's body; an ft::Error becomes "error: ..." on stderr and exit status 1, so a
+/// user sees the message instead of an uncaught exception.
+template <class Body>
+int guarded_main(Body&& body) {
+  try {
+    return body();
+  } catch (const ft::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 }  // namespace ft::cli

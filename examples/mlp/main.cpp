@@ -113,10 +113,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const ft::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
-  }
+  return ft::cli::guarded_main([&] { return run(argc, argv); });
 }
