@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/kernel_mode.h"
+#include "lib/runtime.h"
 
 namespace ft::cli {
 
@@ -79,6 +81,20 @@ class Args {
   std::vector<std::string> order_;
   std::map<std::string, std::string> values_, help_;
 };
+
+/// Declares --device (default: cuda when a GPU is visible) and --kernels.
+inline void add_device_flags(Args& args) {
+  args.flag("device", cuda_available() ? "cuda" : "cpu", "cpu or cuda");
+  args.flag("kernels", "fused", "fused or unfused: fused CUDA kernels or their composite twins");
+}
+
+/// Reads --device (checking a GPU is there when asked for) and applies --kernels globally.
+inline Device apply_device_flags(const Args& args, const std::string& program) {
+  const Device device = Device::parse(args.str("device"));
+  FT_CHECK(!device.is_cuda() || cuda_available(), program, ": --device cuda, but no CUDA GPU is available");
+  set_kernel_mode(parse_kernel_mode(args.str("kernels")));
+  return device;
+}
 
 /// Runs a binary's body; an ft::Error becomes "error: ..." on stderr and exit status 1, so a
 /// user sees the message instead of an uncaught exception.

@@ -79,8 +79,7 @@ int run(int argc, char** argv) {
   args.flag("min-lr-frac", "0.1", "cosine decay floor as a fraction of the peak");
   args.flag("weight-decay", "0.1", "AdamW weight decay (2-D weights only)");
   args.flag("clip", "1.0", "gradient clipping by global L2 norm (0: off)");
-  args.flag("device", ft::cuda_available() ? "cuda" : "cpu", "cpu or cuda");
-  args.flag("kernels", "fused", "fused or unfused");
+  ft::cli::add_device_flags(args);
   args.flag("seed", "0", "seed for initialization, shard shuffling and sampling");
   args.flag("shuffle", "1", "1: shuffle shard order each epoch; 0: in order");
   args.flag("log-every", "10", "steps between progress lines");
@@ -108,9 +107,7 @@ int run(int argc, char** argv) {
   const int64_t accum = args.integer("grad-accum");
   FT_CHECK(batch > 0 && seq > 0 && steps > 0 && accum > 0, "ft-gpt2: --batch, --seq, --steps, --grad-accum must be positive");
   FT_CHECK(seq <= config.block_size, "ft-gpt2: --seq ", seq, " exceeds the model's block size ", config.block_size);
-  const ft::Device device = ft::Device::parse(args.str("device"));
-  FT_CHECK(!device.is_cuda() || ft::cuda_available(), "ft-gpt2: --device cuda, but no CUDA GPU is available");
-  ft::set_kernel_mode(ft::parse_kernel_mode(args.str("kernels")));
+  const ft::Device device = ft::cli::apply_device_flags(args, "ft-gpt2");
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
 
@@ -178,11 +175,15 @@ int run(int argc, char** argv) {
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
     const double clip = args.number("clip");
-    ft::Tensor norm = clip > 0 ? ft::clip_grad_norm(optimizer.params(), clip) : ft::grad_norm(optimizer.params());
+    const bool logging = (step + 1) % log_every == 0 || step + 1 == steps;
+    // Without clipping the norm is only read on logging steps; don't compute it on the others.
+    ft::Tensor norm = clip > 0 ? ft::clip_grad_norm(optimizer.params(), clip)
+                      : logging ? ft::grad_norm(optimizer.params())
+                                : ft::Tensor();
     optimizer.step();
     timer.end_step();
     ++step;
-    if (step % log_every == 0 || step == steps) {
+    if (logging) {
       ft::StepMetrics m;
       m.step = step;
       m.total_steps = steps;

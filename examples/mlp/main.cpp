@@ -38,8 +38,7 @@ int run(int argc, char** argv) {
   ft::cli::Args args("ft-mlp",
                      "Trains an MLP classifier on Fashion-MNIST (the mlp-fmnist workload of BENCHMARKS.md) and\n"
                      "prints a progress line every few steps and the test accuracy after each epoch.");
-  args.flag("device", ft::cuda_available() ? "cuda" : "cpu", "cpu or cuda");
-  args.flag("kernels", "fused", "fused or unfused: fused CUDA kernels or their composite twins");
+  ft::cli::add_device_flags(args);
   args.flag("epochs", "3", "passes over the 60,000 training images");
   args.flag("batch", "256", "samples per step (the benchmark uses 4096)");
   args.flag("lr", "1e-3", "AdamW peak learning rate");
@@ -55,10 +54,8 @@ int run(int argc, char** argv) {
   args.flag("log-every", "20", "steps between progress lines");
   if (!args.parse(argc, argv)) return 0;
 
-  const ft::Device device = ft::Device::parse(args.str("device"));
-  FT_CHECK(!device.is_cuda() || ft::cuda_available(), "ft-mlp: --device cuda, but no CUDA GPU is available");
-  const ft::KernelMode mode = ft::parse_kernel_mode(args.str("kernels"));
-  ft::set_kernel_mode(mode);
+  const ft::Device device = ft::cli::apply_device_flags(args, "ft-mlp");
+  const ft::KernelMode mode = ft::kernel_mode();
   // Parameters and activations are bf16 on CUDA (fp32 master weights in AdamW), f32 on the CPU.
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const int64_t epochs = args.integer("epochs"), batch = args.integer("batch");

@@ -26,12 +26,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
            dtype_name(x.dtype()), " on ", x.device().str(), ", weight ", dtype_name(weight.dtype()), " on ",
            weight.device().str());
   FT_CHECK(chunk_rows > 0, "linear_cross_entropy: chunk_rows must be positive, got ", chunk_rows);
-  const bool fused_dtype = x.dtype() == DType::F32 || x.dtype() == DType::BF16;
-  if (!use_fused(x) || !fused_dtype || x.numel() == 0) {
-    check_cross_entropy_inputs("linear_cross_entropy", x, weight.size(0), targets, options.ignore_index);
-    return linear_cross_entropy_composite(x, weight, targets, options);
-  }
+  // Checked before the projection, so bad targets fail before any [N, V] work.
   check_cross_entropy_inputs("linear_cross_entropy", x, weight.size(0), targets, options.ignore_index);
+  const bool fused_dtype = x.dtype() == DType::F32 || x.dtype() == DType::BF16;
+  if (!use_fused(x) || !fused_dtype || x.numel() == 0) return linear_cross_entropy_composite(x, weight, targets, options);
   const int64_t n = x.size(0), c = x.size(1), vocab = weight.size(0);
   const Device device = x.device();
   Tensor count = Tensor::empty({1}, DType::F32, device);
