@@ -4,7 +4,9 @@
 
 #include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
+#include "optim/multi_tensor.h"
 
 namespace ft {
 
@@ -12,36 +14,38 @@ namespace {
 DType master_dtype(const Tensor& p) { return p.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 }  // namespace
 
-AdamW::AdamW(std::vector<Tensor> params, Options options) : Optimizer(std::move(params)), options_(std::move(options)) {
-  lr_ = options_.lr;
+AdamW::AdamW(std::vector<Tensor> params, Options options)
+    : Optimizer(std::move(params), options.lr, options.policy), options_(std::move(options)) {
   NoGradGuard no_grad;
   for (const Tensor& p : params_) {
-    State s;
+    Slot s;
     const DType md = master_dtype(p);
     s.master = p.dtype() == md ? p.detach() : cast(p.detach(), md);
     s.m = Tensor::zeros(p.shape(), md, p.device());
     s.v = Tensor::zeros(p.shape(), md, p.device());
     s.decay = options_.decays ? options_.decays(p) : p.dim() >= 2;
-    state_.push_back(std::move(s));
+    slots_.push_back(std::move(s));
   }
 }
 
 std::map<std::string, Tensor> AdamW::state() const {
   std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < state_.size(); ++i) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
     const std::string k = std::to_string(i);
-    out[k + ".m"] = state_[i].m;
-    out[k + ".v"] = state_[i].v;
-    out[k + ".master"] = state_[i].master;
+    out[k + ".m"] = slots_[i].m;
+    out[k + ".v"] = slots_[i].v;
+    out[k + ".master"] = slots_[i].master;
   }
+  out["applied"] = state_.applied;
+  out["skipped"] = state_.skipped;
   return out;
 }
 
 void AdamW::load_state(const std::map<std::string, Tensor>& state) {
-  for (size_t i = 0; i < state_.size(); ++i) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
     const std::string k = std::to_string(i);
-    for (auto [suffix, slot] : {std::pair<const char*, Tensor*>{".m", &state_[i].m}, {".v", &state_[i].v},
-                                {".master", &state_[i].master}}) {
+    for (auto [suffix, slot] : {std::pair<const char*, Tensor*>{".m", &slots_[i].m}, {".v", &slots_[i].v},
+                                {".master", &slots_[i].master}}) {
       auto it = state.find(k + suffix);
       FT_CHECK(it != state.end(), "AdamW::load_state: missing '", k, suffix, "'");
       FT_CHECK(it->second.shape() == slot->shape(), "AdamW::load_state: '", k, suffix, "' has shape ",
@@ -49,28 +53,64 @@ void AdamW::load_state(const std::map<std::string, Tensor>& state) {
       slot->copy_(it->second.to(slot->device()));
     }
     // A parameter that is its own master was just overwritten; a separate master refreshes it.
-    if (!params_[i].shares_storage(state_[i].master)) params_[i].copy_(state_[i].master);
+    if (!params_[i].shares_storage(slots_[i].master)) params_[i].copy_(slots_[i].master);
+  }
+  for (auto [name, slot] : {std::pair<const char*, const Tensor*>{"applied", &state_.applied}, {"skipped", &state_.skipped}}) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;
+    FT_CHECK(it->second.numel() == 1, "AdamW::load_state: '", name, "' must hold one value, has ", it->second.numel());
+    slot->copy_(cast(it->second.to(slot->device()).reshape({1}), slot->dtype()));
   }
 }
 
-void AdamW::step() {
-  NoGradGuard no_grad;
-  ++step_count_;
-  const double b1 = options_.beta1, b2 = options_.beta2;
-  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(step_count_));
-  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(step_count_));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    State& s = state_[i];
-    Tensor g = cast(p.grad(), s.master.dtype());
-    s.m.assign_(s.m * b1 + g * (1.0 - b1));
-    s.v.assign_(s.v * b2 + g * g * (1.0 - b2));
-    Tensor update = (s.m * (1.0 / bias1)) / (sqrt(s.v * (1.0 / bias2)) + options_.eps);
-    Tensor decayed = s.decay ? s.master * (1.0 - lr_ * options_.weight_decay) : s.master;
-    s.master.assign_(decayed - update * lr_);
-    if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
+void AdamW::update(const std::vector<size_t>& with_grad) {
+  std::vector<Tensor> touched;
+  for (size_t i : with_grad) touched.insert(touched.end(), {params_[i].grad(), params_[i], slots_[i].master});
+  if (use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype())) {
+    std::vector<multi_tensor::ParamSlots> slots;
+    for (size_t i : with_grad) {
+      const Slot& s = slots_[i];
+      const Tensor& p = params_[i];
+      slots.push_back({p.grad(), p, p.shares_storage(s.master) ? Tensor() : s.master, s.m, s.v, s.decay,
+                       static_cast<int32_t>(i)});
+    }
+    multi_tensor::adamw(slots,
+                        {options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                         options_.stochastic_rounding, options_.seed},
+                        state_);
+    return;
   }
+  for (size_t i : with_grad) update_twin(i);
+}
+
+void AdamW::update_twin(size_t i) {
+  const Tensor& p = params_[i];
+  Slot& s = slots_[i];
+  const DType md = s.master.dtype();
+  auto as_master = [&](const Tensor& scalar) { return scalar.dtype() == md ? scalar : cast(scalar, md); };
+  const Tensor lr = as_master(state_.lr), t = as_master(state_.applied);
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  Tensor g = cast(p.grad(), md);
+  if (policy_.max_grad_norm > 0) g = g * as_master(state_.clip);
+  const Tensor m = s.m * b1 + g * (1.0 - b1);
+  const Tensor v = s.v * b2 + g * g * (1.0 - b2);
+  // 1 − β^t with t on the device, as exp(t·log β) (the fused kernel uses the same formula).
+  const Tensor bias1 = 1.0 - exp(t * std::log(b1)), bias2 = 1.0 - exp(t * std::log(b2));
+  const Tensor update = (m / bias1) / (sqrt(v / bias2) + options_.eps);
+  const Tensor decayed = s.decay ? s.master * (1.0 - lr * options_.weight_decay) : s.master;
+  const Tensor master = decayed - update * lr;
+  if (policy_.skip_nonfinite) {
+    // A skipped step keeps every value as it was, bit for bit.
+    const Tensor keep = gt(as_master(state_.keep), scalar_like(lr, 0.0));
+    s.m.assign_(where(keep, m, s.m));
+    s.v.assign_(where(keep, v, s.v));
+    s.master.assign_(where(keep, master, s.master));
+  } else {
+    s.m.assign_(m);
+    s.v.assign_(v);
+    s.master.assign_(master);
+  }
+  if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
 }
 
 }  // namespace ft

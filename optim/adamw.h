@@ -1,6 +1,10 @@
-// AdamW (decoupled weight decay), the per-tensor twin: every update is a chain of primitive
-// ops per parameter, as PyTorch's for-loop AdamW runs. Parameters stored in bf16 get an f32
-// master copy, so small updates are not lost to rounding; the bf16 copy is refreshed from it.
+// AdamW (decoupled weight decay). Parameters stored in bf16 get an f32 master copy, so small
+// updates are not lost to rounding; the bf16 copy is written from it.
+//
+// Fused (CUDA, f32/bf16): one multi-tensor kernel chain reads gradient, master and both moments
+// once and writes the moments, the master and the bf16 copy, with the clip factor, the skip
+// flag, the learning rate and the bias corrections read from the device step state. The twin:
+// every update is a chain of primitive ops per parameter, as PyTorch's for-loop AdamW runs.
 #pragma once
 #include <functional>
 #include <map>
@@ -20,23 +24,32 @@ class AdamW : public Optimizer {
     double weight_decay = 0.01;
     /// Which parameters decay; default: those with 2 or more dims (not biases or norm gains).
     std::function<bool(const Tensor&)> decays = {};
+    /// Gradient clipping and non-finite skipping.
+    StepPolicy policy = {};
+    /// Fused path only: round the bf16 working copy stochastically instead of to nearest.
+    bool stochastic_rounding = false;
+    uint64_t seed = 0;
   };
   AdamW(std::vector<Tensor> params, Options options);
-  void step() override;
   const Options& options() const { return options_; }
-  /// The per-parameter state as named tensors ("<i>.m", "<i>.v", "<i>.master" for parameter i),
-  /// for checkpoints; load_state restores it (shapes must match, every name must be present).
+  /// The optimizer state as named tensors ("<i>.m", "<i>.v", "<i>.master" for parameter i, and
+  /// "applied" and "skipped" step counts), for checkpoints; load_state restores it (shapes must
+  /// match; every per-parameter name must be present; counts missing from older files are
+  /// taken from set_step_count).
   std::map<std::string, Tensor> state() const;
   void load_state(const std::map<std::string, Tensor>& state);
 
  private:
-  struct State {
+  void update(const std::vector<size_t>& with_grad) override;
+  void update_twin(size_t i);
+
+  struct Slot {
     Tensor master;  // f32 (f64 for f64 params); the parameter itself when already that dtype
     Tensor m, v;
     bool decay = true;
   };
   Options options_;
-  std::vector<State> state_;
+  std::vector<Slot> slots_;
 };
 
 }  // namespace ft

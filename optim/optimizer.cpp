@@ -1,48 +1,167 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
+#include <limits>
+
 #include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
-#include "lib/ops/elementwise.h"
+#include "optim/multi_tensor.h"
 
 namespace ft {
 
-Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
+namespace {
+
+DType state_dtype_for(const std::vector<Tensor>& params) {
+  for (const Tensor& p : params)
+    if (p.dtype() == DType::F64) return DType::F64;
+  return DType::F32;
+}
+
+std::vector<Tensor> gradients(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+bool fused_for(const std::vector<Tensor>& tensors, DType state_dtype) {
+  return !tensors.empty() && use_fused(tensors.front()) && multi_tensor::fused_supported(tensors, state_dtype);
+}
+
+// The twin of the norm: a sum of squares per tensor (f32, or f64 for f64 gradients), added up.
+Tensor grad_norm_twin(const std::vector<Tensor>& grads, DType dtype) {
+  Tensor total;
+  for (const Tensor& g : grads) {
+    Tensor wide = cast(g, dtype);
+    Tensor sq = sum_all(wide * wide);
+    total = total.defined() ? total + sq : sq;
+  }
+  return sqrt(total).reshape({1});
+}
+
+// The twin of settle_step, in primitive ops on the one-element state tensors.
+void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, const StepPolicy& policy) {
+  const Tensor one = scalar_like(state.keep, 1.0);
+  if (grads.empty()) {
+    state.keep.copy_(one);
+    state.clip.copy_(one);
+  } else {
+    const Tensor norm = grad_norm_twin(grads, state.keep.dtype());
+    state.grad_norm.copy_(norm);
+    // norm >= 0, so "finite" is norm < inf (false for NaN and inf).
+    const Tensor finite = cast(lt(norm, scalar_like(norm, std::numeric_limits<double>::infinity())), norm.dtype());
+    state.keep.copy_(policy.skip_nonfinite ? finite : one);
+    if (policy.max_grad_norm > 0) {
+      const Tensor factor = pow(norm + 1e-6, -1.0) * policy.max_grad_norm;
+      state.clip.copy_(where(lt(factor, one), factor, one));
+    } else {
+      state.clip.copy_(one);
+    }
+  }
+  state.applied.assign_(state.applied + state.keep);
+  state.skipped.assign_(state.skipped + (1.0 - state.keep));
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy)
+    : params_(std::move(params)), policy_(policy), lr_(lr) {
+  FT_CHECK(!params_.empty(), "Optimizer: no parameters");
   for (const Tensor& p : params_) {
     check_defined(p, "Optimizer", "parameter");
     FT_CHECK(p.requires_grad() && !p.grad_fn(), "Optimizer: parameters must be leaf tensors that require grad");
+    FT_CHECK(p.device() == params_.front().device(), "Optimizer: parameters on different devices (",
+             p.device().str(), " and ", params_.front().device().str(), ")");
   }
+  FT_CHECK(policy_.max_grad_norm >= 0, "Optimizer: max_grad_norm must be >= 0, got ", policy_.max_grad_norm);
+  const DType dtype = state_dtype_for(params_);
+  const Device device = params_.front().device();
+  auto scalar = [&](double v) { return Tensor::full({1}, v, dtype, device); };
+  state_ = StepState{scalar(lr), scalar(0), scalar(0), scalar(std::numeric_limits<double>::quiet_NaN()), scalar(1),
+                     scalar(1)};
 }
+
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+  state_.lr.copy_(Tensor::full({1}, lr, state_.lr.dtype(), state_.lr.device()));
+}
+
+void Optimizer::set_step_count(int64_t steps) {
+  FT_CHECK(steps >= 0 && steps <= (int64_t{1} << 24), "Optimizer::set_step_count: ", steps,
+           " is outside [0, 2^24] (the device counters are exact up to 2^24)");
+  step_count_ = steps;
+  state_.applied.copy_(Tensor::full({1}, static_cast<double>(steps), state_dtype(), state_.applied.device()));
+  state_.skipped.copy_(Tensor::full({1}, 0.0, state_dtype(), state_.skipped.device()));
+}
+
+void Optimizer::set_skipped_steps(int64_t skipped) {
+  FT_CHECK(skipped >= 0 && skipped <= step_count_, "Optimizer::set_skipped_steps: ", skipped,
+           " is outside [0, step_count() = ", step_count_, "]");
+  const Tensor applied = Tensor::full({1}, static_cast<double>(step_count_ - skipped), state_dtype(), state_.applied.device());
+  state_.applied.copy_(applied);
+  state_.skipped.copy_(Tensor::full({1}, static_cast<double>(skipped), state_dtype(), state_.skipped.device()));
+}
+
+int64_t Optimizer::applied_steps() const { return static_cast<int64_t>(state_.applied.item()); }
+int64_t Optimizer::skipped_steps() const { return static_cast<int64_t>(state_.skipped.item()); }
 
 void Optimizer::zero_grad() {
   for (const Tensor& p : params_) p.zero_grad();
 }
 
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  ++step_count_;
+  std::vector<size_t> with_grad;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined()) with_grad.push_back(i);
+  if (with_grad.empty()) return;
+  // The norm is only taken when something reads it; the update then needs no separate pass.
+  const bool need_norm = policy_.max_grad_norm > 0 || policy_.skip_nonfinite;
+  const std::vector<Tensor> grads = need_norm ? gradients(params_) : std::vector<Tensor>{};
+  if (fused_for(grads.empty() ? std::vector<Tensor>{params_[with_grad.front()]} : grads, state_dtype()))
+    multi_tensor::settle_step(grads, state_, policy_);
+  else
+    settle_step_twin(grads, state_, policy_);
+  norm_computed_ = need_norm;
+  update(with_grad);
+}
+
 Tensor grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
-  Tensor total;
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    Tensor g = cast(p.grad(), p.grad().dtype() == DType::F64 ? DType::F64 : DType::F32);
-    Tensor sq = sum_all(g * g);
-    total = total.defined() ? total + sq : sq;
+  const std::vector<Tensor> grads = gradients(params);
+  FT_CHECK(!grads.empty(), "grad_norm: no parameter has a gradient");
+  if (fused_for(grads, DType::F32)) {
+    const Tensor norm = Tensor::empty({1}, DType::F32, grads.front().device());
+    multi_tensor::settle_step(grads, StepState{.grad_norm = norm}, StepPolicy{.skip_nonfinite = false});
+    return norm.reshape({});
   }
-  FT_CHECK(total.defined(), "grad_norm: no parameter has a gradient");
-  return sqrt(total);
+  const DType dtype = grads.front().dtype() == DType::F64 ? DType::F64 : DType::F32;
+  return grad_norm_twin(grads, dtype).reshape({});
 }
 
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  const Tensor norm = grad_norm(params);
-  Tensor factor = pow(norm + 1e-6, -1.0) * max_norm;
-  factor = where(lt(factor, scalar_like(factor, 1.0)), factor, scalar_like(factor, 1.0)).reshape({1});
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    const Tensor g = p.grad();
-    g.assign_(g * cast(factor, g.dtype()));
+  FT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  const std::vector<Tensor> grads = gradients(params);
+  FT_CHECK(!grads.empty(), "clip_grad_norm: no parameter has a gradient");
+  const StepPolicy policy{.max_grad_norm = max_norm, .skip_nonfinite = false};
+  if (fused_for(grads, DType::F32)) {
+    const Device device = grads.front().device();
+    const StepState s{.grad_norm = Tensor::empty({1}, DType::F32, device), .clip = Tensor::empty({1}, DType::F32, device)};
+    multi_tensor::settle_step(grads, s, policy);
+    multi_tensor::scale(grads, s.clip);
+    return s.grad_norm.reshape({});
   }
-  return norm;
+  const Tensor norm = grad_norm_twin(grads, grads.front().dtype() == DType::F64 ? DType::F64 : DType::F32);
+  const Tensor one = scalar_like(norm, 1.0);
+  const Tensor factor = pow(norm + 1e-6, -1.0) * max_norm;
+  const Tensor clip = where(lt(factor, one), factor, one);
+  for (const Tensor& g : grads) g.assign_(g * cast(clip, g.dtype()));
+  return norm.reshape({});
 }
 
 }  // namespace ft

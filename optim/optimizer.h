@@ -1,4 +1,13 @@
 // Optimizer interface: owns per-parameter state and updates parameters from their .grad().
+//
+// Every step begins the same way, on the device and without a host read: the global gradient
+// norm (when clipping or non-finite skipping needs it), the clip factor, and whether this step
+// is applied or skipped. Those values, the learning rate and the step counts live in a
+// StepState of one-element device tensors that the update kernels read, so a step can be
+// captured in a CUDA graph and replayed while the schedule changes the learning rate.
+//
+// KernelMode is read once per op: the norm and the update each run as one multi-tensor fused
+// kernel chain (optim/multi_tensor.h) or as their per-tensor primitive twins.
 #pragma once
 #include <vector>
 
@@ -6,32 +15,76 @@
 
 namespace ft {
 
+/// What a step does before its update.
+struct StepPolicy {
+  /// > 0: scale the gradients by min(1, max_grad_norm / (norm + 1e-6)), inside the update.
+  double max_grad_norm = 0.0;
+  /// A NaN or infinite gradient norm skips the whole step on the device (parameters and
+  /// optimizer state untouched) and counts it in skipped_steps().
+  bool skip_nonfinite = true;
+};
+
+/// Per-step scalars in device memory, each a one-element tensor in the state dtype (f32, or
+/// f64 when a parameter is f64) on the parameters' device. Counts are exact up to 2^24 in f32.
+struct StepState {
+  Tensor lr = {};         // written by set_lr, read by the update
+  Tensor applied = {};    // steps applied so far; Adam's bias correction counts these
+  Tensor skipped = {};    // steps skipped for a non-finite gradient norm
+  Tensor grad_norm = {};  // the last computed global gradient norm, before clipping
+  Tensor keep = {};       // this step: 1 to apply it, 0 to skip it
+  Tensor clip = {};       // this step: the factor the update scales gradients by
+};
+
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> params);
+  Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy);
   virtual ~Optimizer() = default;
-  /// Applies one update from the parameters' current gradients (parameters without one are skipped).
-  virtual void step() = 0;
+  /// Applies one update from the parameters' current gradients (parameters without one are
+  /// skipped). Reads nothing back from the device.
+  void step();
   /// Drops every parameter's gradient.
   void zero_grad();
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  /// Sets the learning rate of the next step (a device write, enqueued; call it outside a
+  /// captured region so that each replay reads the value current at its launch).
+  void set_lr(double lr);
+  /// Steps taken (applied or skipped); learning-rate schedules follow it.
   int64_t step_count() const { return step_count_; }
-  /// For resuming: the number of steps already taken (bias corrections and schedules use it).
-  void set_step_count(int64_t steps) { step_count_ = steps; }
+  /// For resuming: the steps already taken, all of them applied unless set_skipped_steps says.
+  void set_step_count(int64_t steps);
+  /// Reads the device counters (synchronizes).
+  int64_t applied_steps() const;
+  int64_t skipped_steps() const;
+  void set_skipped_steps(int64_t skipped);
+  /// The global gradient norm of the last step, before clipping, as a device tensor [1];
+  /// undefined when the policy needed no norm.
+  Tensor last_grad_norm() const { return norm_computed_ ? state_.grad_norm : Tensor(); }
+  const StepPolicy& policy() const { return policy_; }
+  const StepState& step_state() const { return state_; }
   const std::vector<Tensor>& params() const { return params_; }
 
  protected:
+  /// The update of the parameters that have a gradient, reading state_ (lr, applied, keep, clip).
+  virtual void update(const std::vector<size_t>& with_grad) = 0;
+  /// The dtype of the optimizer's state: f64 when any parameter is f64, else f32.
+  DType state_dtype() const { return state_.lr.dtype(); }
+
   std::vector<Tensor> params_;
-  double lr_ = 1e-3;
+  StepPolicy policy_;
+  StepState state_;
+
+ private:
+  double lr_;
   int64_t step_count_ = 0;
+  bool norm_computed_ = false;
 };
 
 /// Global L2 norm of all parameters' gradients (f32 accumulation), as a [] tensor; no sync.
 Tensor grad_norm(const std::vector<Tensor>& params);
 
-/// Scales every gradient by min(1, max_norm / norm) where norm is their global L2 norm, without
-/// reading the device (the factor stays a device tensor); returns the norm before clipping.
+/// Scales every gradient by min(1, max_norm / (norm + 1e-6)) where norm is their global L2
+/// norm, without reading the device (the factor stays a device tensor); returns the norm before
+/// clipping. (Optimizers clip inside their update instead: StepPolicy::max_grad_norm.)
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ft

@@ -1,29 +1,62 @@
 #include "optim/sgd.h"
 
 #include "lib/autograd.h"
+#include "lib/error.h"
+#include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
+#include "optim/multi_tensor.h"
 
 namespace ft {
 
-SGD::SGD(std::vector<Tensor> params, Options options) : Optimizer(std::move(params)), options_(options) {
-  lr_ = options_.lr;
-  momentum_.resize(params_.size());
+SGD::SGD(std::vector<Tensor> params, Options options)
+    : Optimizer(std::move(params), options.lr, options.policy), options_(options) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params_) {
+    Slot s;
+    s.master = p.dtype() == DType::BF16 ? cast(p.detach(), DType::F32) : p.detach();
+    if (options_.momentum != 0.0) s.momentum = Tensor::zeros(p.shape(), s.master.dtype(), p.device());
+    slots_.push_back(std::move(s));
+  }
 }
 
-void SGD::step() {
-  NoGradGuard no_grad;
-  ++step_count_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    Tensor g = cast(p.grad(), p.dtype());
-    if (options_.weight_decay != 0.0) g = g + p.detach() * options_.weight_decay;
-    if (options_.momentum != 0.0) {
-      momentum_[i] = momentum_[i].defined() ? momentum_[i] * options_.momentum + g : g;
-      g = momentum_[i];
+void SGD::update(const std::vector<size_t>& with_grad) {
+  std::vector<Tensor> touched;
+  for (size_t i : with_grad) touched.insert(touched.end(), {params_[i].grad(), params_[i], slots_[i].master});
+  if (use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype())) {
+    std::vector<multi_tensor::ParamSlots> slots;
+    for (size_t i : with_grad) {
+      const Slot& s = slots_[i];
+      const Tensor& p = params_[i];
+      slots.push_back({p.grad(), p, p.shares_storage(s.master) ? Tensor() : s.master, s.momentum, Tensor(), true,
+                       static_cast<int32_t>(i)});
     }
-    p.assign_(p.detach() - g * lr_);
+    multi_tensor::sgd(slots, {options_.momentum, options_.weight_decay}, state_);
+    return;
   }
+  for (size_t i : with_grad) update_twin(i);
+}
+
+void SGD::update_twin(size_t i) {
+  const Tensor& p = params_[i];
+  Slot& s = slots_[i];
+  const DType md = s.master.dtype();
+  auto as_master = [&](const Tensor& scalar) { return scalar.dtype() == md ? scalar : cast(scalar, md); };
+  const Tensor lr = as_master(state_.lr);
+  Tensor d = cast(p.grad(), md);
+  if (policy_.max_grad_norm > 0) d = d * as_master(state_.clip);
+  if (options_.weight_decay != 0.0) d = d + s.master * options_.weight_decay;
+  const Tensor momentum = options_.momentum != 0.0 ? s.momentum * options_.momentum + d : Tensor();
+  if (momentum.defined()) d = momentum;
+  const Tensor master = s.master - d * lr;
+  if (policy_.skip_nonfinite) {
+    const Tensor keep = gt(as_master(state_.keep), scalar_like(lr, 0.0));
+    if (momentum.defined()) s.momentum.assign_(where(keep, momentum, s.momentum));
+    s.master.assign_(where(keep, master, s.master));
+  } else {
+    if (momentum.defined()) s.momentum.assign_(momentum);
+    s.master.assign_(master);
+  }
+  if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
 }
 
 }  // namespace ft

@@ -1,5 +1,8 @@
-// SGD with momentum and optional weight decay, per-tensor primitive updates (the twin):
-// buf = momentum·buf + (g + wd·p);  p -= lr·buf.
+// SGD with momentum and optional weight decay: buf = momentum·buf + (g + wd·p); p −= lr·buf
+// (buf = g + wd·p on the first step, as PyTorch's). bf16 parameters get an f32 master copy.
+//
+// Fused (CUDA, f32/bf16): one multi-tensor kernel chain; the twin: per-tensor primitive ops.
+// Both read the learning rate, the clip factor and the skip flag from the device step state.
 #pragma once
 #include "optim/optimizer.h"
 
@@ -11,13 +14,21 @@ class SGD : public Optimizer {
     double lr = 0.01;
     double momentum = 0.0;
     double weight_decay = 0.0;
+    StepPolicy policy = {};
   };
   SGD(std::vector<Tensor> params, Options options);
-  void step() override;
+  const Options& options() const { return options_; }
 
  private:
+  void update(const std::vector<size_t>& with_grad) override;
+  void update_twin(size_t i);
+
+  struct Slot {
+    Tensor master;    // the parameter itself when f32/f64, an f32 copy of a bf16 one
+    Tensor momentum;  // zeros until the first step (then buf = g + wd·p, as with no history)
+  };
   Options options_;
-  std::vector<Tensor> momentum_;
+  std::vector<Slot> slots_;
 };
 
 }  // namespace ft

@@ -34,6 +34,8 @@ done
 
 build-device/examples/ft-bench ops >"$out/bench-ops.log" 2>&1 || tail -20 "$out/bench-ops.log"
 python3 bench/peers/ops_torch.py >"$out/bench-ops-torch.log" 2>&1 || tail -20 "$out/bench-ops-torch.log"
+build-device/examples/ft-bench adamw >"$out/bench-adamw.log" 2>&1 || tail -20 "$out/bench-adamw.log"
+python3 bench/peers/adamw_torch.py >"$out/bench-adamw-torch.log" 2>&1 || tail -20 "$out/bench-adamw-torch.log"
 
 echo
 echo "== fusedtrain device check ($(date -u +%F), $(head -1 "$out/gpu.txt" | cut -d, -f1)) =="
@@ -53,4 +55,10 @@ grep '^RESULT op=' "$out/bench-ops-torch.log" | while read -r line; do
   [ -n "$ours" ] && awk -v n="$name" -v t="$torch_ms" -v f="$ours" 'BEGIN { printf "%-24s %12.3f %12.3f %13.2fx\n", n, t, f, t / f }'
 done
 echo "(fused ms here is eager, launch gaps included, to match PyTorch eager)"
+echo
+sed -n '/^variant/,/^fused vs twin/p' "$out/bench-adamw.log"
+ours=$(sed -n 's/^RESULT op=adamw-gpt2 graph_ms=\([0-9.]*\).*/\1/p' "$out/bench-adamw.log")
+torch_ms=$(sed -n 's/.*torch_fused_ms=\([0-9.]*\).*/\1/p' "$out/bench-adamw-torch.log")
+[ -n "$ours" ] && [ -n "$torch_ms" ] &&
+  awk -v t="$torch_ms" -v f="$ours" 'BEGIN { printf "adamw-gpt2: torch fused %.3f ms, ours %.3f ms, torch / ours %.2fx\n", t, f, t / f }'
 exit $test_rc

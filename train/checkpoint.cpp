@@ -85,10 +85,11 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   const SafetensorsFile weights = load_safetensors((dir / "model.safetensors").string());
   model.load_state_dict(weights.tensors);
   const SafetensorsFile state = load_safetensors((dir / "optimizer.safetensors").string());
-  optimizer.load_state(state.tensors);
   auto it = state.metadata.find("step");
   FT_CHECK(it != state.metadata.end(), "load_checkpoint: '", dir.string(), "' has no step in its metadata");
+  // The step count first: it resets the device counters, which the saved state then restores.
   optimizer.set_step_count(std::stoll(it->second));
+  optimizer.load_state(state.tensors);
   return state.metadata;
 }
 

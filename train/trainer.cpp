@@ -53,7 +53,12 @@ EpochStats Trainer::train_epoch(BatchSampler& sampler, const Tensor& inputs, con
     m.loss = loss.item();
     FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", global_step_);
     m.lr = optimizer_.lr();
-    if (options_.log_grad_norm) m.grad_norm = grad_norm(optimizer_.params()).item();
+    if (options_.log_grad_norm) {
+      // The optimizer's own norm when its policy took one (no extra pass), else computed here.
+      const Tensor norm = optimizer_.last_grad_norm();
+      m.grad_norm = (norm.defined() ? norm : grad_norm(optimizer_.params())).item();
+    }
+    m.skipped_steps = optimizer_.skipped_steps();
     std::vector<double> window = timer.collect();
     const int64_t first_in_window = global_step_ - static_cast<int64_t>(window.size());
     for (size_t i = 0; i < window.size(); ++i)

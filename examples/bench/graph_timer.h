@@ -7,6 +7,10 @@
 
 namespace ft::bench {
 
+/// The memory ceiling every "% of peak" is taken against: the measured device-to-device copy
+/// bandwidth of the H100 (../shared/BENCHMARKS.md).
+constexpr double kCeilingBytesPerS = 3.0e12;
+
 struct Timing {
   double eager_ms = 0;  // median over iterations
   double graph_ms = 0;  // median over replays; 0 when capture failed

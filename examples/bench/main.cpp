@@ -1,23 +1,18 @@
 // ft-bench: measurements on the GPU, printed as tables. Subcommands:
 //   ft-bench ops    the memory-bound fused ops (fwd+bwd) in both kernel modes
+//   ft-bench adamw  one optimizer step over gpt2-124M's fp32 parameters, fused vs twin
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
+#include "examples/bench/adamw.h"
 #include "examples/bench/ops.h"
 #include "examples/common/cli.h"
 #include "lib/runtime.h"
 
 namespace {
 
-int run(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    std::printf("usage: ft-bench SUBCOMMAND [flags]\n\nsubcommands:\n"
-                "  ops    memory-bound fused ops, forward+backward, fused vs unfused (ft-bench ops --help)\n");
-    return argc < 2 ? 1 : 0;
-  }
-  const std::string sub = argv[1];
-  FT_CHECK(sub == "ops", "ft-bench: unknown subcommand '", sub, "' (see --help)");
+int run_ops(int argc, char** argv) {
   ft::cli::Args args("ft-bench ops", "Times each memory-bound fused op (forward + backward) on GPT-2 shapes in both\n"
                                      "kernel modes, and prints bandwidth against the 3.0 TB/s ceiling.");
   args.flag("rows", "16384", "rows N (B·T)");
@@ -34,6 +29,30 @@ int run(int argc, char** argv) {
   o.iterations = static_cast<int>(args.integer("iterations"));
   o.warmup = static_cast<int>(args.integer("warmup"));
   return ft::bench::run_ops_bench(o);
+}
+
+int run_adamw(int argc, char** argv) {
+  ft::cli::Args args("ft-bench adamw", "Times one AdamW step over the 148 fp32 parameter tensors of gpt2-124M (124.5M\n"
+                                       "parameters): fused multi-tensor, fused with norm + clipping, and the per-tensor twin.");
+  args.flag("iterations", "50", "timed iterations (median reported)");
+  args.flag("warmup", "5", "untimed iterations first");
+  if (!args.parse(argc - 1, argv + 1)) return 0;
+  FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
+  return ft::bench::run_adamw_bench({.warmup = static_cast<int>(args.integer("warmup")),
+                                     .iterations = static_cast<int>(args.integer("iterations"))});
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::printf("usage: ft-bench SUBCOMMAND [flags]\n\nsubcommands:\n"
+                "  ops    memory-bound fused ops, forward+backward, fused vs unfused (ft-bench ops --help)\n"
+                "  adamw  one AdamW step over gpt2-124M's fp32 parameters (ft-bench adamw --help)\n");
+    return argc < 2 ? 1 : 0;
+  }
+  const std::string sub = argv[1];
+  if (sub == "adamw") return run_adamw(argc, argv);
+  FT_CHECK(sub == "ops", "ft-bench: unknown subcommand '", sub, "' (see --help)");
+  return run_ops(argc, argv);
 }
 
 }  // namespace

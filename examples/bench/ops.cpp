@@ -22,7 +22,6 @@ namespace ft::bench {
 
 namespace {
 
-constexpr double kCeilingBytesPerS = 3.0e12;  // measured device-to-device copy, BENCHMARKS.md
 
 struct OpCase {
   std::string name;

@@ -124,8 +124,11 @@ int run(int argc, char** argv) {
 
   ft::GPT model(config, seed);
   model.to(device, dtype);
-  ft::AdamW optimizer(model.parameters(), ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95,
-                                                             .eps = 1e-8, .weight_decay = args.number("weight-decay")});
+  // Clipping and the non-finite check run inside the optimizer step, on the device.
+  ft::AdamW optimizer(model.parameters(),
+                      ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                         .weight_decay = args.number("weight-decay"),
+                                         .policy = {.max_grad_norm = std::max(0.0, args.number("clip"))}});
   int64_t step = 0;
   if (!args.str("resume").empty()) {
     const auto state = ft::load_checkpoint(args.str("resume"), model, optimizer);
@@ -174,12 +177,7 @@ int run(int argc, char** argv) {
       loss.backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
-    const double clip = args.number("clip");
     const bool logging = (step + 1) % log_every == 0 || step + 1 == steps;
-    // Without clipping the norm is only read on logging steps; don't compute it on the others.
-    ft::Tensor norm = clip > 0 ? ft::clip_grad_norm(optimizer.params(), clip)
-                      : logging ? ft::grad_norm(optimizer.params())
-                                : ft::Tensor();
     optimizer.step();
     timer.end_step();
     ++step;
@@ -190,7 +188,8 @@ int run(int argc, char** argv) {
       m.loss = total.item();
       FT_CHECK(std::isfinite(m.loss), "ft-gpt2: training diverged: the loss is ", m.loss, " at step ", step);
       m.lr = optimizer.lr();
-      m.grad_norm = norm.item();
+      m.grad_norm = optimizer.last_grad_norm().item();
+      m.skipped_steps = optimizer.skipped_steps();
       m.ms = ft::median(timer.collect());
       m.items_per_s = m.ms > 0 ? static_cast<double>(tokens_per_step) * 1000.0 / m.ms : 0.0;
       if (device.is_cuda()) m.mfu = flops_per_token * m.items_per_s / 989e12;  // H100/H200 dense bf16 peak

@@ -3,9 +3,10 @@
 //
 // - map_kernel: a grid-stride loop over VEC-wide groups of a [rows, cols] tensor.
 // - map_reduce_columns_kernel: the same map over a (column tile × row block) grid, which also
-//   sums the op's per-element results down the columns: each block keeps its column partials in
-//   registers, writes them to scratch, and the last block to finish a column tile adds the
-//   partials in row-block order. Deterministic, and no atomics on the values: one arrival
+//   sums the op's per-element results down the columns: each thread keeps its column partials
+//   in registers, the row lanes of a block add theirs in lane order through shared memory, the
+//   block writes them to scratch, and the last block to finish a column tile adds the partials
+//   in row-block order. Deterministic, and no atomics on the values: one arrival
 //   counter per column tile, reset by that last block.
 //
 // Op contract: __device__ void operator()(int64_t row, int64_t col, float (&sums)[VEC]) handles
@@ -44,13 +45,15 @@ __global__ void map_kernel(Op op, int64_t rows, int64_t cols) {
 template <int VEC, class T, class Op>
 __global__ void map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
                                           T* column_sums) {
+  // threadIdx.x picks the column group, threadIdx.y the row lane: the lanes of a block walk its
+  // rows interleaved, so blockDim.y loads per column group are in flight instead of one.
   const int64_t tile_cols = static_cast<int64_t>(blockDim.x) * VEC;
   const int64_t c0 = blockIdx.x * tile_cols, col = c0 + static_cast<int64_t>(threadIdx.x) * VEC;
   const int64_t rows_per_block = (rows + gridDim.y - 1) / gridDim.y;
   const int64_t r0 = blockIdx.y * rows_per_block, r1 = min(rows, r0 + rows_per_block);
   float acc[VEC] = {};
   if (col < cols) {
-    for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
       float sums[VEC];
       op(r, col, sums);
 #pragma unroll
@@ -58,7 +61,18 @@ __global__ void map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, flo
     }
   }
   if (column_sums == nullptr) return;
-  if (col < cols) {
+  // The row lanes' sums, added in lane order: lanes 1.. park theirs in shared memory.
+  extern __shared__ float lane_sums[];  // [blockDim.y - 1][tile_cols]
+  const int64_t local = static_cast<int64_t>(threadIdx.x) * VEC;
+  if (threadIdx.y > 0 && col < cols) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) lane_sums[(threadIdx.y - 1) * tile_cols + local + k] = acc[k];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    for (unsigned lane = 1; lane < blockDim.y; ++lane)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) acc[k] += lane_sums[(lane - 1) * tile_cols + local + k];
 #pragma unroll
     for (int k = 0; k < VEC; ++k) partials[blockIdx.y * cols + col + k] = acc[k];
   }
@@ -66,31 +80,37 @@ __global__ void map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, flo
   __threadfence();
   __shared__ bool last;
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
+  const unsigned thread = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
+  if (thread == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == gridDim.y - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
   const int64_t c1 = min(cols, c0 + tile_cols);
-  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) column_sums[c] = from_acc<T>(sum_rows(partials, gridDim.y, cols, c));
-  if (threadIdx.x == 0) counters[blockIdx.x] = 0;
+  for (int64_t c = c0 + thread; c < c1; c += threads) column_sums[c] = from_acc<T>(sum_rows(partials, gridDim.y, cols, c));
+  if (thread == 0) counters[blockIdx.x] = 0;
 }
 
 /// Launches op over [rows, cols]. With column_sums defined, also writes their column sums.
 template <int VEC, class T, class Op>
 void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* column_sums) {
-  constexpr int kThreadsPerTile = 128;
-  const int64_t tile_cols = kThreadsPerTile * VEC;
+  // Up to 128 column groups per tile and enough row lanes for about 512 threads a block.
+  const int64_t groups = (cols + VEC - 1) / VEC;
+  const int tile_threads = static_cast<int>(std::min<int64_t>(128, (groups + 31) / 32 * 32));
+  const int row_lanes = std::max(1, std::min(8, 512 / tile_threads));
+  const int64_t tile_cols = static_cast<int64_t>(tile_threads) * VEC;
   const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
-  // 4 row blocks per SM. The last block of a column tile adds every row block's partials, so
-  // more row blocks lengthen that serial tail: on the H100, 8 per SM measured slower
-  // (bias+GELU fwd+bwd 0.265 ms at 4 per SM, 0.373 at 8).
-  const int64_t target_blocks = 4LL * multiprocessor_count();
+  // 2 row blocks of ~512 threads per SM. The last block of a column tile adds every row block's
+  // partials, so more row blocks lengthen that serial tail (on the H100, 8 blocks of 128 threads
+  // per SM measured slower than 4: bias+GELU fwd+bwd 0.373 against 0.265 ms).
+  const int64_t target_blocks = 2LL * multiprocessor_count();
   const int64_t row_blocks = std::max<int64_t>(1, std::min<int64_t>(rows, std::min<int64_t>(65535, target_blocks / col_tiles)));
   ColumnScratch scratch{nullptr, nullptr};
   if (column_sums) scratch = column_scratch(row_blocks, cols, col_tiles);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_blocks));
-  map_reduce_columns_kernel<VEC, T><<<grid, kThreadsPerTile, 0, stream()>>>(op, rows, cols, scratch.partials,
-                                                                            scratch.counters, column_sums);
+  dim3 block(static_cast<unsigned>(tile_threads), static_cast<unsigned>(row_lanes));
+  const size_t smem = column_sums ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
+  map_reduce_columns_kernel<VEC, T><<<grid, block, smem, stream()>>>(op, rows, cols, scratch.partials,
+                                                                     scratch.counters, column_sums);
   FT_CUDA_CHECK_LAUNCH("map_reduce_columns_kernel");
 }
 

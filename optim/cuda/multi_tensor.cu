@@ -1,0 +1,309 @@
+// The fused optimizer kernels on the multi-tensor apply: the global L2 norm that settles each
+// step (clip factor, non-finite skip, step counts), scale, zero, AdamW and SGD. Every update
+// reads its per-step scalars from the device StepState, so a captured graph replays with the
+// values current at launch, and returns at once when the step is skipped.
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/runtime.h"
+#include "optim/cuda/multi_tensor_apply.cuh"
+#include "optim/multi_tensor.h"
+
+namespace ft::multi_tensor {
+
+using cuda::ChunkedTensor;
+using cuda::ChunkTable;
+using cuda::for_each_group4;
+using cuda::load_group;
+using cuda::store_group;
+
+namespace {
+
+float* ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+template <int DEPTH>
+ChunkedTensor<DEPTH> entry(std::array<void*, DEPTH> addresses, const Tensor& t, int64_t id, bool flag = false) {
+  return ChunkedTensor<DEPTH>{addresses, t.numel(), id, static_cast<uint8_t>(flag)};
+}
+
+// ---- L2 norm and step settling ----
+
+template <class T>
+struct SquaresOp {
+  float* partials;
+  __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count, int64_t block) const {
+    __shared__ float scratch[33];
+    const T* x = static_cast<const T*>(table.addresses[0][tensor]);
+    float sum = 0.0f;
+    for_each_group4(begin, count, [&](int64_t i, int n) {
+      float v[4];
+      load_group(x, i, n, v);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sum += v[k] * v[k];
+    });
+    sum = cuda::block_sum(sum, scratch);
+    if (threadIdx.x == 0) partials[block] = sum;
+  }
+};
+
+struct SettleTargets {
+  float *grad_norm, *keep, *clip, *applied, *skipped;
+  float max_grad_norm;
+  bool skip_nonfinite;
+};
+
+// One block: adds the chunk partials in a fixed order, then settles the step.
+__global__ void settle_kernel(const float* partials, int64_t count, SettleTargets out) {
+  __shared__ float scratch[33];
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  sum = cuda::block_sum(sum, scratch);
+  if (threadIdx.x != 0) return;
+  float keep = 1.0f, clip = 1.0f;
+  if (count > 0) {
+    const float norm = sqrtf(sum);
+    if (out.grad_norm) *out.grad_norm = norm;
+    if (out.skip_nonfinite && !isfinite(norm)) keep = 0.0f;
+    if (out.max_grad_norm > 0.0f) clip = fminf(1.0f, out.max_grad_norm / (norm + 1e-6f));
+  }
+  if (out.keep) *out.keep = keep;
+  if (out.clip) *out.clip = clip;
+  if (out.applied) *out.applied += keep;
+  if (out.skipped) *out.skipped += 1.0f - keep;
+}
+
+// ---- scale and zero ----
+
+template <class T>
+struct ScaleOp {
+  const float* factor;  // nullptr: zero
+  __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
+    T* x = static_cast<T*>(table.addresses[0][tensor]);
+    const float f = factor ? *factor : 0.0f;
+    for_each_group4(begin, count, [&](int64_t i, int n) {
+      float v[4];
+      if (factor) load_group(x, i, n, v);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) v[k] = factor ? v[k] * f : 0.0f;
+      store_group(x, i, n, v);
+    });
+  }
+};
+
+// ---- the updates ----
+
+struct StepScalars {
+  const float *lr, *applied, *keep, *clip;
+};
+
+StepScalars scalars(const StepState& s) { return {ptr(s.lr), ptr(s.applied), ptr(s.keep), ptr(s.clip)}; }
+
+/// Stochastic rounding of f32 to bf16: adds 16 random bits below the bf16 mantissa and
+/// truncates, so the expected value is the f32 value (finite inputs away from the max).
+__device__ __forceinline__ __nv_bfloat16 round_stochastic(float v, uint32_t random) {
+  const uint32_t bits = __float_as_uint(v);
+  if (!isfinite(v)) return __float2bfloat16_rn(v);
+  return __ushort_as_bfloat16(static_cast<unsigned short>((bits + (random & 0xFFFFu)) >> 16));
+}
+
+/// Writes the working copy of 4 updated master values: bf16 (to nearest or stochastically) or,
+/// when the parameter is its own master, nothing more.
+template <class P>
+struct WorkingCopy {
+  bool stochastic;
+  uint64_t seed;
+  __device__ void store(P* param, int64_t i, int n, const float (&master)[4], int32_t id, float step) const {
+    if constexpr (std::is_same_v<P, __nv_bfloat16>) {
+      if (!stochastic) {
+        store_group(param, i, n, master);
+        return;
+      }
+      // Keyed on (seed, step) with the counter (tensor id, element group): fresh bits per step.
+      const uint64_t key = seed ^ (static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull);
+      const philox::Uint4 r = philox::block_bits(key, (static_cast<uint64_t>(id) << 40) | static_cast<uint64_t>(i >> 2));
+      const uint32_t words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (k < n) param[i + k] = round_stochastic(master[k], words[k]);
+    }
+  }
+};
+
+// Lists: 0 grad (P), 1 param (P), 2 m, 3 v [, 4 master (f32) when P is bf16].
+template <class P, int DEPTH>
+struct AdamWOp {
+  float beta1, beta2, eps, weight_decay;
+  StepScalars step;
+  WorkingCopy<P> copy;
+  __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
+    if (*step.keep == 0.0f) return;
+    const P* g = static_cast<const P*>(table.addresses[0][tensor]);
+    P* param = static_cast<P*>(table.addresses[1][tensor]);
+    float* m = static_cast<float*>(table.addresses[2][tensor]);
+    float* v = static_cast<float*>(table.addresses[3][tensor]);
+    float* master = DEPTH == 5 ? static_cast<float*>(table.addresses[DEPTH - 1][tensor]) : reinterpret_cast<float*>(param);
+    const float lr = *step.lr, clip = *step.clip, t = *step.applied;
+    // The same formulas as the twin: 1 − β^t as 1 − exp(t·log β).
+    const float bias1 = 1.0f - expf(t * logf(beta1)), bias2 = 1.0f - expf(t * logf(beta2));
+    const float decay = table.flags[tensor] ? 1.0f - lr * weight_decay : 1.0f;
+    for_each_group4(begin, count, [&](int64_t i, int n) {
+      float gv[4], mv[4], vv[4], w[4];
+      load_group(g, i, n, gv);
+      load_group(m, i, n, mv);
+      load_group(v, i, n, vv);
+      load_group(master, i, n, w);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float grad = gv[k] * clip;
+        mv[k] = mv[k] * beta1 + grad * (1.0f - beta1);
+        vv[k] = vv[k] * beta2 + grad * grad * (1.0f - beta2);
+        const float update = (mv[k] / bias1) / (sqrtf(vv[k] / bias2) + eps);
+        w[k] = w[k] * decay - update * lr;
+      }
+      store_group(m, i, n, mv);
+      store_group(v, i, n, vv);
+      store_group(master, i, n, w);
+      if constexpr (DEPTH == 5) copy.store(param, i, n, w, table.ids[tensor], t);
+    });
+  }
+};
+
+// Lists: 0 grad (P), 1 param (P), 2 momentum [, 3 master (f32) when P is bf16].
+template <class P, int DEPTH>
+struct SGDOp {
+  float momentum, weight_decay;
+  StepScalars step;
+  __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
+    if (*step.keep == 0.0f) return;
+    const P* g = static_cast<const P*>(table.addresses[0][tensor]);
+    P* param = static_cast<P*>(table.addresses[1][tensor]);
+    float* buf = static_cast<float*>(table.addresses[2][tensor]);
+    float* master = DEPTH == 4 ? static_cast<float*>(table.addresses[DEPTH - 1][tensor]) : reinterpret_cast<float*>(param);
+    const float lr = *step.lr, clip = *step.clip;
+    for_each_group4(begin, count, [&](int64_t i, int n) {
+      float gv[4], bv[4], w[4];
+      load_group(g, i, n, gv);
+      load_group(master, i, n, w);
+      if (buf) load_group(buf, i, n, bv);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float d = gv[k] * clip + w[k] * weight_decay;
+        if (buf) d = bv[k] = bv[k] * momentum + d;
+        w[k] -= d * lr;
+      }
+      if (buf) store_group(buf, i, n, bv);
+      store_group(master, i, n, w);
+      if constexpr (DEPTH == 4) store_group(param, i, n, w);
+    });
+  }
+};
+
+bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+}  // namespace
+
+bool fused_supported(const std::vector<Tensor>& tensors, DType state_dtype) {
+  if (state_dtype != DType::F32) return false;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (!t.is_cuda() || !aligned(t)) return false;  // tensors are contiguous by construction
+    if (t.dtype() != DType::F32 && t.dtype() != DType::BF16) return false;
+  }
+  return true;
+}
+
+void settle_step(const std::vector<Tensor>& tensors, const StepState& state, const StepPolicy& policy) {
+  std::vector<ChunkedTensor<1>> f32, bf16;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    (t.dtype() == DType::BF16 ? bf16 : f32).push_back(entry<1>({t.data_ptr()}, t, static_cast<int64_t>(i)));
+  }
+  const int64_t chunks = cuda::chunk_count(f32) + cuda::chunk_count(bf16);
+  // One partial per chunk, in chunk order: f32 tensors first, then bf16 ones.
+  Tensor partials;
+  if (chunks > 0) {
+    const Device device = tensors.front().device();
+    partials = Tensor::empty({chunks}, DType::F32, device);
+    cuda::multi_tensor_apply<1>(f32, SquaresOp<float>{partials.data<float>()});
+    cuda::multi_tensor_apply<1>(bf16, SquaresOp<__nv_bfloat16>{partials.data<float>() + cuda::chunk_count(f32)});
+  }
+  const SettleTargets out{ptr(state.grad_norm), ptr(state.keep), ptr(state.clip), ptr(state.applied),
+                          ptr(state.skipped), static_cast<float>(policy.max_grad_norm), policy.skip_nonfinite};
+  settle_kernel<<<1, 1024, 0, cuda::stream()>>>(chunks > 0 ? partials.data<float>() : nullptr, chunks, out);
+  FT_CUDA_CHECK_LAUNCH("settle_kernel");
+}
+
+namespace {
+void scale_or_zero(const std::vector<Tensor>& tensors, const float* factor) {
+  std::vector<ChunkedTensor<1>> f32, bf16;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    (t.dtype() == DType::BF16 ? bf16 : f32).push_back(entry<1>({t.data_ptr()}, t, static_cast<int64_t>(i)));
+  }
+  cuda::multi_tensor_apply<1>(f32, ScaleOp<float>{factor});
+  cuda::multi_tensor_apply<1>(bf16, ScaleOp<__nv_bfloat16>{factor});
+}
+}  // namespace
+
+void scale(const std::vector<Tensor>& tensors, const Tensor& factor) {
+  FT_CHECK(factor.dtype() == DType::F32 && factor.numel() == 1 && factor.is_cuda(),
+           "multi_tensor::scale: the factor must be one f32 element on CUDA");
+  scale_or_zero(tensors, factor.data<float>());
+}
+
+void zero(const std::vector<Tensor>& tensors) { scale_or_zero(tensors, nullptr); }
+
+namespace {
+// Splits the slots by parameter dtype: f32 parameters are their own master (one list fewer).
+template <int DEPTH_F32, int DEPTH_BF16, class AddressesF32, class AddressesBF16>
+void split_by_dtype(const std::vector<ParamSlots>& slots, AddressesF32&& addresses_f32, AddressesBF16&& addresses_bf16,
+                    std::vector<ChunkedTensor<DEPTH_F32>>& f32, std::vector<ChunkedTensor<DEPTH_BF16>>& bf16) {
+  for (const ParamSlots& s : slots) {
+    FT_CHECK(s.grad.dtype() == s.param.dtype(), "fused optimizer: parameter ", s.id, " has ", dtype_name(s.param.dtype()),
+             " data but a ", dtype_name(s.grad.dtype()), " gradient");
+    FT_CHECK(s.grad.numel() == s.param.numel(), "fused optimizer: parameter ", s.id, " has ", s.param.numel(),
+             " elements but its gradient ", s.grad.numel());
+    if (s.param.dtype() == DType::BF16) {
+      FT_CHECK(s.master.defined(), "fused optimizer: bf16 parameter ", s.id, " needs an f32 master");
+      bf16.push_back(entry<DEPTH_BF16>(addresses_bf16(s), s.param, s.id, s.decay));
+    } else {
+      f32.push_back(entry<DEPTH_F32>(addresses_f32(s), s.param, s.id, s.decay));
+    }
+  }
+}
+}  // namespace
+
+void adamw(const std::vector<ParamSlots>& slots, const AdamWConfig& config, const StepState& state) {
+  std::vector<ChunkedTensor<4>> f32;
+  std::vector<ChunkedTensor<5>> bf16;
+  auto own_master = [](const ParamSlots& s) {
+    return std::array<void*, 4>{s.grad.data_ptr(), s.param.data_ptr(), s.first.data_ptr(), s.second.data_ptr()};
+  };
+  auto with_master = [](const ParamSlots& s) {
+    return std::array<void*, 5>{s.grad.data_ptr(), s.param.data_ptr(), s.first.data_ptr(), s.second.data_ptr(),
+                                s.master.data_ptr()};
+  };
+  split_by_dtype<4, 5>(slots, own_master, with_master, f32, bf16);
+  const float b1 = static_cast<float>(config.beta1), b2 = static_cast<float>(config.beta2);
+  const float eps = static_cast<float>(config.eps), wd = static_cast<float>(config.weight_decay);
+  cuda::multi_tensor_apply<4>(f32, AdamWOp<float, 4>{b1, b2, eps, wd, scalars(state), {false, 0}});
+  cuda::multi_tensor_apply<5>(bf16, AdamWOp<__nv_bfloat16, 5>{b1, b2, eps, wd, scalars(state),
+                                                              {config.stochastic_rounding, config.seed}});
+}
+
+void sgd(const std::vector<ParamSlots>& slots, const SGDConfig& config, const StepState& state) {
+  std::vector<ChunkedTensor<3>> f32;
+  std::vector<ChunkedTensor<4>> bf16;
+  const bool momentum = config.momentum != 0.0;
+  auto own_master = [momentum](const ParamSlots& s) {
+    return std::array<void*, 3>{s.grad.data_ptr(), s.param.data_ptr(), momentum ? s.first.data_ptr() : nullptr};
+  };
+  auto with_master = [momentum](const ParamSlots& s) {
+    return std::array<void*, 4>{s.grad.data_ptr(), s.param.data_ptr(), momentum ? s.first.data_ptr() : nullptr,
+                                s.master.data_ptr()};
+  };
+  split_by_dtype<3, 4>(slots, own_master, with_master, f32, bf16);
+  const float mo = static_cast<float>(config.momentum), wd = static_cast<float>(config.weight_decay);
+  cuda::multi_tensor_apply<3>(f32, SGDOp<float, 3>{mo, wd, scalars(state)});
+  cuda::multi_tensor_apply<4>(bf16, SGDOp<__nv_bfloat16, 4>{mo, wd, scalars(state)});
+}
+
+}  // namespace ft::multi_tensor
