@@ -61,8 +61,9 @@ void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, 
       state.clip.copy_(one);
     }
   }
-  state.applied.assign_(state.applied + state.keep);
-  state.skipped.assign_(state.skipped + (1.0 - state.keep));
+  // copy_, not assign_: the state tensors keep their storage, which captured kernels point at.
+  state.applied.copy_(state.applied + state.keep);
+  state.skipped.copy_(state.skipped + (1.0 - state.keep));
 }
 
 }  // namespace

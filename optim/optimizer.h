@@ -56,9 +56,10 @@ class Optimizer {
   int64_t applied_steps() const;
   int64_t skipped_steps() const;
   void set_skipped_steps(int64_t skipped);
-  /// The global gradient norm of the last step, before clipping, as a device tensor [1];
+  /// The global gradient norm of the last step, before clipping, as a device tensor [] (a view
+  /// of the step state, which the next step overwrites: read or clone it before then);
   /// undefined when the policy needed no norm.
-  Tensor last_grad_norm() const { return norm_computed_ ? state_.grad_norm : Tensor(); }
+  Tensor last_grad_norm() const { return norm_computed_ ? state_.grad_norm.reshape({}) : Tensor(); }
   const StepPolicy& policy() const { return policy_; }
   const StepState& step_state() const { return state_; }
   const std::vector<Tensor>& params() const { return params_; }

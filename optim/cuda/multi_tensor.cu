@@ -19,6 +19,20 @@ namespace {
 
 float* ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
+// The kernels cast pointers without looking: anything else must fail here, on the host.
+void check_operand(const Tensor& t, const char* op, const char* what) {
+  FT_CHECK(t.is_cuda() && (t.dtype() == DType::F32 || t.dtype() == DType::BF16), "multi_tensor::", op, ": ", what,
+           " must be f32 or bf16 on CUDA, got ", dtype_name(t.dtype()), " on ", t.device().str());
+}
+void check_state(const StepState& state, const char* op) {
+  for (const Tensor* t : {&state.lr, &state.applied, &state.skipped, &state.grad_norm, &state.keep, &state.clip}) {
+    if (!t->defined()) continue;
+    FT_CHECK(t->is_cuda() && t->dtype() == DType::F32 && t->numel() == 1, "multi_tensor::", op,
+             ": the step state must be one-element f32 tensors on CUDA, got ", dtype_name(t->dtype()), " ",
+             shape_str(t->shape()), " on ", t->device().str());
+  }
+}
+
 template <int DEPTH>
 ChunkedTensor<DEPTH> entry(std::array<void*, DEPTH> addresses, const Tensor& t, int64_t id, bool flag = false) {
   return ChunkedTensor<DEPTH>{addresses, t.numel(), id, static_cast<uint8_t>(flag)};
@@ -211,9 +225,11 @@ bool fused_supported(const std::vector<Tensor>& tensors, DType state_dtype) {
 }
 
 void settle_step(const std::vector<Tensor>& tensors, const StepState& state, const StepPolicy& policy) {
+  check_state(state, "settle_step");
   std::vector<ChunkedTensor<1>> f32, bf16;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
+    check_operand(t, "settle_step", "every tensor");
     (t.dtype() == DType::BF16 ? bf16 : f32).push_back(entry<1>({t.data_ptr()}, t, static_cast<int64_t>(i)));
   }
   const int64_t chunks = cuda::chunk_count(f32) + cuda::chunk_count(bf16);
@@ -236,6 +252,7 @@ void scale_or_zero(const std::vector<Tensor>& tensors, const float* factor) {
   std::vector<ChunkedTensor<1>> f32, bf16;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
+    check_operand(t, factor ? "scale" : "zero", "every tensor");
     (t.dtype() == DType::BF16 ? bf16 : f32).push_back(entry<1>({t.data_ptr()}, t, static_cast<int64_t>(i)));
   }
   cuda::multi_tensor_apply<1>(f32, ScaleOp<float>{factor});
@@ -257,6 +274,13 @@ template <int DEPTH_F32, int DEPTH_BF16, class AddressesF32, class AddressesBF16
 void split_by_dtype(const std::vector<ParamSlots>& slots, AddressesF32&& addresses_f32, AddressesBF16&& addresses_bf16,
                     std::vector<ChunkedTensor<DEPTH_F32>>& f32, std::vector<ChunkedTensor<DEPTH_BF16>>& bf16) {
   for (const ParamSlots& s : slots) {
+    check_operand(s.param, "update", "every parameter");
+    for (const Tensor* state : {&s.master, &s.first, &s.second}) {
+      if (!state->defined()) continue;
+      FT_CHECK(state->is_cuda() && state->dtype() == DType::F32 && state->numel() == s.param.numel(),
+               "fused optimizer: parameter ", s.id, "'s master weights and moments must be f32 on CUDA with ",
+               s.param.numel(), " elements");
+    }
     FT_CHECK(s.grad.dtype() == s.param.dtype(), "fused optimizer: parameter ", s.id, " has ", dtype_name(s.param.dtype()),
              " data but a ", dtype_name(s.grad.dtype()), " gradient");
     FT_CHECK(s.grad.numel() == s.param.numel(), "fused optimizer: parameter ", s.id, " has ", s.param.numel(),
@@ -272,6 +296,9 @@ void split_by_dtype(const std::vector<ParamSlots>& slots, AddressesF32&& address
 }  // namespace
 
 void adamw(const std::vector<ParamSlots>& slots, const AdamWConfig& config, const StepState& state) {
+  check_state(state, "adamw");
+  for (const ParamSlots& s : slots)
+    FT_CHECK(s.first.defined() && s.second.defined(), "multi_tensor::adamw: parameter ", s.id, " has no moments");
   std::vector<ChunkedTensor<4>> f32;
   std::vector<ChunkedTensor<5>> bf16;
   auto own_master = [](const ParamSlots& s) {
@@ -290,6 +317,10 @@ void adamw(const std::vector<ParamSlots>& slots, const AdamWConfig& config, cons
 }
 
 void sgd(const std::vector<ParamSlots>& slots, const SGDConfig& config, const StepState& state) {
+  check_state(state, "sgd");
+  for (const ParamSlots& s : slots)
+    FT_CHECK(config.momentum == 0.0 || s.first.defined(), "multi_tensor::sgd: parameter ", s.id,
+             " has no momentum buffer");
   std::vector<ChunkedTensor<3>> f32;
   std::vector<ChunkedTensor<4>> bf16;
   const bool momentum = config.momentum != 0.0;
