@@ -23,7 +23,8 @@ constexpr int kBlockThreads = 256;  // warp mode: 8 rows per block
 
 // Most threads a launch can have: 8 warps in warp mode; in block mode cols / (V·kBlockPacks)
 // rounded up, at most 8192 / 8 = 1024 for unpacked rows and 256 for packed ones. Declared to
-// the compiler so that it never gives a kernel more registers than such a block can hold.
+// the compiler so that it never gives a kernel more registers than such a block can hold
+// (unpacked rows of more than about 5800 columns failed to launch before).
 template <int V, bool kWarpRows>
 constexpr int kMaxThreads = kWarpRows ? kBlockThreads : V == 1 ? 1024 : 256;
 
@@ -101,36 +102,11 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
   }
 }
 
-// One row's x and dy (raw packs, as loaded) and its saved statistics.
-template <class T, int V, int P>
-struct RowInputs {
-  Pack<T, V> x[P], dy[P];
-  float mean, rstd;
-  __device__ void load(const T* xs, const T* dys, const float* means, const float* rstds, int64_t r, int64_t cols,
-                       int rank, int64_t step) {
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int64_t c = rank * V + p * step;
-      if (c >= cols) break;
-      x[p] = *reinterpret_cast<const Pack<T, V>*>(xs + r * cols + c);
-      dy[p] = *reinterpret_cast<const Pack<T, V>*>(dys + r * cols + c);
-    }
-    mean = means ? means[r] : 0.0f;
-    rstd = rstds[r];
-  }
-};
-
 // dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean (x̂ = x·rstd).
-// Shared memory: one [2, cols] slice (dweight, dbias) per row group of the block. In warp mode
-// the next row's inputs are loaded before this row's reductions, so each warp keeps loads in
-// flight while it shuffles (without it the kernel ran at 0.8 TB/s on the H100); block mode
-// holds up to 8 packs per thread and has no registers to spare for that.
-// Warp mode asks for 2 blocks per SM (at most 128 registers): with the prefetched row the
-// compiler otherwise took 148 and fit one.
+// Shared memory: one [2, cols] slice (dweight, dbias) per row group of the block.
 template <class T, int V, int P, bool kRms, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? 2 : 1) norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in,
+__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in,
                                      const float* rstd_in, T* dx, float* partials, int64_t rows, int64_t cols) {
-  constexpr bool kPrefetch = kWarpRows;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
   const RowGroup<kWarpRows> group;
@@ -140,30 +116,26 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? 2 : 1) 
   for (int64_t c = group.rank() * V; c < cols; c += step)
 #pragma unroll
     for (int k = 0; k < V; ++k) acc[c + k] = acc[cols + c + k] = 0.0f;
-  const float* means = kRms ? nullptr : mean_in;
-  RowInputs<T, V, P> row;
-  int64_t r = group.first_row();
-  if (r < rows) row.load(x, dy, means, rstd_in, r, cols, group.rank(), step);
-  for (; r < rows; r += group.row_stride()) {
-    const int64_t r_next = r + group.row_stride();
-    RowInputs<T, V, P> next;
-    if (kPrefetch && r_next < rows) next.load(x, dy, means, rstd_in, r_next, cols, group.rank(), step);
-    const float mean = row.mean, rstd = row.rstd;
-    // x̂ and dy·w are recomputed in the second pass rather than held: registers go to the packs.
+  for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
+    const float mean = kRms ? 0.0f : mean_in[r], rstd = rstd_in[r];
+    float xhat[P][V], gw[P][V];
     float part_g = 0.0f, part_gx = 0.0f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int64_t c = group.rank() * V + p * step;
       if (c >= cols) break;
-      float w[V];
+      float g[V], w[V];
+      load_v<V>(x + r * cols + c, xhat[p]);
+      load_v<V>(dy + r * cols + c, g);
       load_v<V>(weight + c, w);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float g = to_acc(row.dy[p].v[k]), xhat = (to_acc(row.x[p].v[k]) - mean) * rstd;
-        part_g += g * w[k];
-        part_gx += g * w[k] * xhat;
-        acc[c + k] += g * xhat;
-        acc[cols + c + k] += g;
+        xhat[p][k] = (xhat[p][k] - mean) * rstd;
+        gw[p][k] = g[k] * w[k];
+        part_g += gw[p][k];
+        part_gx += gw[p][k] * xhat[p][k];
+        acc[c + k] += g[k] * xhat[p][k];
+        acc[cols + c + k] += g[k];
       }
     }
     const float mean_g = kRms ? 0.0f : group.sum(part_g, scratch) / static_cast<float>(cols);
@@ -172,17 +144,11 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? 2 : 1) 
     for (int p = 0; p < P; ++p) {
       const int64_t c = group.rank() * V + p * step;
       if (c >= cols) break;
-      float w[V], d[V];
-      load_v<V>(weight + c, w);
+      float d[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float xhat = (to_acc(row.x[p].v[k]) - mean) * rstd;
-        d[k] = rstd * (to_acc(row.dy[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
-      }
+      for (int k = 0; k < V; ++k) d[k] = rstd * (gw[p][k] - mean_g - xhat[p][k] * mean_gx);
       store_v<V>(dx + r * cols + c, d);
     }
-    if constexpr (kPrefetch) row = next;
-    else if (r_next < rows) row.load(x, dy, means, rstd_in, r_next, cols, group.rank(), step);
   }
   __syncthreads();
   // This block's partial: its row groups' slices added in group order.

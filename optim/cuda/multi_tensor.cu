@@ -11,7 +11,8 @@ namespace ft::multi_tensor {
 
 using cuda::ChunkedTensor;
 using cuda::ChunkTable;
-using cuda::for_each_group4;
+using cuda::for_each_group;
+using cuda::kGroup;
 using cuda::load_group;
 using cuda::store_group;
 
@@ -47,11 +48,11 @@ struct SquaresOp {
     __shared__ float scratch[33];
     const T* x = static_cast<const T*>(table.addresses[0][tensor]);
     float sum = 0.0f;
-    for_each_group4(begin, count, [&](int64_t i, int n) {
-      float v[4];
+    for_each_group(begin, count, [&](int64_t i, int n) {
+      float v[kGroup];
       load_group(x, i, n, v);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) sum += v[k] * v[k];
+      for (int k = 0; k < kGroup; ++k) sum += v[k] * v[k];
     });
     sum = cuda::block_sum(sum, scratch);
     if (threadIdx.x == 0) partials[block] = sum;
@@ -92,11 +93,11 @@ struct ScaleOp {
   __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
     T* x = static_cast<T*>(table.addresses[0][tensor]);
     const float f = factor ? *factor : 0.0f;
-    for_each_group4(begin, count, [&](int64_t i, int n) {
-      float v[4];
+    for_each_group(begin, count, [&](int64_t i, int n) {
+      float v[kGroup];
       if (factor) load_group(x, i, n, v);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) v[k] = factor ? v[k] * f : 0.0f;
+      for (int k = 0; k < kGroup; ++k) v[k] = factor ? v[k] * f : 0.0f;
       store_group(x, i, n, v);
     });
   }
@@ -124,19 +125,23 @@ template <class P>
 struct WorkingCopy {
   bool stochastic;
   uint64_t seed;
-  __device__ void store(P* param, int64_t i, int n, const float (&master)[4], int32_t id, float step) const {
+  __device__ void store(P* param, int64_t i, int n, const float (&master)[kGroup], int32_t id, float step) const {
     if constexpr (std::is_same_v<P, __nv_bfloat16>) {
       if (!stochastic) {
         store_group(param, i, n, master);
         return;
       }
-      // Keyed on (seed, step) with the counter (tensor id, element group): fresh bits per step.
+      // Keyed on (seed, step) with the counter (tensor id, element / 4): fresh bits per step.
       const uint64_t key = seed ^ (static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull);
-      const philox::Uint4 r = philox::block_bits(key, (static_cast<uint64_t>(id) << 40) | static_cast<uint64_t>(i >> 2));
-      const uint32_t words[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (k < n) param[i + k] = round_stochastic(master[k], words[k]);
+      for (int h = 0; h < kGroup / 4; ++h) {
+        const philox::Uint4 r =
+            philox::block_bits(key, (static_cast<uint64_t>(id) << 40) | static_cast<uint64_t>((i >> 2) + h));
+        const uint32_t words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (h * 4 + k < n) param[i + h * 4 + k] = round_stochastic(master[h * 4 + k], words[k]);
+      }
     }
   }
 };
@@ -158,14 +163,14 @@ struct AdamWOp {
     // The same formulas as the twin: 1 − β^t as 1 − exp(t·log β).
     const float bias1 = 1.0f - expf(t * logf(beta1)), bias2 = 1.0f - expf(t * logf(beta2));
     const float decay = table.flags[tensor] ? 1.0f - lr * weight_decay : 1.0f;
-    for_each_group4(begin, count, [&](int64_t i, int n) {
-      float gv[4], mv[4], vv[4], w[4];
+    for_each_group(begin, count, [&](int64_t i, int n) {
+      float gv[kGroup], mv[kGroup], vv[kGroup], w[kGroup];
       load_group(g, i, n, gv);
       load_group(m, i, n, mv);
       load_group(v, i, n, vv);
       load_group(master, i, n, w);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < kGroup; ++k) {
         const float grad = gv[k] * clip;
         mv[k] = mv[k] * beta1 + grad * (1.0f - beta1);
         vv[k] = vv[k] * beta2 + grad * grad * (1.0f - beta2);
@@ -192,13 +197,13 @@ struct SGDOp {
     float* buf = static_cast<float*>(table.addresses[2][tensor]);
     float* master = DEPTH == 4 ? static_cast<float*>(table.addresses[DEPTH - 1][tensor]) : reinterpret_cast<float*>(param);
     const float lr = *step.lr, clip = *step.clip;
-    for_each_group4(begin, count, [&](int64_t i, int n) {
-      float gv[4], bv[4], w[4];
+    for_each_group(begin, count, [&](int64_t i, int n) {
+      float gv[kGroup], bv[kGroup], w[kGroup];
       load_group(g, i, n, gv);
       load_group(master, i, n, w);
       if (buf) load_group(buf, i, n, bv);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < kGroup; ++k) {
         float d = gv[k] * clip + w[k] * weight_decay;
         if (buf) d = bv[k] = bv[k] * momentum + d;
         w[k] -= d * lr;
@@ -210,7 +215,8 @@ struct SGDOp {
   }
 };
 
-bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+// A group of kGroup f32 elements is 32 bytes.
+bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 32 == 0; }
 
 }  // namespace
 

@@ -120,32 +120,42 @@ void multi_tensor_apply(const std::vector<ChunkedTensor<DEPTH>>& tensors, const 
   if (blocks > 0) launch();
 }
 
-/// Calls f(i, n) for the groups of 4 elements of [begin, begin + count) this thread owns, n = 4
-/// for whole groups and fewer for the tensor's last one. Chunks start at multiples of
-/// kChunkElements, so groups are 4-aligned whenever the tensor's storage is.
+/// Elements a thread handles per access: two 16-byte accesses of f32, one of bf16. Measured on
+/// the H100 (adamw-gpt2): groups of 4 ran at 85% of the HBM ceiling.
+constexpr int kGroup = 8;
+
+/// Calls f(i, n) for the groups of kGroup elements of [begin, begin + count) this thread owns,
+/// n = kGroup for whole groups and fewer for the tensor's last one. Chunks start at multiples of
+/// kChunkElements, so groups are aligned whenever the tensor's storage is (fused_supported
+/// checks 32 bytes).
 template <class F>
-__device__ __forceinline__ void for_each_group4(int64_t begin, int64_t count, F&& f) {
-  for (int64_t k = static_cast<int64_t>(threadIdx.x) * 4; k < count; k += static_cast<int64_t>(blockDim.x) * 4)
-    f(begin + k, count - k < 4 ? static_cast<int>(count - k) : 4);
+__device__ __forceinline__ void for_each_group(int64_t begin, int64_t count, F&& f) {
+  for (int64_t k = static_cast<int64_t>(threadIdx.x) * kGroup; k < count; k += static_cast<int64_t>(blockDim.x) * kGroup)
+    f(begin + k, count - k < kGroup ? static_cast<int>(count - k) : kGroup);
 }
 
 template <class T>
-__device__ __forceinline__ void load_group(const T* p, int64_t i, int n, float (&v)[4]) {
-  if (n == 4) {
-    load_pack<T, 4>(p + i, v);
+__device__ __forceinline__ void load_group(const T* p, int64_t i, int n, float (&v)[kGroup]) {
+  if (n == kGroup) {
+    constexpr int kPack = kPackSize<T>;  // elements per 16-byte access
+#pragma unroll
+    for (int h = 0; h < kGroup / kPack; ++h) load_pack<T, kPack>(p + i + h * kPack, *reinterpret_cast<float(*)[kPack]>(v + h * kPack));
   } else {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = k < n ? to_acc(p[i + k]) : 0.0f;
+    for (int k = 0; k < kGroup; ++k) v[k] = k < n ? to_acc(p[i + k]) : 0.0f;
   }
 }
 
 template <class T>
-__device__ __forceinline__ void store_group(T* p, int64_t i, int n, const float (&v)[4]) {
-  if (n == 4) {
-    store_pack<T, 4>(p + i, v);
+__device__ __forceinline__ void store_group(T* p, int64_t i, int n, const float (&v)[kGroup]) {
+  if (n == kGroup) {
+    constexpr int kPack = kPackSize<T>;
+#pragma unroll
+    for (int h = 0; h < kGroup / kPack; ++h)
+      store_pack<T, kPack>(p + i + h * kPack, *reinterpret_cast<const float(*)[kPack]>(v + h * kPack));
   } else {
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < kGroup; ++k)
       if (k < n) p[i + k] = from_acc<T>(v[k]);
   }
 }
