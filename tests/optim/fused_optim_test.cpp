@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "lib/kernel_mode.h"
+#include "lib/ops/elementwise.h"
 #include "lib/runtime.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -57,9 +58,13 @@ constexpr double kStateTolerance = 1e-5;
 // A bf16 parameter is its f32 master rounded once; where the two masters differ by a few f32 ulps
 // near a rounding midpoint, the bf16 copies differ by one bf16 spacing, at most 2^-7 of the value.
 const double kBf16Spacing = std::ldexp(1.0, -7);
-// Global norms summed in f32 in different orders (per chunk vs per tensor, over ~34M squares)
+// Global norms summed in f32 in different orders (per chunk vs per tensor, over millions of squares)
 // agree with each other and with an f64 sum to a few ulps times the depth of the sums.
 constexpr double kNormTolerance = 1e-5;
+// With clipping, each path scales by its own clip factor, max_norm / norm, and the norms agree to
+// kNormTolerance: m ∝ clip and v ∝ clip² may then differ by 2·kNormTolerance relative on top of
+// the rounding above (measured on the H100: 2.1e-5 for v).
+constexpr double kClippedStateTolerance = 5e-5;
 
 // ---- parameter lists
 
@@ -87,17 +92,17 @@ DType dtype_of(ParamKind kind, size_t index) {
   return DType::F32;
 }
 
-/// `count` shapes around the kernels' 65536-element chunk (see the file comment). Every 40th is
-/// large: the first 4097×5119 (321 chunks, more than one launch's 320 blocks, so it continues
-/// into the next launch), the others 2049² (65 chunks). 120 shapes are ~34M elements.
-std::vector<Shape> chunk_straddling_shapes(size_t count) {
+/// `count` shapes around the kernels' 65536-element chunk (see the file comment); 120 of them
+/// are ~5M elements, ~26M with the long tensor.
+std::vector<Shape> chunk_straddling_shapes(size_t count, bool with_long_tensor = false) {
   static const std::vector<Shape> cycle = {{65535}, {256, 256}, {65537},  {3, 43691}, {1},  {3},      {1, 5},
                                            {1000},  {255, 257}, {65536},  {1, 65537}, {131073}, {1, 1}, {5},
                                            {40, 25}, {7}};
   std::vector<Shape> shapes;
   for (size_t i = 0; i < count; ++i) {
-    const bool large = i % 40 == 39;
-    shapes.push_back(large ? (i == 39 ? Shape{4097, 5119} : Shape{2049, 2049}) : cycle[i % cycle.size()]);
+    // One tensor of 321 chunks, more than a launch's 320 blocks, continues into the next launch.
+    // Only the main fused-vs-twin test carries it: it is 21M elements, most of the list's work.
+    shapes.push_back(with_long_tensor && i == 39 ? Shape{4097, 5119} : cycle[i % cycle.size()]);
   }
   return shapes;
 }
@@ -105,11 +110,17 @@ std::vector<Shape> chunk_straddling_shapes(size_t count) {
 /// A few small tensors for the CPU, where the twin runs element by element.
 std::vector<Shape> small_shapes() { return {{4, 3}, {3}, {1}, {2, 5}, {7}, {1, 1}}; }
 
-/// Leaves with standard normal values, dtype by `kind`, on `device`.
+/// Uniform values in [-1, 1), drawn on the device: Tensor::randn draws on the host, which made
+/// these tests spend most of their time generating ~30M numbers per step.
+Tensor random_values(const Shape& shape, Generator& gen, DType dtype, Device device) {
+  return cast(affine(Tensor::rand(shape, gen, DType::F32, device), 2.0, -1.0), dtype);
+}
+
+/// Leaves with uniform values in [-1, 1), dtype by `kind`, on `device`.
 std::vector<Tensor> random_params(const std::vector<Shape>& shapes, ParamKind kind, Device device, Generator& gen) {
   std::vector<Tensor> params;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    Tensor p = Tensor::randn(shapes[i], gen, dtype_of(kind, i), device);
+    Tensor p = random_values(shapes[i], gen, dtype_of(kind, i), device);
     p.requires_grad_();
     params.push_back(p);
   }
@@ -128,7 +139,7 @@ std::vector<Tensor> clone_params(const std::vector<Tensor>& params) {
 void set_random_grads(Generator& gen, const std::vector<Tensor>& params,
                       const std::vector<std::vector<Tensor>>& twins = {}) {
   for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor g = Tensor::randn(params[i].shape(), gen, params[i].dtype(), params[i].device());
+    const Tensor g = random_values(params[i].shape(), gen, params[i].dtype(), params[i].device());
     params[i].set_grad(g);
     for (const std::vector<Tensor>& twin : twins) twin[i].set_grad(fresh_copy(g, g.dtype(), g.device()));
   }
@@ -215,20 +226,20 @@ Snapshot snapshot(const std::vector<Tensor>& params, const AdamW* adamw = nullpt
 /// Fused against twin AdamW: masters and moments within kStateTolerance; bf16 parameters are each
 /// their own master rounded, and within one bf16 spacing of each other.
 void expect_adamw_states_close(const AdamW& fused, const std::vector<Tensor>& fused_params, const AdamW& twin,
-                               const std::vector<Tensor>& twin_params) {
+                               const std::vector<Tensor>& twin_params, double tolerance = kStateTolerance) {
   const std::map<std::string, Tensor> fs = fused.state(), ts = twin.state();
   for (size_t i = 0; i < fused_params.size(); ++i) {
     const std::string k = std::to_string(i);
     SCOPED_TRACE("parameter " + k + " " + shape_str(fused_params[i].shape()) + " " +
                  dtype_name(fused_params[i].dtype()));
     for (const char* slot : {".master", ".m", ".v"})
-      EXPECT_TRUE(elementwise_close(fs.at(k + slot), ts.at(k + slot), kStateTolerance)) << slot;
+      EXPECT_TRUE(elementwise_close(fs.at(k + slot), ts.at(k + slot), tolerance)) << slot;
     if (fused_params[i].dtype() == DType::BF16) {
       EXPECT_TRUE(is_rounded_master(fused_params[i], fs.at(k + ".master"))) << "fused";
       EXPECT_TRUE(is_rounded_master(twin_params[i], ts.at(k + ".master"))) << "twin";
-      EXPECT_TRUE(elementwise_close(fused_params[i], twin_params[i], kStateTolerance, kBf16Spacing));
+      EXPECT_TRUE(elementwise_close(fused_params[i], twin_params[i], tolerance, kBf16Spacing));
     } else {
-      EXPECT_TRUE(elementwise_close(fused_params[i], twin_params[i], kStateTolerance)) << "param";
+      EXPECT_TRUE(elementwise_close(fused_params[i], twin_params[i], tolerance)) << "param";
     }
   }
 }
@@ -259,7 +270,7 @@ class FusedAdamWTest : public CudaParamKindTest {};
 
 TEST_P(FusedAdamWTest, MatchesTwinOverStepsAcrossChunkBoundaries) {
   Generator gen = test_generator();
-  const std::vector<Tensor> fused_params = random_params(chunk_straddling_shapes(120), GetParam(), kCUDA, gen);
+  const std::vector<Tensor> fused_params = random_params(chunk_straddling_shapes(120, /*with_long_tensor=*/true), GetParam(), kCUDA, gen);
   const std::vector<Tensor> twin_params = clone_params(fused_params);
   const AdamW::Options options{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   AdamW fused(fused_params, options), twin(twin_params, options);
@@ -289,7 +300,7 @@ TEST_P(FusedAdamWTest, ClipsInsideTheUpdateAndReportsTheNormBeforeClipping) {
   Generator gen = test_generator();
   const std::vector<Tensor> fused_params = random_params(chunk_straddling_shapes(120), GetParam(), kCUDA, gen);
   const std::vector<Tensor> twin_params = clone_params(fused_params);
-  const double max_grad_norm = 0.1;  // the norm of ~34M standard normal values is ~5800
+  const double max_grad_norm = 0.1;  // the norm of ~5M values uniform in [-1, 1) is ~1300
   const AdamW::Options options{.lr = 1e-2, .weight_decay = 0.1, .policy = {.max_grad_norm = max_grad_norm}};
   AdamW fused(fused_params, options), twin(twin_params, options);
   struct Run {
@@ -326,7 +337,7 @@ TEST_P(FusedAdamWTest, ClipsInsideTheUpdateAndReportsTheNormBeforeClipping) {
       }
     }
   }
-  expect_adamw_states_close(fused, fused_params, twin, twin_params);
+  expect_adamw_states_close(fused, fused_params, twin, twin_params, kClippedStateTolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, FusedAdamWTest, kAllKinds, kind_test_name);
