@@ -106,6 +106,16 @@ void Optimizer::set_skipped_steps(int64_t skipped) {
   state_.skipped.copy_(Tensor::full({1}, static_cast<double>(skipped), state_dtype(), state_.skipped.device()));
 }
 
+bool Optimizer::fused_update(const std::vector<size_t>& with_grad, const std::vector<const Tensor*>& masters) const {
+  std::vector<Tensor> touched;
+  for (size_t i : with_grad) touched.insert(touched.end(), {params_[i].grad(), params_[i], *masters[i]});
+  return use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype());
+}
+
+Tensor Optimizer::scalar_as(const Tensor& scalar, DType dtype) {
+  return scalar.dtype() == dtype ? scalar : cast(scalar, dtype);
+}
+
 int64_t Optimizer::applied_steps() const { return static_cast<int64_t>(state_.applied.item()); }
 int64_t Optimizer::skipped_steps() const { return static_cast<int64_t>(state_.skipped.item()); }
 

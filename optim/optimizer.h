@@ -69,6 +69,11 @@ class Optimizer {
   virtual void update(const std::vector<size_t>& with_grad) = 0;
   /// The dtype of the optimizer's state: f64 when any parameter is f64, else f32.
   DType state_dtype() const { return state_.lr.dtype(); }
+  /// The update's dispatch: fused mode, and the fused kernels take every parameter with a
+  /// gradient, its gradient and its master (masters[i]).
+  bool fused_update(const std::vector<size_t>& with_grad, const std::vector<const Tensor*>& masters) const;
+  /// A step-state scalar in the dtype of a master (the twins' arithmetic).
+  static Tensor scalar_as(const Tensor& scalar, DType dtype);
 
   std::vector<Tensor> params_;
   StepPolicy policy_;

@@ -20,9 +20,9 @@ SGD::SGD(std::vector<Tensor> params, Options options)
 }
 
 void SGD::update(const std::vector<size_t>& with_grad) {
-  std::vector<Tensor> touched;
-  for (size_t i : with_grad) touched.insert(touched.end(), {params_[i].grad(), params_[i], slots_[i].master});
-  if (use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype())) {
+  std::vector<const Tensor*> masters;
+  for (const Slot& s : slots_) masters.push_back(&s.master);
+  if (fused_update(with_grad, masters)) {
     std::vector<multi_tensor::ParamSlots> slots;
     for (size_t i : with_grad) {
       const Slot& s = slots_[i];
@@ -40,7 +40,7 @@ void SGD::update_twin(size_t i) {
   const Tensor& p = params_[i];
   Slot& s = slots_[i];
   const DType md = s.master.dtype();
-  auto as_master = [&](const Tensor& scalar) { return scalar.dtype() == md ? scalar : cast(scalar, md); };
+  auto as_master = [md](const Tensor& scalar) { return scalar_as(scalar, md); };
   const Tensor lr = as_master(state_.lr);
   Tensor d = cast(p.grad(), md);
   if (policy_.max_grad_norm > 0) d = d * as_master(state_.clip);

@@ -3,10 +3,11 @@ of gpt2-124M (vocab padded to 50304) with random fp32 gradients, for torch.optim
 fused=True and with foreach=True. Each opt.step() is timed with CUDA events after a warm-up;
 prints the medians on one RESULT line, then the fused step's share of the copy bandwidth."""
 import argparse
-import statistics
 import sys
 
 import torch
+
+from ops_torch import time_ms  # the same CUDA-event median as the ops peer (same folder)
 
 # The fewest bytes a step moves per parameter: read grad, param, m, v and write param, m, v (fp32).
 BYTES_PER_PARAM = 7 * 4
@@ -26,21 +27,6 @@ def gpt2_shapes(vocab, context, channels, layers):
                    (4 * c, c), (c,)]          # mlp.c_proj
     shapes += [(c,), (c,)]                    # ln_f weight, bias
     return shapes
-
-
-def time_ms(work, warmup, iterations):
-    for _ in range(warmup):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        end.record()
-        times.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in times)
 
 
 def time_adamw_step(shapes, warmup, iterations, **impl):
