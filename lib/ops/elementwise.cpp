@@ -259,6 +259,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const BroadcastPlan plan = make_plan("where", shape, {&cond.shape(), &a.shape(), &b.shape()});
   if (a.is_cuda()) {
     cuda::where(cond, a, b, out, plan);
+  } else if (cond.numel() == 1 && a.shape() == shape && b.shape() == shape) {
+    // One condition for the whole tensor (an optimizer's skip flag): a copy of the chosen
+    // operand. The CPU reads its memory directly, so this branch costs no synchronization.
+    out.copy_(cond.data<uint8_t>()[0] ? a.detach() : b.detach());
   } else {
     cpu::dispatch_all(a.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -266,7 +270,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       const T* pa = a.data<T>();
       const T* pb = b.data<T>();
       T* o = out.data<T>();
-      for (int64_t i = 0, n = out.numel(); i < n; ++i)
+      const int64_t n = out.numel();
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
         o[i] = pc[plan.operand_index(0, i)] ? pa[plan.operand_index(1, i)] : pb[plan.operand_index(2, i)];
     });
   }
