@@ -53,16 +53,21 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return fu
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (device.is_cuda()) {
-    cuda::fill(t, value);
-  } else {
-    cpu::dispatch_all(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      T* p = t.data<T>();
-      for (int64_t i = 0, n = t.numel(); i < n; ++i) cpu::store(p, i, value);
-    });
-  }
+  t.fill_(value);
   return t;
+}
+
+void Tensor::fill_(double value) const {
+  check_defined(*this, "fill_", "tensor");
+  if (is_cuda()) {
+    cuda::fill(*this, value);
+    return;
+  }
+  cpu::dispatch_all(dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = data<T>();
+    for (int64_t i = 0, n = numel(); i < n; ++i) cpu::store(p, i, value);
+  });
 }
 
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {

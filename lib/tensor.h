@@ -121,6 +121,8 @@ class Tensor {
   void copy_(const Tensor& src) const;
   /// Makes this tensor use src's storage (same shape and dtype), dropping its own.
   void assign_(const Tensor& src) const;
+  /// Sets every element to value, in place (on CUDA a fill kernel: no allocation, no sync).
+  void fill_(double value) const;
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -99,17 +99,10 @@ void AdamW::update_twin(size_t i) {
   const Tensor update = (m / bias1) / (sqrt(v / bias2) + options_.eps);
   const Tensor decayed = s.decay ? s.master * (1.0 - lr * options_.weight_decay) : s.master;
   const Tensor master = decayed - update * lr;
-  if (policy_.skip_nonfinite) {
-    // A skipped step keeps every value as it was, bit for bit.
-    const Tensor keep = gt(as_master(state_.keep), scalar_like(lr, 0.0));
-    s.m.assign_(where(keep, m, s.m));
-    s.v.assign_(where(keep, v, s.v));
-    s.master.assign_(where(keep, master, s.master));
-  } else {
-    s.m.assign_(m);
-    s.v.assign_(v);
-    s.master.assign_(master);
-  }
+  const Tensor keep = keep_mask(md);
+  store_unless_skipped(s.m, m, keep);
+  store_unless_skipped(s.v, v, keep);
+  store_unless_skipped(s.master, master, keep);
   if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
 }
 

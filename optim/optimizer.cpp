@@ -46,8 +46,8 @@ Tensor grad_norm_twin(const std::vector<Tensor>& grads, DType dtype) {
 void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, const StepPolicy& policy) {
   const Tensor one = scalar_like(state.keep, 1.0);
   if (grads.empty()) {
-    state.keep.copy_(one);
-    state.clip.copy_(one);
+    state.keep.fill_(1.0);
+    state.clip.fill_(1.0);
   } else {
     const Tensor norm = grad_norm_twin(grads, state.keep.dtype());
     state.grad_norm.copy_(norm);
@@ -58,7 +58,7 @@ void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, 
       const Tensor factor = pow(norm + 1e-6, -1.0) * policy.max_grad_norm;
       state.clip.copy_(where(lt(factor, one), factor, one));
     } else {
-      state.clip.copy_(one);
+      state.clip.fill_(1.0);
     }
   }
   // copy_, not assign_: the state tensors keep their storage, which captured kernels point at.
@@ -87,23 +87,22 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy)
 
 void Optimizer::set_lr(double lr) {
   lr_ = lr;
-  state_.lr.copy_(Tensor::full({1}, lr, state_.lr.dtype(), state_.lr.device()));
+  state_.lr.fill_(lr);
 }
 
 void Optimizer::set_step_count(int64_t steps) {
   FT_CHECK(steps >= 0 && steps <= (int64_t{1} << 24), "Optimizer::set_step_count: ", steps,
            " is outside [0, 2^24] (the device counters are exact up to 2^24)");
   step_count_ = steps;
-  state_.applied.copy_(Tensor::full({1}, static_cast<double>(steps), state_dtype(), state_.applied.device()));
-  state_.skipped.copy_(Tensor::full({1}, 0.0, state_dtype(), state_.skipped.device()));
+  state_.applied.fill_(static_cast<double>(steps));
+  state_.skipped.fill_(0.0);
 }
 
 void Optimizer::set_skipped_steps(int64_t skipped) {
   FT_CHECK(skipped >= 0 && skipped <= step_count_, "Optimizer::set_skipped_steps: ", skipped,
            " is outside [0, step_count() = ", step_count_, "]");
-  const Tensor applied = Tensor::full({1}, static_cast<double>(step_count_ - skipped), state_dtype(), state_.applied.device());
-  state_.applied.copy_(applied);
-  state_.skipped.copy_(Tensor::full({1}, static_cast<double>(skipped), state_dtype(), state_.skipped.device()));
+  state_.applied.fill_(static_cast<double>(step_count_ - skipped));
+  state_.skipped.fill_(static_cast<double>(skipped));
 }
 
 bool Optimizer::fused_update(const std::vector<size_t>& with_grad, const std::vector<const Tensor*>& masters) const {
@@ -114,6 +113,15 @@ bool Optimizer::fused_update(const std::vector<size_t>& with_grad, const std::ve
 
 Tensor Optimizer::scalar_as(const Tensor& scalar, DType dtype) {
   return scalar.dtype() == dtype ? scalar : cast(scalar, dtype);
+}
+
+Tensor Optimizer::keep_mask(DType dtype) const {
+  if (!policy_.skip_nonfinite) return Tensor();
+  return gt(scalar_as(state_.keep, dtype), Tensor::zeros({1}, dtype, state_.keep.device()));
+}
+
+void Optimizer::store_unless_skipped(const Tensor& slot, const Tensor& updated, const Tensor& keep) {
+  slot.assign_(keep.defined() ? where(keep, updated, slot) : updated);
 }
 
 int64_t Optimizer::applied_steps() const { return static_cast<int64_t>(state_.applied.item()); }

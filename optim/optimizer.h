@@ -74,6 +74,11 @@ class Optimizer {
   bool fused_update(const std::vector<size_t>& with_grad, const std::vector<const Tensor*>& masters) const;
   /// A step-state scalar in the dtype of a master (the twins' arithmetic).
   static Tensor scalar_as(const Tensor& scalar, DType dtype);
+  /// The twins' skip: a [1] mask, true when this step is applied; undefined without the
+  /// non-finite check (then every step is applied).
+  Tensor keep_mask(DType dtype) const;
+  /// slot = updated, or slot unchanged (bit for bit) when `keep` says the step is skipped.
+  static void store_unless_skipped(const Tensor& slot, const Tensor& updated, const Tensor& keep);
 
   std::vector<Tensor> params_;
   StepPolicy policy_;

@@ -48,14 +48,9 @@ void SGD::update_twin(size_t i) {
   const Tensor momentum = options_.momentum != 0.0 ? s.momentum * options_.momentum + d : Tensor();
   if (momentum.defined()) d = momentum;
   const Tensor master = s.master - d * lr;
-  if (policy_.skip_nonfinite) {
-    const Tensor keep = gt(as_master(state_.keep), scalar_like(lr, 0.0));
-    if (momentum.defined()) s.momentum.assign_(where(keep, momentum, s.momentum));
-    s.master.assign_(where(keep, master, s.master));
-  } else {
-    if (momentum.defined()) s.momentum.assign_(momentum);
-    s.master.assign_(master);
-  }
+  const Tensor keep = keep_mask(md);
+  if (momentum.defined()) store_unless_skipped(s.momentum, momentum, keep);
+  store_unless_skipped(s.master, master, keep);
   if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
 }
 
