@@ -73,13 +73,14 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   leaf.grad.assign_(add(leaf.grad, grad.dtype() == leaf.dtype ? grad : grad.to(leaf.dtype)));
 }
 
-}  // namespace
 
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+using LeafSink = std::function<void(TensorImpl& leaf, const Tensor& grad)>;
+
+void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, const LeafSink& sink) {
   NoGradGuard no_grad;
   if (!root.grad_fn()) {
     FT_CHECK(root.requires_grad(), "backward: the tensor does not require grad and has no history");
-    accumulate_into_leaf(*root.impl(), grad);
+    sink(*root.impl(), grad);
     return;
   }
   // Count, for every node, how many edges point at it, so it runs only after all its users.
@@ -121,7 +122,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         continue;
       }
       if (e.leaf) {
-        accumulate_into_leaf(*e.leaf, input_grads[i]);
+        sink(*e.leaf, input_grads[i]);
       } else {
         FT_CHECK(input_grads[i].shape() == e.node->output_shape, "backward of ", node->name, ": gradient ", i,
                  " has shape ", shape_str(input_grads[i].shape()), ", expected ", shape_str(e.node->output_shape));
@@ -130,6 +131,44 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
       }
     }
   }
+}
+
+}  // namespace
+
+Tensor seed_gradient(const Tensor& root, const Tensor& grad, const char* op) {
+  if (!grad.defined()) {
+    FT_CHECK(root.numel() == 1, op, ": a gradient is needed for a non-scalar tensor of shape ", shape_str(root.shape()));
+    return Tensor::full(root.shape(), 1.0, root.dtype(), root.device());
+  }
+  FT_CHECK(grad.shape() == root.shape(), op, ": gradient of shape ", shape_str(grad.shape()), " for a tensor of shape ",
+           shape_str(root.shape()));
+  return grad;
+}
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  walk_backward(root, grad, retain_graph, accumulate_into_leaf);
+}
+
+std::vector<Tensor> gradients(const Tensor& root, const Tensor& grad, const std::vector<Tensor>& leaves,
+                              bool retain_graph) {
+  std::unordered_map<const TensorImpl*, size_t> slot_of;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    FT_CHECK(leaves[i].defined() && leaves[i].requires_grad() && !leaves[i].grad_fn(),
+             "gradients: input ", i, " must be a leaf tensor that requires grad");
+    slot_of[leaves[i].impl()] = i;
+  }
+  check_defined(root, "gradients", "root");
+  FT_CHECK(root.requires_grad(), "gradients: the root does not require grad");
+  std::vector<Tensor> out(leaves.size());
+  walk_backward(root, seed_gradient(root, grad, "gradients"), retain_graph, [&](TensorImpl& leaf, const Tensor& g) {
+    auto it = slot_of.find(&leaf);
+    if (it == slot_of.end()) return;  // a leaf nobody asked about keeps its .grad() as it is
+    FT_CHECK(g.shape() == leaf.shape, "gradients: gradient of shape ", shape_str(g.shape()), " for a leaf of shape ",
+             shape_str(leaf.shape));
+    Tensor& slot = out[it->second];
+    slot = slot.defined() ? add(slot, g) : g;
+  });
+  return out;
 }
 
 }  // namespace ft

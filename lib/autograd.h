@@ -54,7 +54,18 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 /// per input, in order, each of its input's shape.
 Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
 
+/// The gradient backward starts from: `grad` checked against root's shape, or ones for a
+/// one-element root when grad is undefined.
+Tensor seed_gradient(const Tensor& root, const Tensor& grad, const char* op);
+
 /// Runs backward from root with the given gradient.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+/// The gradients of root with respect to the given leaves, as torch.autograd.grad returns them:
+/// no leaf's .grad() is read or written, and a gradient the backward produced is returned as it
+/// is, not copied (one a leaf would have to copy because another holds it, such as the
+/// upstream gradient passed through a residual add). Undefined where no gradient reached a leaf.
+std::vector<Tensor> gradients(const Tensor& root, const Tensor& grad, const std::vector<Tensor>& leaves,
+                              bool retain_graph = false);
 
 }  // namespace ft

@@ -251,14 +251,7 @@ const std::shared_ptr<Node>& Tensor::grad_fn() const {
 void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   check_defined(*this, "backward", "tensor");
   FT_CHECK(requires_grad(), "backward: the tensor does not require grad");
-  Tensor g = grad;
-  if (!g.defined()) {
-    FT_CHECK(numel() == 1, "backward: a gradient is needed for a non-scalar tensor of shape ", shape_str(shape()));
-    g = full(shape(), 1.0, dtype(), device());
-  }
-  FT_CHECK(g.shape() == shape(), "backward: gradient of shape ", shape_str(g.shape()), " for a tensor of shape ",
-           shape_str(shape()));
-  run_backward(*this, g, retain_graph);
+  run_backward(*this, seed_gradient(*this, grad, "backward"), retain_graph);
 }
 
 Tensor Tensor::detach() const {

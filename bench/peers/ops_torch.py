@@ -1,5 +1,7 @@
 """PyTorch eager peer for `ft-bench ops`: the same ops, shapes and dtype (bf16), forward +
-backward, timed with CUDA events after a warm-up; prints one RESULT line per op."""
+backward, timed with CUDA events after a warm-up; prints one RESULT line per op. Gradients
+are taken with torch.autograd.grad, as ft-bench takes them with ft::gradients: no copies into
+leaves' .grad."""
 import argparse
 import statistics
 
@@ -41,29 +43,22 @@ def main():
     dy = torch.randn(n, c, device="cuda", dtype=torch.bfloat16)
 
     def ln():
-        s = x + r
-        F.layer_norm(s, (c,), w, b).backward(dy)
-        for t in (x, r, w, b):
-            t.grad = None
+        torch.autograd.grad(F.layer_norm(x + r, (c,), w, b), (x, r, w, b), dy)
 
     x4, b4 = leaf(n, 4 * c), leaf(4 * c)
     dy4 = torch.randn(n, 4 * c, device="cuda", dtype=torch.bfloat16)
 
     def gelu():
-        F.gelu(x4 + b4, approximate="tanh").backward(dy4)
-        x4.grad = b4.grad = None
+        torch.autograd.grad(F.gelu(x4 + b4, approximate="tanh"), (x4, b4), dy4)
 
     def dropout():
-        (r + F.dropout(x + b, p=0.1, training=True)).backward(dy)
-        for t in (x, r, b):
-            t.grad = None
+        torch.autograd.grad(r + F.dropout(x + b, p=0.1, training=True), (x, r, b), dy)
 
     logits = leaf(n, v)
     targets = (torch.arange(n, device="cuda") * 7919) % v
 
     def ce():
-        F.cross_entropy(logits, targets).backward()
-        logits.grad = None
+        torch.autograd.grad(F.cross_entropy(logits, targets), (logits,))
 
     for name, work in [("residual+layernorm", ln), ("bias+gelu (4C)", gelu), ("bias+dropout+residual", dropout),
                        (f"cross-entropy V={v}", ce)]:

@@ -20,9 +20,12 @@ int run_ops(int argc, char** argv) {
   args.flag("vocab", "50304", "vocabulary V for cross-entropy");
   args.flag("iterations", "20", "timed iterations (median reported)");
   args.flag("warmup", "3", "untimed iterations first");
+  args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear' for the\n"
+                        "linear table alone");
   if (!args.parse(argc - 1, argv + 1)) return 0;
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
   ft::bench::OpsBenchOptions o;
+  o.only = args.str("only");
   o.rows = args.integer("rows");
   o.channels = args.integer("channels");
   o.vocab = args.integer("vocab");

@@ -1,7 +1,8 @@
 // ft-bench ops: each memory-bound fused op, forward + backward, on the GPT-2 shapes of
 // BENCHMARKS.md, in both kernel modes. Prints the median time, the achieved bandwidth on the
 // fewest bytes the measured work must move, its share of the 3.0 TB/s ceiling, and the
-// fused/unfused ratio.
+// fused/unfused ratio. Gradients are taken as torch.autograd.grad takes them (ft::gradients),
+// so the time is the op's own: no copy of a gradient into a leaf's .grad().
 #include "examples/bench/ops.h"
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "examples/bench/graph_timer.h"
+#include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bias_act.h"
 #include "lib/ops/cross_entropy.h"
@@ -44,20 +46,13 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
                    Generator gen(1);
                    Tensor x = leaf({n, c}, gen), r = leaf({n, c}, gen), w = leaf({c}, gen), b = leaf({c}, gen);
                    Tensor dy = Tensor::randn({n, c}, gen, DType::BF16, kCUDA);
-                   return std::function<void()>([=] {
-                     add_layer_norm(x, r, w, b).out.backward(dy);
-                     for (const Tensor& t : {x, r, w, b}) t.zero_grad();
-                   });
+                   return std::function<void()>([=] { gradients(add_layer_norm(x, r, w, b).out, dy, {x, r, w, b}); });
                  }});
   out.push_back({"bias+gelu (4C)", 5 * 4 * row, "fwd reads x, writes y; bwd reads dy, x, writes dx", [=] {
                    Generator gen(2);
                    Tensor x = leaf({n, 4 * c}, gen), b = leaf({4 * c}, gen);
                    Tensor dy = Tensor::randn({n, 4 * c}, gen, DType::BF16, kCUDA);
-                   return std::function<void()>([=] {
-                     bias_act(x, b, Activation::GELU).backward(dy);
-                     x.zero_grad();
-                     b.zero_grad();
-                   });
+                   return std::function<void()>([=] { gradients(bias_act(x, b, Activation::GELU), dy, {x, b}); });
                  }});
   out.push_back({"bias+dropout+residual", 5 * row,
                  "fwd reads x, residual, writes out; bwd reads dy, writes dx (dresidual is dy)", [=] {
@@ -66,8 +61,7 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
                    Tensor dy = Tensor::randn({n, c}, gen, DType::BF16, kCUDA);
                    return std::function<void()>([=] {
                      Tensor offset = PhiloxCounter::on(kCUDA).take(static_cast<uint64_t>(n * c));
-                     bias_dropout_add(x, b, r, 0.1, 1234, offset).backward(dy);
-                     for (const Tensor& t : {x, r, b}) t.zero_grad();
+                     gradients(bias_dropout_add(x, b, r, 0.1, 1234, offset), dy, {x, r, b});
                    });
                  }});
   out.push_back({"cross-entropy V=" + std::to_string(vocab), 2.0 * static_cast<double>(n * vocab) * 2.0,
@@ -77,10 +71,8 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
                    std::vector<double> ids(static_cast<size_t>(n));
                    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<double>((i * 7919) % vocab);
                    Tensor targets = Tensor::from_vector(ids, {n}, DType::I64, kCUDA);
-                   return std::function<void()>([=] {
-                     cross_entropy(logits, targets).backward();
-                     logits.zero_grad();
-                   });
+                   Tensor one = Tensor::full({}, 1.0, DType::F32, kCUDA);
+                   return std::function<void()>([=] { gradients(cross_entropy(logits, targets), one, {logits}); });
                  }});
   return out;
 }
@@ -136,6 +128,7 @@ int run_ops_bench(const OpsBenchOptions& options) {
   };
   std::vector<Row> rows;
   for (const OpCase& op : cases(options.rows, options.channels, options.vocab)) {
+    if (!options.only.empty() && op.name.find(options.only) == std::string::npos) continue;
     Row row{op.name, op.bytes_note, op.fewest_bytes, {}};
     for (int m = 0; m < 2; ++m) {
       KernelModeGuard guard(m == 0 ? KernelMode::Unfused : KernelMode::Fused);
@@ -158,7 +151,8 @@ int run_ops_bench(const OpsBenchOptions& options) {
   }
   std::printf("\nbytes counted:\n");
   for (const Row& r : rows) std::printf("  %-24s %s\n", r.name.c_str(), r.note.c_str());
-  linear_strategy_table(options);
+  if (options.only.empty() || std::string("linear").find(options.only) != std::string::npos)
+    linear_strategy_table(options);
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);

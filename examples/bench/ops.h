@@ -1,6 +1,7 @@
 // ft-bench ops: the memory-bound fused ops against their twins on GPT-2 shapes.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace ft::bench {
 
@@ -10,6 +11,7 @@ struct OpsBenchOptions {
   int64_t vocab = 50304;
   int warmup = 3;
   int iterations = 20;
+  std::string only;  // empty: every op and the linear table
 };
 
 int run_ops_bench(const OpsBenchOptions& options);

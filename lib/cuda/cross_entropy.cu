@@ -1,9 +1,11 @@
 // Fused softmax cross-entropy. A block per row: one pass keeps a running max and sum of
 // exponentials (and the row sum for label smoothing); when a gradient is needed a second pass
-// over the same row, still in L2, writes dlogits = (softmax − target distribution) · scale, so
-// forward + backward read the logits once and write dlogits once. Row losses are added in row
-// order by the last block (deterministic). Replaces the twin's max, sub, exp, sum, log, one-hot
-// compare, mul and reduction kernels and their backward chain.
+// over the same row writes dlogits = (softmax − target distribution) · scale, so forward +
+// backward read the logits from HBM once and write dlogits once. The second pass reads the row
+// from shared memory, where the first pass parked it, when it fits (bf16 rows up to about
+// 56K columns, at 2 blocks per SM); otherwise it re-reads global memory and hopes for L2. Row
+// losses are added in row order by the last block (deterministic). Replaces the twin's max,
+// sub, exp, sum, log, one-hot compare, mul and reduction kernels and their backward chain.
 #include <cub/block/block_reduce.cuh>
 
 #include "lib/cuda/math.cuh"
@@ -14,9 +16,13 @@ namespace ft::cuda {
 
 namespace {
 
-// 512 threads a row: 1024 (fewer rows in flight, to keep each row in L2 for the second pass)
-// measured slower on the H100 (1.70 -> 1.84 ms at N = 16384, V = 50304).
+// 512 threads a row. Without the shared-memory row, 1024 (fewer rows in flight, to keep each
+// row in L2 for the second pass) measured slower on the H100 (1.70 -> 1.84 ms at N = 16384,
+// V = 50304): 528 rows of 100 KB in flight overflow the 50 MB L2, so the second pass went back
+// to HBM and the op moved 1.5 times the bytes it needs.
 constexpr int kRowThreads = 512;
+// Packs each thread loads before it uses any: four 16-byte loads in flight per thread.
+constexpr int kLoadsInFlight = 4;
 
 struct MaxSum {  // a running log-sum-exp: sum of exp(x − max)
   float max, sum;
@@ -38,12 +44,27 @@ __device__ __forceinline__ void add_exp(MaxSum& acc, float x) {
   }
 }
 
-template <class T, int V, class F>
+template <class T, int V>
+__device__ __forceinline__ void load_v(const T* p, float (&v)[V]) {
+  if constexpr (V > 1) load_pack<T, V>(p, v);
+  else v[0] = to_acc(*p);
+}
+
+/// Calls f(c, values) for this thread's V-wide groups of the row, U groups loaded at a time.
+template <class T, int V, int U, class F>
 __device__ __forceinline__ void for_row(const T* row, int64_t vocab, F&& f) {
-  for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < vocab; c += static_cast<int64_t>(blockDim.x) * V) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * V;
+  int64_t c = static_cast<int64_t>(threadIdx.x) * V;
+  for (; c + (U - 1) * stride < vocab; c += U * stride) {
+    float v[U][V];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_v<T, V>(row + c + u * stride, v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) f(c + u * stride, v[u]);
+  }
+  for (; c < vocab; c += stride) {
     float v[V];
-    if constexpr (V > 1) load_pack<T, V>(row + c, v);
-    else v[0] = to_acc(row[c]);
+    load_v<T, V>(row + c, v);
     f(c, v);
   }
 }
@@ -52,7 +73,7 @@ template <class T, int V>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
     const T* logits, const void* targets, bool targets64, int64_t vocab, int64_t ignore_index, float smoothing,
     bool mean_reduction, const float* count, float* row_loss, unsigned* counter, float* loss, bool accumulate,
-    T* dlogits, int64_t rows) {
+    T* dlogits, int64_t rows, bool cache_row) {
   using MaxSumReduce = cub::BlockReduce<MaxSum, kRowThreads>;
   using SumReduce = cub::BlockReduce<float, kRowThreads>;
   __shared__ typename MaxSumReduce::TempStorage max_sum_storage;
@@ -62,10 +83,17 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
   const T* row = logits + r * vocab;
   const int64_t target = load_id(targets, targets64, r);
   const bool counted = target != ignore_index && target >= 0 && target < vocab;
+  extern __shared__ __align__(16) unsigned char row_cache_bytes[];  // [vocab] T when cache_row
+  T* row_cache = reinterpret_cast<T*>(row_cache_bytes);
+  const bool cache = cache_row && dlogits;
 
   MaxSum acc{-INFINITY, 0.0f};
   float row_sum = 0.0f;
-  for_row<T, V>(row, vocab, [&](int64_t, const float(&v)[V]) {
+  for_row<T, V, kLoadsInFlight>(row, vocab, [&](int64_t c, const float(&v)[V]) {
+    if (cache) {  // each thread parks its own groups, and reads back only those: no barrier needed
+      if constexpr (V > 1) store_pack<T, V>(row_cache + c, v);
+      else row_cache[c] = from_acc<T>(v[0]);
+    }
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       add_exp(acc, v[k]);
@@ -90,7 +118,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(
   if (dlogits) {
     const float lse = shared_lse, scale = shared_scale, uniform = smoothing / static_cast<float>(vocab);
     T* out = dlogits + r * vocab;
-    for_row<T, V>(row, vocab, [&](int64_t c, const float(&v)[V]) {
+    for_row<T, V, 1>(cache ? row_cache : row, vocab, [&](int64_t c, const float(&v)[V]) {
       float d[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -158,11 +186,18 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Cr
     using T = decltype(tag);
     auto launch = [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      cross_entropy_forward_kernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, stream()>>>(
+      auto kernel = cross_entropy_forward_kernel<T, V>;
+      // Park the row in shared memory when two blocks of it fit on a multiprocessor.
+      const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(T);
+      const bool cache_row = dlogits.defined() && row_bytes + 4096 <= shared_memory_per_multiprocessor() / 2;
+      const size_t smem = cache_row ? row_bytes : 0;
+      if (smem > 48 * 1024)
+        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      kernel<<<static_cast<unsigned>(rows), kRowThreads, smem, stream()>>>(
           logits.data<T>(), targets.data_ptr(), targets.dtype() == DType::I64, vocab, options.ignore_index,
           static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean, count.data<float>(),
           scratch.partials, scratch.counters, loss.data<float>(), accumulate,
-          dlogits.defined() ? dlogits.data<T>() : nullptr, rows);
+          dlogits.defined() ? dlogits.data<T>() : nullptr, rows, cache_row);
     };
     const void* d = dlogits.defined() ? dlogits.data_ptr() : nullptr;
     if (packable<T>(vocab, {logits.data_ptr(), d})) launch(std::integral_constant<int, kPackSize<T>>{});

@@ -30,6 +30,7 @@ struct DeviceContext {
   size_t workspace_bytes = 32u << 20;
   unsigned* error_word = nullptr;
   int sms = 0;
+  size_t shared_per_sm = 0;
 
   DeviceContext() {
     int device = 0;
@@ -46,6 +47,9 @@ struct DeviceContext {
     FT_CUDA_CHECK(cudaMalloc(&error_word, sizeof(unsigned)));
     FT_CUDA_CHECK(cudaMemset(error_word, 0, sizeof(unsigned)));
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int shared = 0;
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    shared_per_sm = static_cast<size_t>(shared);
   }
 };
 
@@ -60,6 +64,7 @@ DeviceContext& context() {
 
 cudaStream_t stream() { return context().stream; }
 int multiprocessor_count() { return context().sms; }
+size_t shared_memory_per_multiprocessor() { return context().shared_per_sm; }
 cublasLtHandle_t cublaslt_handle() { return context().lt; }
 void* cublaslt_workspace(size_t* bytes) {
   *bytes = context().workspace_bytes;

@@ -15,6 +15,8 @@ namespace ft::cuda {
 /// The compute stream of the current device. Every op enqueues its work here.
 cudaStream_t stream();
 int multiprocessor_count();
+/// Shared memory of one multiprocessor, in bytes (228 KB on the H100).
+size_t shared_memory_per_multiprocessor();
 cublasLtHandle_t cublaslt_handle();
 /// A workspace for cuBLASLt, allocated once.
 void* cublaslt_workspace(size_t* bytes);

@@ -71,6 +71,37 @@ TEST(AutogradTest, GradientsAccumulateAcrossBackwardCalls) {
   EXPECT_TRUE(all_equal(x.grad(), Tensor::full({5}, 3.0, DType::F64)));
 }
 
+TEST(AutogradTest, GradientsReturnsWithoutTouchingLeafGrads) {
+  Generator gen = test_generator();
+  Tensor x = random_tensor({6}, DType::F64, kCPU, gen).requires_grad_();
+  Tensor w = random_tensor({6}, DType::F64, kCPU, gen).requires_grad_();
+  Tensor r = random_tensor({6}, DType::F64, kCPU, gen).requires_grad_();
+  sum_all(x * 5.0).backward();  // a .grad() that gradients() must leave alone
+  const Tensor before = fresh_copy(x.grad(), DType::F64, kCPU);
+  Tensor upstream = random_tensor({6}, DType::F64, kCPU, gen);
+  // y = x·x + x·w + r: dy/dx = 2x + w, dy/dw = x, and r's gradient is the upstream one itself.
+  const Tensor y = x * x + x * w + r;
+  const std::vector<Tensor> g = gradients(y, upstream, {x, w, r});
+  ASSERT_EQ(g.size(), 3u);
+  const std::vector<double> vx = x.to_vector(), vw = w.to_vector(), vu = upstream.to_vector();
+  std::vector<double> dx(6), dw(6);
+  for (size_t i = 0; i < 6; ++i) {
+    dx[i] = vu[i] * (2 * vx[i] + vw[i]);
+    dw[i] = vu[i] * vx[i];
+  }
+  EXPECT_TRUE(all_close(g[0], Tensor::from_vector(dx, {6}, DType::F64), 1e-14));
+  EXPECT_TRUE(all_close(g[1], Tensor::from_vector(dw, {6}, DType::F64), 1e-14));
+  EXPECT_EQ(g[2].data_ptr(), upstream.data_ptr());  // passed through, not copied
+  EXPECT_TRUE(all_equal(x.grad(), before));
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(r.grad().defined());
+  // A leaf the root does not depend on gets an undefined gradient; a non-leaf is refused.
+  Tensor unused = random_tensor({6}, DType::F64, kCPU, gen).requires_grad_();
+  EXPECT_FALSE(gradients(sum_all(x * x), Tensor(), {unused}).at(0).defined());
+  const Tensor h = x * 2.0;
+  EXPECT_FT_ERROR(gradients(sum_all(h), Tensor(), {h}), "must be a leaf");
+}
+
 TEST(AutogradTest, BackwardTwiceWithoutRetainGraphThrows) {
   Generator gen = test_generator();
   Tensor x = random_tensor({3}, DType::F64, kCPU, gen).requires_grad_();

@@ -1,0 +1,43 @@
+"""Condenses `ncu --csv --page details` output (stdin) to one line per profiled kernel launch:
+duration, DRAM and SM throughput, occupancy, registers, launch shape, L2 hit rate and the
+warp stall figures, so a device call's profile fits in a log a person can read."""
+import csv
+import sys
+
+WANTED = {
+    "Duration": "us",
+    "DRAM Throughput": "dram%",
+    "Compute (SM) Throughput": "sm%",
+    "Achieved Occupancy": "occ%",
+    "Theoretical Occupancy": "theo%",
+    "Registers Per Thread": "regs",
+    "Grid Size": "grid",
+    "Block Size": "block",
+    "L2 Hit Rate": "l2hit%",
+    "Warp Cycles Per Issued Instruction": "cyc/issue",
+    "Dynamic Shared Memory Per Block": "dsmem",
+}
+
+
+def main():
+    lines = [l for l in sys.stdin if l.startswith('"')]
+    rows = list(csv.DictReader(lines))
+    launches = {}
+    for r in rows:
+        key = (r.get("ID"), r.get("Kernel Name"))
+        name = r.get("Metric Name")
+        if name in WANTED:
+            value = r.get("Metric Value", "")
+            if name == "Duration" and r.get("Metric Unit") == "ms":
+                value = f"{float(value.replace(',', '')) * 1000:.1f}"
+            elif name == "Duration" and r.get("Metric Unit") == "ns":
+                value = f"{float(value.replace(',', '')) / 1000:.1f}"
+            launches.setdefault(key, {})[WANTED[name]] = value
+    cols = list(WANTED.values())
+    print("id   " + " ".join(f"{c:>9}" for c in cols) + "  kernel")
+    for (launch_id, kernel), m in launches.items():
+        print(f"{launch_id:<4} " + " ".join(f"{m.get(c, '-'):>9}" for c in cols) + "  " + kernel[:110])
+
+
+if __name__ == "__main__":
+    main()
