@@ -1,5 +1,5 @@
 // The fused optimizer kernels: multi-tensor ops on CUDA that cover a whole list of tensors in a
-// few launches (optim/cuda/multi_tensor_apply.cuh says how the lists are cut into chunks).
+// few launches (optim/cuda/multi_tensor_apply.cuh says how the lists are cut into units).
 // Their twins are the per-tensor primitive updates in optimizer.cpp, adamw.cpp and sgd.cpp;
 // the callers choose between the two with use_fused and fused_supported.
 #pragma once
@@ -15,8 +15,8 @@ namespace ft::multi_tensor {
 /// the optimizer state (`state_dtype`) f32. Undefined tensors are ignored.
 bool fused_supported(const std::vector<Tensor>& tensors, DType state_dtype = DType::F32);
 
-/// Global L2 norm of `tensors` (f32, squares summed per chunk and the chunk sums added in a fixed
-/// order: deterministic) into state.grad_norm, then settles the step: clip = min(1,
+/// Global L2 norm of `tensors` (f32, squares summed per block and the block sums added in a fixed
+/// order: deterministic on a given GPU) into state.grad_norm, then settles the step: clip = min(1,
 /// max_grad_norm / (norm + 1e-6)) when max_grad_norm > 0, else 1; keep = 0 when skip_nonfinite
 /// and the norm is NaN or infinite, else 1; applied += keep; skipped += 1 − keep. Undefined
 /// members of `state` are not written. With `tensors` empty no norm is taken (keep = clip = 1).

@@ -9,6 +9,8 @@
 // memory (no atomics, fixed order), and the per-block partials are added by a small column
 // kernel in block order. Replaces the twin's cast, mean, sub, mul, rsqrt and add kernels and
 // their backward chains.
+#include <algorithm>
+
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/layer_norm.h"
@@ -20,6 +22,7 @@ namespace {
 constexpr int kWarpPacks = 4;    // packs per lane in warp mode
 constexpr int kBlockPacks = 8;   // packs per thread in block mode
 constexpr int kBlockThreads = 256;  // warp mode: 8 rows per block
+constexpr int kNormBackwardBlocks = 4;  // warp-mode backward blocks per multiprocessor
 
 // Most threads a launch can have: 8 warps in warp mode; in block mode cols / (V·kBlockPacks)
 // rounded up, at most 8192 / 8 = 1024 for unpacked rows and 256 for packed ones. Declared to
@@ -104,49 +107,66 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
 
 // dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean (x̂ = x·rstd).
 // Shared memory: one [2, cols] slice (dweight, dbias) per row group of the block.
+// x and dy stay in registers as loaded (packed bf16 is half the registers of f32), and x̂ and
+// dy·w are computed again for dx instead of being kept: at 101 registers a thread (x̂ and dy·w
+// held as floats) two blocks fitted on a multiprocessor and the kernel reached 31% of the
+// bandwidth on the H100; kNormBackwardBlocks blocks need at most 64.
 template <class T, int V, int P, bool kRms, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in,
-                                     const float* rstd_in, T* dx, float* partials, int64_t rows, int64_t cols) {
+__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
+    norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
+                         float* partials, int64_t rows, int64_t cols) {
+  using Raw = Pack<T, V>;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
   const RowGroup<kWarpRows> group;
   const int groups = kWarpRows ? blockDim.x / 32 : 1;
   float* acc = slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * cols;
-  const int64_t step = static_cast<int64_t>(group.size()) * V;
-  for (int64_t c = group.rank() * V; c < cols; c += step)
+  // Column indices in 32 bits (cols <= 8192, norm_supported) to spare registers.
+  const int step = group.size() * V, ncols = static_cast<int>(cols);
+  for (int c = group.rank() * V; c < ncols; c += step)
 #pragma unroll
-    for (int k = 0; k < V; ++k) acc[c + k] = acc[cols + c + k] = 0.0f;
+    for (int k = 0; k < V; ++k) acc[c + k] = acc[ncols + c + k] = 0.0f;
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
     const float mean = kRms ? 0.0f : mean_in[r], rstd = rstd_in[r];
-    float xhat[P][V], gw[P][V];
+    const T* x_row = x + r * cols;
+    const T* dy_row = dy + r * cols;
+    Raw xs[P], gs[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int c = group.rank() * V + p * step;
+      if (c >= ncols) break;
+      xs[p] = *reinterpret_cast<const Raw*>(x_row + c);
+      gs[p] = *reinterpret_cast<const Raw*>(dy_row + c);
+    }
     float part_g = 0.0f, part_gx = 0.0f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const int64_t c = group.rank() * V + p * step;
-      if (c >= cols) break;
-      float g[V], w[V];
-      load_v<V>(x + r * cols + c, xhat[p]);
-      load_v<V>(dy + r * cols + c, g);
+      const int c = group.rank() * V + p * step;
+      if (c >= ncols) break;
+      float w[V];
       load_v<V>(weight + c, w);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        xhat[p][k] = (xhat[p][k] - mean) * rstd;
-        gw[p][k] = g[k] * w[k];
-        part_g += gw[p][k];
-        part_gx += gw[p][k] * xhat[p][k];
-        acc[c + k] += g[k] * xhat[p][k];
-        acc[cols + c + k] += g[k];
+        const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd, g = to_acc(gs[p].v[k]), gw = g * w[k];
+        part_g += gw;
+        part_gx += gw * xhat;
+        acc[c + k] += g * xhat;
+        acc[ncols + c + k] += g;
       }
     }
     const float mean_g = kRms ? 0.0f : group.sum(part_g, scratch) / static_cast<float>(cols);
     const float mean_gx = group.sum(part_gx, scratch) / static_cast<float>(cols);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      const int64_t c = group.rank() * V + p * step;
-      if (c >= cols) break;
-      float d[V];
+      const int c = group.rank() * V + p * step;
+      if (c >= ncols) break;
+      float w[V], d[V];
+      load_v<V>(weight + c, w);
 #pragma unroll
-      for (int k = 0; k < V; ++k) d[k] = rstd * (gw[p][k] - mean_g - xhat[p][k] * mean_gx);
+      for (int k = 0; k < V; ++k) {
+        const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd;
+        d[k] = rstd * (to_acc(gs[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
+      }
       store_v<V>(dx + r * cols + c, d);
     }
   }
@@ -257,9 +277,12 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
                      if (smem > 48 * 1024)
                        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                           static_cast<int>(smem)));
-                     // 2 blocks per SM: 4 measured no faster on the H100 (83 us either way for the
-                     // GPT-2 shape) and doubles the partials to add.
-                     const unsigned blocks = grid_for(launch, rows, 2LL * multiprocessor_count());
+                     // As many blocks as fit at once (kNormBackwardBlocks per multiprocessor in warp
+                     // mode, bounded by the slices' shared memory); each adds one partial row.
+                     int resident = 0;
+                     FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, launch.threads, smem));
+                     const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
+                     const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
                      ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
                      kernel<<<blocks, launch.threads, smem, stream()>>>(
                          dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,

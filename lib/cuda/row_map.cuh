@@ -13,6 +13,8 @@
 // elements [col, col + VEC) of the row (col + VEC <= cols is guaranteed when cols % VEC == 0;
 // with VEC == 1 any cols works), storing its outputs and returning what the column sums add.
 #pragma once
+#include <algorithm>
+
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 
@@ -42,8 +44,13 @@ __global__ void map_kernel(Op op, int64_t rows, int64_t cols) {
   }
 }
 
+// At most 512 threads a block, and two such blocks must fit on a multiprocessor: without the
+// bound the dropout backward took 70 registers, one block fitted, and the second half of the
+// grid ran as a second wave (45 us where the bytes need 17, measured on the H100).
+constexpr int kColumnBlockThreads = 512;
+
 template <int VEC, class T, class Op>
-__global__ void map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
+__global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
                                           T* column_sums) {
   // threadIdx.x picks the column group, threadIdx.y the row lane: the lanes of a block walk its
   // rows interleaved, so blockDim.y loads per column group are in flight instead of one.
@@ -93,22 +100,25 @@ __global__ void map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, flo
 /// Launches op over [rows, cols]. With column_sums defined, also writes their column sums.
 template <int VEC, class T, class Op>
 void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* column_sums) {
-  // Up to 128 column groups per tile and enough row lanes for about 512 threads a block.
+  // Up to 128 column groups per tile and enough row lanes for about kColumnBlockThreads a block.
   const int64_t groups = (cols + VEC - 1) / VEC;
   const int tile_threads = static_cast<int>(std::min<int64_t>(128, (groups + 31) / 32 * 32));
-  const int row_lanes = std::max(1, std::min(8, 512 / tile_threads));
+  const int row_lanes = std::max(1, std::min(8, kColumnBlockThreads / tile_threads));
   const int64_t tile_cols = static_cast<int64_t>(tile_threads) * VEC;
   const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
   // 2 row blocks of ~512 threads per SM. The last block of a column tile adds every row block's
   // partials, so more row blocks lengthen that serial tail (on the H100, 8 blocks of 128 threads
   // per SM measured slower than 4: bias+GELU fwd+bwd 0.373 against 0.265 ms).
-  const int64_t target_blocks = 2LL * multiprocessor_count();
+  const size_t smem = column_sums ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
+  int resident = 0;  // blocks of this shape a multiprocessor holds: a grid beyond that waits for a second wave
+  FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, map_reduce_columns_kernel<VEC, T, Op>,
+                                                              tile_threads * row_lanes, smem));
+  const int64_t target_blocks = static_cast<int64_t>(std::clamp(resident, 1, 2)) * multiprocessor_count();
   const int64_t row_blocks = std::max<int64_t>(1, std::min<int64_t>(rows, std::min<int64_t>(65535, target_blocks / col_tiles)));
   ColumnScratch scratch{nullptr, nullptr};
   if (column_sums) scratch = column_scratch(row_blocks, cols, col_tiles);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_blocks));
   dim3 block(static_cast<unsigned>(tile_threads), static_cast<unsigned>(row_lanes));
-  const size_t smem = column_sums ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
   map_reduce_columns_kernel<VEC, T><<<grid, block, smem, stream()>>>(op, rows, cols, scratch.partials,
                                                                      scratch.counters, column_sums);
   FT_CUDA_CHECK_LAUNCH("map_reduce_columns_kernel");

@@ -43,19 +43,16 @@ ChunkedTensor<DEPTH> entry(std::array<void*, DEPTH> addresses, const Tensor& t, 
 
 template <class T>
 struct SquaresOp {
-  float* partials;
-  __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count, int64_t block) const {
-    __shared__ float scratch[33];
+  float* partials;  // one per block of the apply (cuda::block_count)
+  __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count,
+                             float& thread_sum) const {
     const T* x = static_cast<const T*>(table.addresses[0][tensor]);
-    float sum = 0.0f;
     for_each_group(begin, count, [&](int64_t i, int n) {
       float v[kGroup];
       load_group(x, i, n, v);
 #pragma unroll
-      for (int k = 0; k < kGroup; ++k) sum += v[k] * v[k];
+      for (int k = 0; k < kGroup; ++k) thread_sum += v[k] * v[k];
     });
-    sum = cuda::block_sum(sum, scratch);
-    if (threadIdx.x == 0) partials[block] = sum;
   }
 };
 
@@ -65,7 +62,7 @@ struct SettleTargets {
   bool skip_nonfinite;
 };
 
-// One block: adds the chunk partials in a fixed order, then settles the step.
+// One block: adds the block partials in a fixed order, then settles the step.
 __global__ void settle_kernel(const float* partials, int64_t count, SettleTargets out) {
   __shared__ float scratch[33];
   float sum = 0.0f;
@@ -90,7 +87,7 @@ __global__ void settle_kernel(const float* partials, int64_t count, SettleTarget
 template <class T>
 struct ScaleOp {
   const float* factor;  // nullptr: zero
-  __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
+  __device__ void operator()(const ChunkTable<1>& table, int tensor, int64_t begin, int64_t count, float&) const {
     T* x = static_cast<T*>(table.addresses[0][tensor]);
     const float f = factor ? *factor : 0.0f;
     for_each_group(begin, count, [&](int64_t i, int n) {
@@ -152,7 +149,7 @@ struct AdamWOp {
   float beta1, beta2, eps, weight_decay;
   StepScalars step;
   WorkingCopy<P> copy;
-  __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
+  __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, float&) const {
     if (*step.keep == 0.0f) return;
     const P* g = static_cast<const P*>(table.addresses[0][tensor]);
     P* param = static_cast<P*>(table.addresses[1][tensor]);
@@ -190,7 +187,7 @@ template <class P, int DEPTH>
 struct SGDOp {
   float momentum, weight_decay;
   StepScalars step;
-  __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, int64_t) const {
+  __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, float&) const {
     if (*step.keep == 0.0f) return;
     const P* g = static_cast<const P*>(table.addresses[0][tensor]);
     P* param = static_cast<P*>(table.addresses[1][tensor]);
@@ -238,18 +235,18 @@ void settle_step(const std::vector<Tensor>& tensors, const StepState& state, con
     check_operand(t, "settle_step", "every tensor");
     (t.dtype() == DType::BF16 ? bf16 : f32).push_back(entry<1>({t.data_ptr()}, t, static_cast<int64_t>(i)));
   }
-  const int64_t chunks = cuda::chunk_count(f32) + cuda::chunk_count(bf16);
-  // One partial per chunk, in chunk order: f32 tensors first, then bf16 ones.
+  const int64_t f32_blocks = cuda::block_count(f32), blocks = f32_blocks + cuda::block_count(bf16);
+  // One partial per block, in block order: f32 tensors first, then bf16 ones.
   Tensor partials;
-  if (chunks > 0) {
+  if (blocks > 0) {
     const Device device = tensors.front().device();
-    partials = Tensor::empty({chunks}, DType::F32, device);
+    partials = Tensor::empty({blocks}, DType::F32, device);
     cuda::multi_tensor_apply<1>(f32, SquaresOp<float>{partials.data<float>()});
-    cuda::multi_tensor_apply<1>(bf16, SquaresOp<__nv_bfloat16>{partials.data<float>() + cuda::chunk_count(f32)});
+    cuda::multi_tensor_apply<1>(bf16, SquaresOp<__nv_bfloat16>{partials.data<float>() + f32_blocks});
   }
   const SettleTargets out{ptr(state.grad_norm), ptr(state.keep), ptr(state.clip), ptr(state.applied),
                           ptr(state.skipped), static_cast<float>(policy.max_grad_norm), policy.skip_nonfinite};
-  settle_kernel<<<1, 1024, 0, cuda::stream()>>>(chunks > 0 ? partials.data<float>() : nullptr, chunks, out);
+  settle_kernel<<<1, 1024, 0, cuda::stream()>>>(blocks > 0 ? partials.data<float>() : nullptr, blocks, out);
   FT_CUDA_CHECK_LAUNCH("settle_kernel");
 }
 

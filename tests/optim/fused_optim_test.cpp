@@ -1,10 +1,10 @@
 // The multi-tensor fused optimizer (optim/multi_tensor.h) against its per-tensor twin, and the
 // device-side step (settle_step: norm, clip factor, skip flag, counts) that both read.
 //
-// Parameter lists hold more than 110 tensors whose sizes sit on both sides of the 65536-element
-// chunk of the multi-tensor kernels (one below, at, one above, two chunks and one), tiny tails,
-// and a few large tensors, one of them longer than a launch's chunk table, so one list needs
-// several launches and a tensor continues from one launch into the next. Shapes are 1-D and
+// Parameter lists hold more than 110 tensors, more than a launch's table takes at depth 4 and 5,
+// so one list needs several launches. Their sizes sit on both sides of multiples of the kernels'
+// 4096-element unit (65535, 65536, 65537, ...), with tiny tails and a few large tensors, one of
+// 21M elements, so a block's share of a launch starts, ends and crosses tensor boundaries. Shapes are 1-D and
 // 2-D, so AdamW's default rule (decay only dim >= 2) decays some of them. Covered:
 //   - AdamW and SGD, fused vs twin on CUDA over many steps with a changing learning rate,
 //     for f32 parameters (their own master), bf16 parameters (f32 master) and a mix of both;
@@ -92,16 +92,16 @@ DType dtype_of(ParamKind kind, size_t index) {
   return DType::F32;
 }
 
-/// `count` shapes around the kernels' 65536-element chunk (see the file comment); 120 of them
-/// are ~5M elements, ~26M with the long tensor.
+/// `count` shapes around multiples of the kernels' 4096-element unit (see the file comment);
+/// 120 of them are ~5M elements, ~26M with the long tensor.
 std::vector<Shape> chunk_straddling_shapes(size_t count, bool with_long_tensor = false) {
   static const std::vector<Shape> cycle = {{65535}, {256, 256}, {65537},  {3, 43691}, {1},  {3},      {1, 5},
                                            {1000},  {255, 257}, {65536},  {1, 65537}, {131073}, {1, 1}, {5},
                                            {40, 25}, {7}};
   std::vector<Shape> shapes;
   for (size_t i = 0; i < count; ++i) {
-    // One tensor of 321 chunks, more than a launch's 320 blocks, continues into the next launch.
-    // Only the main fused-vs-twin test carries it: it is 21M elements, most of the list's work.
+    // One tensor of 21M elements, most of the list's work: many blocks' shares lie inside it.
+    // Only the main fused-vs-twin test carries it.
     shapes.push_back(with_long_tensor && i == 39 ? Shape{4097, 5119} : cycle[i % cycle.size()]);
   }
   return shapes;
