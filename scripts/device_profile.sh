@@ -4,6 +4,8 @@
 # optimizer step with Nsight Compute (one condensed line per kernel launch, scripts/ncu_table.py).
 # For finding where an op's time goes; scripts/device_check.sh is the full check.
 #   scripts/device_profile.sh [gtest filter] [kernel-name regex]
+# NCU_SECTIONS adds sections (e.g. "--section WarpStateStats"); NCU_LAUNCHES caps the launches
+# profiled per program (12).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
@@ -24,9 +26,9 @@ python3 bench/peers/adamw_torch.py >"$out/bench-adamw-torch.log" 2>&1 || tail -2
 ncu_run() {  # label, then the program and its arguments
   local label=$1
   shift
-  ncu --clock-control none --kernel-name-base demangled --kernel-name "regex:$kernels" --launch-count 60 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section MemoryWorkloadAnalysis --csv --page details "$@" >"$out/ncu-$label.csv" 2>"$out/ncu-$label.err"
+  ncu --clock-control none --kernel-name-base demangled --kernel-name "regex:$kernels" --launch-count "${NCU_LAUNCHES:-12}" \
+    --section SpeedOfLight --section Occupancy --section LaunchStats ${NCU_SECTIONS:-} \
+    --csv --page details "$@" >"$out/ncu-$label.csv" 2>"$out/ncu-$label.err"
   python3 scripts/ncu_table.py <"$out/ncu-$label.csv" >"$out/ncu-$label.txt"
 }
 for op in residual dropout cross; do
@@ -38,4 +40,6 @@ echo
 sed -n '/^op (fwd+bwd)/,/^$/p' "$out/bench-ops.log"
 grep '^RESULT' "$out/bench-ops-torch.log" "$out/bench-adamw-torch.log"
 sed -n '/^variant/,/^fused vs twin/p' "$out/bench-adamw.log"
-for f in "$out"/ncu-*.txt; do echo "== $f"; cut -c1-200 "$f" | head -40; done
+for f in "$out"/ncu-*.txt; do echo "== $f"; cut -c1-170 "$f" | head -40; done
+# Only a few files come back from the device: the CSVs go into one tarball.
+tar czf "$out/ncu-csv.tgz" -C "$out" $(cd "$out" && ls ncu-*.csv ncu-*.err) && rm -f "$out"/ncu-*.csv "$out"/ncu-*.err

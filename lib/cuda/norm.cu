@@ -10,6 +10,7 @@
 // kernel in block order. Replaces the twin's cast, mean, sub, mul, rsqrt and add kernels and
 // their backward chains.
 #include <algorithm>
+#include <cstdlib>
 
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -30,6 +31,17 @@ constexpr int kNormBackwardBlocks = 4;  // warp-mode backward blocks per multipr
 // (unpacked rows of more than about 5800 columns failed to launch before).
 template <int V, bool kWarpRows>
 constexpr int kMaxThreads = kWarpRows ? kBlockThreads : V == 1 ? 1024 : 256;
+
+/// Columns of a backward slice: cols rounded up to whole steps (a step: the row group's threads
+/// times their pack width), so that every (pack, element, thread) position has a word.
+__host__ __device__ inline int padded_cols(int cols, int step) { return (cols + step - 1) / step * step; }
+
+/// Where column c lives in a slice: thread t = (c mod step) / V holds it as element k of its
+/// pack p = c / step; the slice stores (p, k) rows of group_size consecutive threads.
+__device__ __forceinline__ int slice_index(int c, int V, int group_size, int step) {
+  const int p = c / step, within = c - p * step, t = within / V, k = within - t * V;
+  return (p * V + k) * group_size + t;
+}
 
 template <bool kWarpRows>
 struct RowGroup {
@@ -106,13 +118,17 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
 }
 
 // dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean (x̂ = x·rstd).
-// Shared memory: one [2, cols] slice (dweight, dbias) per row group of the block.
+// Shared memory: one [2, padded cols] slice (dweight, dbias) per row group of the block, laid out
+// column-group-major and thread-minor (slice_index): each warp access then touches 32
+// consecutive words. Indexed by column, a lane's 8 consecutive columns put lanes 0, 4, 8, ...
+// on one bank, an 8-way conflict on all four accesses per element, which bound the kernel at
+// 31% of the H100's bandwidth (62 us for the GPT-2 shape where the bytes need 25).
 // x and dy stay in registers as loaded (packed bf16 is half the registers of f32), and x̂ and
 // dy·w are computed again for dx instead of being kept: at 101 registers a thread (x̂ and dy·w
 // held as floats) two blocks fitted on a multiprocessor and the kernel reached 31% of the
 // bandwidth on the H100; kNormBackwardBlocks blocks need at most 64.
-template <class T, int V, int P, bool kRms, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
+template <class T, int V, int P, bool kRms, bool kWarpRows, int kMinBlocks = kNormBackwardBlocks>
+__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kMinBlocks : 1)
     norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
                          float* partials, int64_t rows, int64_t cols) {
   using Raw = Pack<T, V>;
@@ -120,12 +136,10 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   extern __shared__ float slices[];
   const RowGroup<kWarpRows> group;
   const int groups = kWarpRows ? blockDim.x / 32 : 1;
-  float* acc = slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * cols;
   // Column indices in 32 bits (cols <= 8192, norm_supported) to spare registers.
-  const int step = group.size() * V, ncols = static_cast<int>(cols);
-  for (int c = group.rank() * V; c < ncols; c += step)
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc[c + k] = acc[ncols + c + k] = 0.0f;
+  const int step = group.size() * V, ncols = static_cast<int>(cols), padded = padded_cols(ncols, step);
+  float* acc = slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * padded + group.rank();
+  for (int j = 0; j < padded; j += group.size()) acc[j] = acc[padded + j] = 0.0f;
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
     const float mean = kRms ? 0.0f : mean_in[r], rstd = rstd_in[r];
     const T* x_row = x + r * cols;
@@ -150,8 +164,9 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
         const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd, g = to_acc(gs[p].v[k]), gw = g * w[k];
         part_g += gw;
         part_gx += gw * xhat;
-        acc[c + k] += g * xhat;
-        acc[ncols + c + k] += g;
+        const int at = (p * V + k) * group.size();  // slice_index(c + k) for this thread
+        acc[at] += g * xhat;
+        acc[padded + at] += g;
       }
     }
     const float mean_g = kRms ? 0.0f : group.sum(part_g, scratch) / static_cast<float>(cols);
@@ -172,10 +187,15 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   }
   __syncthreads();
   // This block's partial: its row groups' slices added in group order.
-  for (int64_t j = threadIdx.x; j < 2 * cols; j += blockDim.x) {
-    float total = 0.0f;
-    for (int g = 0; g < groups; ++g) total += slices[g * 2 * cols + j];
-    partials[blockIdx.x * 2 * cols + j] = total;
+  for (int j = threadIdx.x; j < ncols; j += blockDim.x) {
+    const int at = slice_index(j, V, group.size(), step);
+    float dweight = 0.0f, dbias = 0.0f;
+    for (int g = 0; g < groups; ++g) {
+      dweight += slices[g * 2 * padded + at];
+      dbias += slices[g * 2 * padded + padded + at];
+    }
+    partials[blockIdx.x * 2 * cols + j] = dweight;
+    partials[blockIdx.x * 2 * cols + cols + j] = dbias;
   }
 }
 
@@ -270,10 +290,17 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
   with_norm_config(kind, x.dtype(), cols, {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr()},
                    [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
                      using T = decltype(tag);
-                     auto kernel = norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
-                                                        decltype(rms)::value, decltype(warp_rows)::value>;
+                     // TEMPORARY EXPERIMENT (2026-11-22): FT_NORM_BWD_BLOCKS=2 picks a 2-block build.
+                     const char* experiment = std::getenv("FT_NORM_BWD_BLOCKS");
+                     const int want = experiment && std::atoi(experiment) == 2 ? 2 : kNormBackwardBlocks;
+                     auto kernel = want == 2 ? norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
+                                                                    decltype(rms)::value, decltype(warp_rows)::value, 2>
+                                             : norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
+                                                                    decltype(rms)::value, decltype(warp_rows)::value>;
                      const int groups = launch.warp_rows ? launch.threads / 32 : 1;
-                     const size_t smem = static_cast<size_t>(groups) * 2 * static_cast<size_t>(cols) * sizeof(float);
+                     const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
+                     const size_t smem = static_cast<size_t>(groups) * 2 *
+                                         static_cast<size_t>(padded_cols(static_cast<int>(cols), step)) * sizeof(float);
                      if (smem > 48 * 1024)
                        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                           static_cast<int>(smem)));
@@ -281,7 +308,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
                      // mode, bounded by the slices' shared memory); each adds one partial row.
                      int resident = 0;
                      FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, launch.threads, smem));
-                     const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
+                     const int per_sm = std::clamp(resident, 1, launch.warp_rows ? want : 2);
                      const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
                      ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
                      kernel<<<blocks, launch.threads, smem, stream()>>>(
