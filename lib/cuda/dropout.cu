@@ -92,38 +92,9 @@ struct DropoutForward {
   }
 };
 
-// dx = keep·scale·dy over [rows, cols] with the bias gradient, 8 elements (one 16-byte bf16
-// access, two Philox calls) at a time, split into load and finish so that the column kernel
-// keeps several rows' loads in flight (SplitRowOp).
-template <class T>
-struct DropoutBackwardRows8 {
-  const T* dy;
-  T* dx;
-  int64_t cols;
-  uint64_t seed;
-  const int64_t* offset;
-  float p, scale;
-  using Loaded = Pack<T, 8>;
-  __device__ Loaded load(int64_t r, int64_t c) const { return *reinterpret_cast<const Loaded*>(dy + r * cols + c); }
-  __device__ void finish(int64_t r, int64_t c, const Loaded& in, float (&sums)[8]) const {
-    const int64_t i = r * cols + c;
-    const uint64_t base = static_cast<uint64_t>(*offset);
-    bool keep[4], keep_hi[4];
-    dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
-    dropout_keep4(seed, base, static_cast<uint64_t>(i + 4), p, keep_hi);
-    float g[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      g[k] = (k < 4 ? keep[k] : keep_hi[k - 4]) ? to_acc(in.v[k]) * scale : 0.0f;
-      sums[k] = rounded<T>(g[k]);
-    }
-    store_pack<T, 8>(dx + i, g);
-  }
-};
-
 // dx = keep·scale·dy. As a flat map (rows = 1) or, for the bias gradient, over [rows, cols]
 // with the column sums; `cols` is the row width either way.
-template <class T, int VEC>  // VEC 4 or 1
+template <class T, int VEC>
 struct DropoutBackward {
   const T* dy;
   T* dx;
@@ -134,7 +105,19 @@ struct DropoutBackward {
   __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const {
     const int64_t i = r * cols + c;
     const uint64_t base = static_cast<uint64_t>(*offset);
-    if constexpr (VEC == 4) {
+    if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
+      float g[8];
+      load_pack<T, 8>(dy + i, g);
+      bool keep[4], keep_hi[4];
+      dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
+      dropout_keep4(seed, base, static_cast<uint64_t>(i + 4), p, keep_hi);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        g[k] = (k < 4 ? keep[k] : keep_hi[k - 4]) ? g[k] * scale : 0.0f;
+        sums[k] = rounded<T>(g[k]);
+      }
+      store_pack<T, 8>(dx + i, g);
+    } else if constexpr (VEC == 4) {
       float g[4];
       load4(dy, i, n, g);
       bool keep[4];
@@ -197,10 +180,9 @@ void dropout_backward(const Tensor& dy, double p, uint64_t seed, const Tensor& o
                                           offset.data<int64_t>(), pf, scale},
                     1, (n + 3) / 4 * 4);
     } else if (cols % 8 == 0 && std::is_same_v<T, __nv_bfloat16> && packable<T>(cols, {dy.data_ptr(), dx.data_ptr()})) {
-      if constexpr (std::is_same_v<T, __nv_bfloat16>)  // f32 never takes this path: no f32 build of it
-        launch_map_reduce_columns<8, T>(
-            DropoutBackwardRows8<T>{dy.data<T>(), dx.data<T>(), cols, seed, offset.data<int64_t>(), pf, scale}, rows,
-            cols, dbias.data<T>());
+      launch_map_reduce_columns<8, T>(
+          DropoutBackward<T, 8>{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale}, rows,
+          cols, dbias.data<T>());
     } else if (cols % 4 == 0) {
       launch_map_reduce_columns<4, T>(
           DropoutBackward<T, 4>{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale}, rows,

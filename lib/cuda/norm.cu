@@ -10,7 +10,6 @@
 // kernel in block order. Replaces the twin's cast, mean, sub, mul, rsqrt and add kernels and
 // their backward chains.
 #include <algorithm>
-#include <cstdlib>
 
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -23,7 +22,9 @@ namespace {
 constexpr int kWarpPacks = 4;    // packs per lane in warp mode
 constexpr int kBlockPacks = 8;   // packs per thread in block mode
 constexpr int kBlockThreads = 256;  // warp mode: 8 rows per block
-constexpr int kNormBackwardBlocks = 4;  // warp-mode backward blocks per multiprocessor
+// Warp-mode backward blocks per multiprocessor. On the H100 (GPT-2 shape, residual+LN fwd+bwd)
+// 2 blocks took 0.084 ms and 4 took 0.112: bounded to 64 registers, the backward spilled.
+constexpr int kNormBackwardBlocks = 2;
 
 // Most threads a launch can have: 8 warps in warp mode; in block mode cols / (V·kBlockPacks)
 // rounded up, at most 8192 / 8 = 1024 for unpacked rows and 256 for packed ones. Declared to
@@ -124,11 +125,9 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
 // on one bank, an 8-way conflict on all four accesses per element, which bound the kernel at
 // 31% of the H100's bandwidth (62 us for the GPT-2 shape where the bytes need 25).
 // x and dy stay in registers as loaded (packed bf16 is half the registers of f32), and x̂ and
-// dy·w are computed again for dx instead of being kept: at 101 registers a thread (x̂ and dy·w
-// held as floats) two blocks fitted on a multiprocessor and the kernel reached 31% of the
-// bandwidth on the H100; kNormBackwardBlocks blocks need at most 64.
-template <class T, int V, int P, bool kRms, bool kWarpRows, int kMinBlocks = kNormBackwardBlocks>
-__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kMinBlocks : 1)
+// dy·w are computed again for dx instead of being kept.
+template <class T, int V, int P, bool kRms, bool kWarpRows>
+__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
     norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
                          float* partials, int64_t rows, int64_t cols) {
   using Raw = Pack<T, V>;
@@ -290,13 +289,8 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
   with_norm_config(kind, x.dtype(), cols, {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr()},
                    [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
                      using T = decltype(tag);
-                     // TEMPORARY EXPERIMENT (2026-11-22): FT_NORM_BWD_BLOCKS=2 picks a 2-block build.
-                     const char* experiment = std::getenv("FT_NORM_BWD_BLOCKS");
-                     const int want = experiment && std::atoi(experiment) == 2 ? 2 : kNormBackwardBlocks;
-                     auto kernel = want == 2 ? norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
-                                                                    decltype(rms)::value, decltype(warp_rows)::value, 2>
-                                             : norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
-                                                                    decltype(rms)::value, decltype(warp_rows)::value>;
+                     auto kernel = norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
+                                                        decltype(rms)::value, decltype(warp_rows)::value>;
                      const int groups = launch.warp_rows ? launch.threads / 32 : 1;
                      const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
                      const size_t smem = static_cast<size_t>(groups) * 2 *
@@ -308,7 +302,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
                      // mode, bounded by the slices' shared memory); each adds one partial row.
                      int resident = 0;
                      FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, launch.threads, smem));
-                     const int per_sm = std::clamp(resident, 1, launch.warp_rows ? want : 2);
+                     const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
                      const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
                      ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
                      kernel<<<blocks, launch.threads, smem, stream()>>>(

@@ -12,28 +12,28 @@
 // Op contract: __device__ void operator()(int64_t row, int64_t col, float (&sums)[VEC]) handles
 // elements [col, col + VEC) of the row (col + VEC <= cols is guaranteed when cols % VEC == 0;
 // with VEC == 1 any cols works), storing its outputs and returning what the column sums add.
-// map_reduce_columns_kernel also takes the same work split into load and finish (SplitRowOp).
 #pragma once
 #include <algorithm>
-#include <concepts>
 
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 
 namespace ft::cuda {
 
-/// Σ_b partials[b·stride + c] over b < count, as eight interleaved running sums (independent
-/// loads in flight) added in a fixed order: deterministic.
+/// Σ_b partials[b·stride + c] over b < count, as kSumLanes interleaved running sums (independent
+/// loads in flight) added in a fixed order: deterministic. One block runs this for a whole
+/// column tile while the rest of the GPU waits, so its loads in flight set the kernel's tail.
+constexpr int kSumLanes = 16;
 __device__ __forceinline__ float sum_rows(const float* partials, unsigned count, int64_t stride, int64_t c) {
-  float lanes[8] = {};
+  float lanes[kSumLanes] = {};
   unsigned b = 0;
-  for (; b + 8 <= count; b += 8)
+  for (; b + kSumLanes <= count; b += kSumLanes)
 #pragma unroll
-    for (int k = 0; k < 8; ++k) lanes[k] += __ldcg(&partials[(b + k) * stride + c]);
+    for (int k = 0; k < kSumLanes; ++k) lanes[k] += __ldcg(&partials[(b + k) * stride + c]);
   for (; b < count; ++b) lanes[0] += __ldcg(&partials[b * stride + c]);
   float sum = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (int k = 0; k < kSumLanes; ++k) sum += lanes[k];
   return sum;
 }
 
@@ -45,17 +45,6 @@ __global__ void map_kernel(Op op, int64_t rows, int64_t cols) {
     op(g / groups_per_row, (g % groups_per_row) * VEC, unused);
   }
 }
-
-/// An op may split its work in two, `Loaded load(row, col)` and `finish(row, col, loaded, sums)`:
-/// map_reduce_columns_kernel then issues kRowsInFlight rows' loads before it finishes any. A
-/// thread that loads, computes and stores one row at a time has one 16-byte load in flight,
-/// and the dropout backward (a Philox draw between its load and its store) reached 27% of the
-/// H100's bandwidth that way.
-template <class Op>
-concept SplitRowOp = requires(const Op& op, const typename Op::Loaded& in, float (&sums)[1]) {
-  { op.load(int64_t{}, int64_t{}) } -> std::same_as<typename Op::Loaded>;
-};
-constexpr int kRowsInFlight = 4;
 
 // At most 512 threads a block, and two such blocks must fit on a multiprocessor: without the
 // bound the dropout backward took 70 registers, one block fitted, and the second half of the
@@ -72,36 +61,12 @@ __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_ker
   const int64_t rows_per_block = (rows + gridDim.y - 1) / gridDim.y;
   const int64_t r0 = blockIdx.y * rows_per_block, r1 = min(rows, r0 + rows_per_block);
   float acc[VEC] = {};
-  auto add = [&](const float(&sums)[VEC]) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) acc[k] += sums[k];
-  };
   if (col < cols) {
-    int64_t r = r0 + threadIdx.y;
-    if constexpr (SplitRowOp<Op>) {  // kRowsInFlight rows' loads issued before any is used
-      const int64_t lanes = blockDim.y;
-      for (; r + (kRowsInFlight - 1) * lanes < r1; r += kRowsInFlight * lanes) {
-        typename Op::Loaded in[kRowsInFlight];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+      float sums[VEC];
+      op(r, col, sums);
 #pragma unroll
-        for (int u = 0; u < kRowsInFlight; ++u) in[u] = op.load(r + u * lanes, col);
-#pragma unroll
-        for (int u = 0; u < kRowsInFlight; ++u) {
-          float sums[VEC];
-          op.finish(r + u * lanes, col, in[u], sums);
-          add(sums);
-        }
-      }
-      for (; r < r1; r += lanes) {
-        float sums[VEC];
-        op.finish(r, col, op.load(r, col), sums);
-        add(sums);
-      }
-    } else {
-      for (; r < r1; r += blockDim.y) {
-        float sums[VEC];
-        op(r, col, sums);
-        add(sums);
-      }
+      for (int k = 0; k < VEC; ++k) acc[k] += sums[k];
     }
   }
   if (column_sums == nullptr) return;
