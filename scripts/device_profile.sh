@@ -4,8 +4,9 @@
 # optimizer step with Nsight Compute (one condensed line per kernel launch, scripts/ncu_table.py).
 # For finding where an op's time goes; scripts/device_check.sh is the full check.
 #   scripts/device_profile.sh [gtest filter] [kernel-name regex]
-# NCU_SECTIONS adds sections (e.g. "--section WarpStateStats"); NCU_LAUNCHES caps the launches
-# profiled per program (12).
+# NCU_SECTIONS adds sections or metrics (e.g. "--metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+# shown as st:<reason> columns); NCU_LAUNCHES caps the launches
+# profiled per program (12); NCU_OPS picks the programs profiled (residual dropout cross adamw).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
@@ -31,10 +32,10 @@ ncu_run() {  # label, then the program and its arguments
     --csv --page details "$@" >"$out/ncu-$label.csv" 2>"$out/ncu-$label.err"
   python3 scripts/ncu_table.py <"$out/ncu-$label.csv" >"$out/ncu-$label.txt"
 }
-for op in residual dropout cross; do
-  ncu_run "$op" build-device/examples/ft-bench ops --only "$op" --iterations 1 --warmup 0
+for op in ${NCU_OPS:-residual dropout cross adamw}; do
+  if [ "$op" = adamw ]; then ncu_run adamw build-device/examples/ft-bench adamw --iterations 1 --warmup 0
+  else ncu_run "$op" build-device/examples/ft-bench ops --only "$op" --iterations 1 --warmup 0; fi
 done
-ncu_run adamw build-device/examples/ft-bench adamw --iterations 1 --warmup 0
 
 echo
 sed -n '/^op (fwd+bwd)/,/^$/p' "$out/bench-ops.log"

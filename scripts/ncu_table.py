@@ -18,6 +18,9 @@ WANTED = {
     "Dynamic Shared Memory Per Block": "dsmem",
 }
 
+# Warp stall reasons asked for with --metrics smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio
+STALL_PREFIX = "smsp__average_warps_issue_stalled_"
+
 
 def main():
     lines = [l for l in sys.stdin if l.startswith('"')]
@@ -26,6 +29,9 @@ def main():
     for r in rows:
         key = (r.get("ID"), r.get("Kernel Name"))
         name = r.get("Metric Name")
+        if name.startswith(STALL_PREFIX):  # from --metrics: shown as stall:<reason>
+            short = "st:" + name[len(STALL_PREFIX):].split("_per_")[0][:6]
+            WANTED[name] = short
         if name in WANTED:
             value = r.get("Metric Value", "")
             if name == "Duration" and r.get("Metric Unit") == "ms":
@@ -33,7 +39,7 @@ def main():
             elif name == "Duration" and r.get("Metric Unit") == "ns":
                 value = f"{float(value.replace(',', '')) / 1000:.1f}"
             launches.setdefault(key, {})[WANTED[name]] = value
-    cols = list(WANTED.values())
+    cols = list(dict.fromkeys(WANTED.values()))
     print("id   " + " ".join(f"{c:>9}" for c in cols) + "  kernel")
     for (launch_id, kernel), m in launches.items():
         print(f"{launch_id:<4} " + " ".join(f"{m.get(c, '-'):>9}" for c in cols) + "  " + kernel[:110])

@@ -102,21 +102,23 @@ __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_ker
 /// Launches op over [rows, cols]. With column_sums defined, also writes their column sums.
 template <int VEC, class T, class Op>
 void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* column_sums) {
-  // Up to 128 column groups per tile and enough row lanes for about kColumnBlockThreads a block.
+  // 2 blocks of ~512 threads per SM (the kernel's launch bounds guarantee both fit). The last
+  // block of a column tile adds every row block's partials while the rest of the GPU waits, so
+  // the tiles are cut narrow enough that each tail adds at most ~kTailRows partial rows and the
+  // tails of different tiles run side by side. One 768-column tile with 264 row blocks left a
+  // single block adding 264 x 768 partials (the dropout backward's missing bandwidth).
+  constexpr int64_t kTailRows = 64;
+  const int64_t target_blocks = 2LL * multiprocessor_count();
   const int64_t groups = (cols + VEC - 1) / VEC;
-  const int tile_threads = static_cast<int>(std::min<int64_t>(128, (groups + 31) / 32 * 32));
-  const int row_lanes = std::max(1, std::min(8, kColumnBlockThreads / tile_threads));
+  const int64_t wanted_tiles = (target_blocks + kTailRows - 1) / kTailRows;
+  int tile_threads = static_cast<int>(std::min<int64_t>(128, (groups + 15) / 16 * 16));
+  while (tile_threads > 16 && (groups + tile_threads - 1) / tile_threads < wanted_tiles) tile_threads /= 2;
+  const int row_lanes = std::max(1, std::min(32, kColumnBlockThreads / tile_threads));
   const int64_t tile_cols = static_cast<int64_t>(tile_threads) * VEC;
   const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
-  // 2 row blocks of ~512 threads per SM. The last block of a column tile adds every row block's
-  // partials, so more row blocks lengthen that serial tail (on the H100, 8 blocks of 128 threads
-  // per SM measured slower than 4: bias+GELU fwd+bwd 0.373 against 0.265 ms).
   const size_t smem = column_sums ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
-  int resident = 0;  // blocks of this shape a multiprocessor holds: a grid beyond that waits for a second wave
-  FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, map_reduce_columns_kernel<VEC, T, Op>,
-                                                              tile_threads * row_lanes, smem));
-  const int64_t target_blocks = static_cast<int64_t>(std::clamp(resident, 1, 2)) * multiprocessor_count();
-  const int64_t row_blocks = std::max<int64_t>(1, std::min<int64_t>(rows, std::min<int64_t>(65535, target_blocks / col_tiles)));
+  const int64_t row_blocks =
+      std::max<int64_t>(1, std::min<int64_t>(rows, std::min<int64_t>(65535, target_blocks / col_tiles)));
   ColumnScratch scratch{nullptr, nullptr};
   if (column_sums) scratch = column_scratch(row_blocks, cols, col_tiles);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_blocks));
