@@ -21,17 +21,6 @@ void init_linear(Linear& layer, Generator& gen, double std) {
   if (layer.bias().defined()) layer.bias().copy_(Tensor::zeros(layer.bias().shape()));
 }
 
-// [B, T, NH, HS] viewed as [B, T, C] <-> [B, NH, T, HS], with the two last-dim transposes the
-// primitives offer.
-Tensor split_heads(const Tensor& x, int64_t heads) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hs = c / heads;
-  return transpose(transpose(x).reshape({b, heads, hs, t}));
-}
-Tensor merge_heads(const Tensor& x) {
-  const int64_t b = x.size(0), heads = x.size(1), t = x.size(2), hs = x.size(3);
-  return transpose(transpose(x).reshape({b, heads * hs, t}));
-}
-
 }  // namespace
 
 GPTBlock::GPTBlock(const GPTConfig& config, Generator& gen) : config_(config) {
@@ -54,12 +43,9 @@ GPTBlock::GPTBlock(const GPTConfig& config, Generator& gen) : config_(config) {
 }
 
 Tensor GPTBlock::attend(const Tensor& x) {
-  const int64_t c = config_.channels;
-  Tensor qkv = qkv_->forward(x);  // [B, T, 3C]
-  Tensor q = split_heads(narrow(qkv, -1, 0, c), config_.heads);
-  Tensor k = split_heads(narrow(qkv, -1, c, c), config_.heads);
-  Tensor v = split_heads(narrow(qkv, -1, 2 * c, c), config_.heads);
-  return attn_proj_->forward(merge_heads(attention(q, k, v, /*causal=*/true)));
+  // The fused kernel reads the heads straight out of the [B, T, 3C] projection and writes
+  // [B, T, C] for the output projection: no split or merge copies.
+  return attn_proj_->forward(attention_qkv(qkv_->forward(x), config_.heads, /*causal=*/true));
 }
 
 std::pair<Tensor, Tensor> GPTBlock::forward_block(const Tensor& residual, const Tensor& pending) {

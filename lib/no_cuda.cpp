@@ -5,6 +5,7 @@
 
 #include "lib/cuda/launchers.h"
 #include "lib/error.h"
+#include "lib/ops/attention.h"
 #include "lib/ops/bias_act.h"
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/dropout.h"
@@ -92,6 +93,15 @@ void cross_entropy_forward(const Tensor&, const Tensor&, const CrossEntropyOptio
   unavailable();
 }
 void scale_by_upstream(const Tensor&, const Tensor&) { unavailable(); }
+bool attention_supported(int64_t) { return false; }
+void attention_forward(const AttentionShape&, const AttentionInputs&, void*, HeadStrides, const Tensor&, bool, double,
+                       uint64_t, const Tensor&) {
+  unavailable();
+}
+void attention_backward(const AttentionShape&, const AttentionInputs&, const void*, const void*, HeadStrides,
+                        const Tensor&, const AttentionGrads&, bool, double, uint64_t, const Tensor&) {
+  unavailable();
+}
 }  // namespace cuda
 
 }  // namespace ft

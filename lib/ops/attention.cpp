@@ -1,15 +1,84 @@
 #include "lib/ops/attention.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
+#include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/kernel_mode.h"
 #include "lib/ops/dropout.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/reduce.h"
+#include "lib/ops/shape_ops.h"
 
 namespace ft {
+
+namespace {
+
+void check_dropout_args(const char* op, const Tensor& x, double dropout_p, const Tensor& offset) {
+  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
+  if (dropout_p == 0.0) return;
+  FT_CHECK(offset.defined(), op, ": dropout needs a Philox offset tensor");
+  FT_CHECK(offset.dtype() == DType::I64 && offset.numel() == 1 && offset.device() == x.device(), op,
+           ": offset must be one i64 element on ", x.device().str(), ", got ", dtype_name(offset.dtype()), " ",
+           shape_str(offset.shape()), " on ", offset.device().str());
+}
+
+bool fused_ok(const Tensor& x, int64_t head_size) {
+  return use_fused(x) && x.dtype() == DType::BF16 && x.numel() > 0 && cuda::attention_supported(head_size);
+}
+
+// [B, T, NH·HS] <-> [B, NH, T, HS], with the last-two-dims transposes the primitives offer.
+Tensor split_heads(const Tensor& x, int64_t heads) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hs = c / heads;
+  return transpose(transpose(x).reshape({b, heads, hs, t}));
+}
+Tensor merge_heads(const Tensor& x) {
+  const int64_t b = x.size(0), heads = x.size(1), t = x.size(2), hs = x.size(3);
+  return transpose(transpose(x).reshape({b, heads * hs, t}));
+}
+
+const void* at_element(const Tensor& t, int64_t element) {
+  return static_cast<const char*>(t.data_ptr()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+// The flash kernels over q, k, v found in `inputs` (three tensors, or the thirds of one qkv
+// tensor `thirds` elements apart), with the backward recorded. Shared by both entry points.
+Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const cuda::AttentionShape& shape,
+                       const cuda::HeadStrides& in_strides, const Shape& out_shape,
+                       const cuda::HeadStrides& out_strides, bool causal, double dropout_p, uint64_t seed,
+                       const Tensor& offset) {
+  auto views = [thirds](const std::vector<Tensor>& t) {
+    if (t.size() == 3) return std::array<const void*, 3>{t[0].data_ptr(), t[1].data_ptr(), t[2].data_ptr()};
+    return std::array<const void*, 3>{at_element(t[0], 0), at_element(t[0], thirds), at_element(t[0], 2 * thirds)};
+  };
+  const auto in = views(inputs);
+  const cuda::AttentionInputs args{in[0], in[1], in[2], in_strides};
+  const Device device = inputs[0].device();
+  Tensor out = Tensor::empty(out_shape, DType::BF16, device);
+  Tensor lse = Tensor::empty({shape.batch * shape.heads * shape.tokens}, DType::F32, device);
+  cuda::attention_forward(shape, args, out.data_ptr(), out_strides, lse, causal, dropout_p, seed, offset);
+  bool any_grad = false;
+  for (const Tensor& t : inputs) any_grad = any_grad || needs_grad({&t});
+  if (!any_grad) return out;
+  std::vector<Tensor> saved;
+  for (const Tensor& t : inputs) saved.push_back(t.detach());
+  return record("attention", out, inputs,
+                [=, saved_out = out.detach()](const Tensor& g) {
+                  std::vector<Tensor> grads;
+                  for (const Tensor& t : saved) grads.push_back(Tensor::empty(t.shape(), DType::BF16, t.device()));
+                  const auto d = views(grads);
+                  cuda::attention_backward(shape, args, saved_out.data_ptr(), g.data_ptr(), out_strides, lse,
+                                           cuda::AttentionGrads{const_cast<void*>(d[0]), const_cast<void*>(d[1]),
+                                                                const_cast<void*>(d[2])},
+                                           causal, dropout_p, seed, offset);
+                  return grads;
+                });
+}
+
+}  // namespace
 
 Tensor softmax(const Tensor& x) {
   check_defined(x, "softmax", "x");
@@ -43,9 +112,33 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
            "[B, NH, T, HS] shape, got ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
   FT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype() && k.device() == q.device() && v.device() == q.device(),
            "attention: q, k, v must share dtype and device");
-  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ", dropout_p);
-  FT_CHECK(dropout_p == 0.0 || offset.defined(), "attention: dropout needs a Philox offset tensor");
-  return attention_composite(q, k, v, causal, dropout_p, seed, offset);
+  check_dropout_args("attention", q, dropout_p, offset);
+  const int64_t b = q.size(0), heads = q.size(1), t = q.size(2), hs = q.size(3);
+  if (!fused_ok(q, hs)) return attention_composite(q, k, v, causal, dropout_p, seed, offset);
+  const cuda::HeadStrides contiguous{heads * t * hs, t * hs, hs};
+  return fused_attention({q, k, v}, 0, {b, heads, t, hs}, contiguous, q.shape(), contiguous, causal, dropout_p, seed,
+                         offset);
+}
+
+Tensor attention_qkv_composite(const Tensor& qkv, int64_t heads, bool causal, double dropout_p, uint64_t seed,
+                               const Tensor& offset) {
+  const int64_t c = qkv.size(2) / 3;
+  return merge_heads(attention_composite(split_heads(narrow(qkv, -1, 0, c), heads),
+                                         split_heads(narrow(qkv, -1, c, c), heads),
+                                         split_heads(narrow(qkv, -1, 2 * c, c), heads), causal, dropout_p, seed,
+                                         offset));
+}
+
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, double dropout_p, uint64_t seed,
+                     const Tensor& offset) {
+  check_defined(qkv, "attention_qkv", "qkv");
+  FT_CHECK(qkv.dim() == 3 && heads > 0 && qkv.size(2) % (3 * heads) == 0, "attention_qkv: qkv must be [B, T, 3C] ",
+           "with C divisible by ", heads, " heads, got ", shape_str(qkv.shape()));
+  check_dropout_args("attention_qkv", qkv, dropout_p, offset);
+  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, hs = c / heads;
+  if (!fused_ok(qkv, hs)) return attention_qkv_composite(qkv, heads, causal, dropout_p, seed, offset);
+  return fused_attention({qkv}, c, {b, heads, t, hs}, {t * 3 * c, hs, 3 * c}, {b, t, c}, {t * c, hs, c}, causal,
+                         dropout_p, seed, offset);
 }
 
 }  // namespace ft

@@ -1,13 +1,22 @@
 // Scaled dot-product attention: softmax(q·kᵀ/√HS + causal mask) · v, with optional dropout on
 // the probabilities.
 //
-// q, k, v: [B, NH, T, HS], one dtype and device; result [B, NH, T, HS].
+// attention(q, k, v): q, k, v [B, NH, T, HS], one dtype and device; result [B, NH, T, HS].
+// attention_qkv(qkv, heads): qkv [B, T, 3C] as a fused QKV projection writes it (q, k, v the
+// three C-wide thirds, head h in columns [h·HS, (h+1)·HS) of each); result [B, T, C] with the
+// heads side by side, ready for the output projection. The fused kernel reads and writes
+// these layouts in place; the twin splits and merges the heads with transposes.
+//
 // Dropout keeps probability (b, h, i, j) when philox::uniform(seed, offset, flat index) >= p,
-// the same (seed, offset, index) scheme as lib/ops/dropout.h; offset is a one-element i64
-// tensor on the data's device (PhiloxCounter::take(B·NH·T·T)).
-// Twin: matmul, scale, causal mask (where), softmax (max, exp, sum, div), dropout, matmul, as
-// separate primitive ops, the way eager frameworks run attention. The fused flash-attention
-// kernel is not written yet: every device runs the twin today.
+// the same (seed, offset, index) scheme as lib/ops/dropout.h, the flat index running over
+// [B, NH, T, T]; offset is a one-element i64 tensor on the data's device
+// (PhiloxCounter::take(B·NH·T·T)).
+//
+// Fused (bf16 on CUDA, HS 64 or 128): flash attention (lib/cuda/attention.cu). It saves the
+// output and the log-sum-exp per row ([B, NH, T] f32) and recomputes the probabilities in
+// backward. Twin: matmul, scale, causal mask (where), softmax (max, exp, sum, div), dropout,
+// matmul, as separate primitive ops, the way eager frameworks run attention; every other case
+// (CPU, f32, f64, other head sizes, KernelMode::Unfused) runs it.
 #pragma once
 #include "lib/tensor.h"
 
@@ -18,7 +27,41 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
 Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                            uint64_t seed, const Tensor& offset);
 
+Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, double dropout_p = 0.0, uint64_t seed = 0,
+                     const Tensor& offset = Tensor());
+Tensor attention_qkv_composite(const Tensor& qkv, int64_t heads, bool causal, double dropout_p, uint64_t seed,
+                               const Tensor& offset);
+
 /// Softmax over the last dim, from primitives (the max shift is taken without history).
 Tensor softmax(const Tensor& x);
 
+namespace cuda {
+
+/// Element strides of a [B, NH, T, HS] view with a contiguous last dim: element (b, h, t, d)
+/// is at data + b·batch + h·head + t·token + d.
+struct HeadStrides {
+  int64_t batch, head, token;
+};
+struct AttentionShape {
+  int64_t batch, heads, tokens, head_size;
+};
+/// bf16 q, k, v sharing one stride set (three tensors, or the thirds of one qkv tensor).
+struct AttentionInputs {
+  const void *q, *k, *v;
+  HeadStrides strides;
+};
+/// Where backward writes dq, dk, dv: laid out as the inputs.
+struct AttentionGrads {
+  void *dq, *dk, *dv;
+};
+
+bool attention_supported(int64_t head_size);
+/// out (bf16, out_strides) and lse ([B·NH·T] f32, natural log).
+void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
+                       const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset);
+void attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
+                        HeadStrides out_strides, const Tensor& lse, const AttentionGrads& grads, bool causal,
+                        double dropout_p, uint64_t seed, const Tensor& offset);
+
+}  // namespace cuda
 }  // namespace ft

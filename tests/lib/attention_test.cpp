@@ -1,12 +1,15 @@
-// attention (today the twin on every device) against loops in f64: the scaled scores, the causal
-// mask, the softmax, the Philox dropout on the probabilities, and every gradient.
+// attention against loops in f64 (the scaled scores, the causal mask, the softmax, the Philox
+// dropout on the probabilities, and every gradient), and the fused flash kernels (bf16 on
+// CUDA, HS 64 and 128) against the twin and the f64 reference, with their dropout masks
+// compared bit for bit.
 #include <cmath>
 #include <vector>
 
+#include "lib/kernel_mode.h"
 #include "lib/ops/attention.h"
 #include "lib/ops/random.h"
 #include "lib/philox.h"
-#include "tests/lib/test_util.h"
+#include "tests/lib/fused_test_util.h"
 
 namespace ft {
 namespace {
@@ -123,6 +126,137 @@ TEST_P(AttentionDeviceTest, MatchesF64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, AttentionDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
+
+// The documented qkv layout, by loops: q, k, v are the three C-wide thirds, head h their
+// columns [h·HS, (h+1)·HS); the result puts head h back in columns [h·HS, (h+1)·HS).
+TEST(AttentionTest, QkvLayoutMatchesSplitHeadsByLoops) {
+  Generator gen = test_generator();
+  const int64_t b = 2, t = 5, heads = 3, hs = 4, c = heads * hs;
+  const Tensor qkv = random_tensor({b, t, 3 * c}, DType::F64, kCPU, gen);
+  const std::vector<double> all = qkv.to_vector();
+  std::vector<double> parts[3];
+  for (int which = 0; which < 3; ++which)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t ti = 0; ti < t; ++ti)
+          for (int64_t d = 0; d < hs; ++d)
+            parts[which].push_back(all[static_cast<size_t>((bi * t + ti) * 3 * c + which * c + h * hs + d)]);
+  const Shape s{b, heads, t, hs};
+  const std::vector<double> by_head =
+      attention(Tensor::from_vector(parts[0], s, DType::F64), Tensor::from_vector(parts[1], s, DType::F64),
+                Tensor::from_vector(parts[2], s, DType::F64), true)
+          .to_vector();
+  const std::vector<double> merged = attention_qkv(qkv, heads, true).to_vector();
+  ASSERT_EQ(merged.size(), by_head.size());
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t ti = 0; ti < t; ++ti)
+        for (int64_t d = 0; d < hs; ++d)
+          EXPECT_EQ(merged[static_cast<size_t>((bi * t + ti) * c + h * hs + d)],
+                    by_head[static_cast<size_t>(((bi * heads + h) * t + ti) * hs + d)]);
+}
+
+// ---- the fused flash kernels
+
+std::vector<Tensor> random_qkv(const Shape& s, Generator& gen) {
+  return {random_tensor(s, DType::F64, kCPU, gen), random_tensor(s, DType::F64, kCPU, gen),
+          random_tensor(s, DType::F64, kCPU, gen)};
+}
+
+TEST(AttentionFusedTest, MatchesTwinAndF64Reference) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (int64_t hs : {64, 128})
+    for (int64_t t : {1, 77, 130, 1024})
+      for (bool causal : {false, true}) {
+        if (t == 1024 && hs == 128) continue;
+        SCOPED_TRACE("HS " + std::to_string(hs) + " T " + std::to_string(t) + (causal ? " causal" : ""));
+        const Shape s{t == 1024 ? 1 : 2, 2, t, hs};
+        const auto inputs = random_qkv(s, gen);
+        auto f = [causal](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], causal); };
+        EXPECT_TRUE(fused_matches_twin(f, inputs, DType::BF16, gen, forward_tolerance(DType::BF16)));
+        KernelModeGuard fused(KernelMode::Fused);
+        if (t < 1024)
+          EXPECT_TRUE(matches_f64_reference(f, inputs, kCUDA, DType::BF16, gen, forward_tolerance(DType::BF16),
+                                            grad_tolerance(DType::BF16)));
+        const Tensor q = fresh_leaf(inputs[0], DType::BF16, kCUDA);
+        EXPECT_EQ(graph_size(attention(q, q, q, causal)), 1u) << "the fused kernel did not run";
+      }
+}
+
+TEST(AttentionFusedTest, QkvLayoutMatchesTwin) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (int64_t heads : {1, 2})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::to_string(heads) + " heads" + (causal ? " causal" : ""));
+      const Tensor qkv = random_tensor({2, 77, 3 * 128}, DType::F64, kCPU, gen);  // HS 128 or 64
+      auto f = [heads, causal](const std::vector<Tensor>& in) { return attention_qkv(in[0], heads, causal); };
+      EXPECT_TRUE(fused_matches_twin(f, {qkv}, DType::BF16, gen, forward_tolerance(DType::BF16)));
+      KernelModeGuard fused(KernelMode::Fused);
+      EXPECT_TRUE(matches_f64_reference(f, {qkv}, kCUDA, DType::BF16, gen, forward_tolerance(DType::BF16),
+                                        grad_tolerance(DType::BF16)));
+    }
+}
+
+// With v the identity (v[j] = e_j), output row i is the dropped probability row itself, so a
+// zero marks a dropped element exactly: the fused kernel's masks, the twin's on CUDA and the
+// CPU's must coincide bit for bit (not just within a tolerance).
+TEST(AttentionFusedTest, DropoutMasksAreIdenticalAcrossPaths) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  const double p = 0.3;
+  const uint64_t seed = test_seed(5), offset = 4 * 1001;
+  for (int64_t hs : {64, 128}) {
+    const int64_t t = hs == 64 ? 64 : 100, heads = 2;
+    SCOPED_TRACE("HS " + std::to_string(hs));
+    std::vector<double> eye(static_cast<size_t>(heads * t * hs), 0.0);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t j = 0; j < t; ++j) eye[static_cast<size_t>((h * t + j) * hs + j)] = 1.0;
+    const Tensor v = Tensor::from_vector(eye, {1, heads, t, hs}, DType::F64);
+    const Tensor q = random_tensor({1, heads, t, hs}, DType::F64, kCPU, gen),
+                 k = random_tensor({1, heads, t, hs}, DType::F64, kCPU, gen);
+    auto dropped = [&](Device device, DType dtype, KernelMode mode) {
+      KernelModeGuard guard(mode);
+      const Tensor y = attention(fresh_copy(q, dtype, device), fresh_copy(k, dtype, device), fresh_copy(v, dtype, device), false, p, seed,
+                                 philox_offset(offset, device));
+      std::vector<bool> zero;
+      const std::vector<double> values = y.to_vector();
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t j = 0; j < t; ++j)
+            zero.push_back(values[static_cast<size_t>((h * t + i) * hs + j)] == 0.0);
+      return zero;
+    };
+    const std::vector<bool> fused = dropped(kCUDA, DType::BF16, KernelMode::Fused);
+    EXPECT_EQ(fused, dropped(kCUDA, DType::BF16, KernelMode::Unfused)) << "fused vs twin on CUDA";
+    EXPECT_EQ(fused, dropped(kCPU, DType::F64, KernelMode::Fused)) << "fused vs the CPU";
+    const double share = static_cast<double>(std::count(fused.begin(), fused.end(), true)) / fused.size();
+    EXPECT_NEAR(share, p, 0.05) << "dropped share";
+  }
+}
+
+TEST(AttentionFusedTest, DropoutGradientsMatchTwin) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (int64_t hs : {64, 128})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("HS " + std::to_string(hs) + (causal ? " causal" : ""));
+      const Tensor offset = philox_offset(4 * 77, kCUDA);
+      auto f = [&](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], causal, 0.2, 99, offset); };
+      EXPECT_TRUE(fused_matches_twin(f, random_qkv({2, 2, 93, hs}, gen), DType::BF16, gen,
+                                     forward_tolerance(DType::BF16)));
+    }
+}
+
+TEST(AttentionFusedTest, RejectsBadInputs) {
+  Generator gen = test_generator();
+  const Tensor qkv = random_tensor({2, 5, 12}, DType::F32, kCPU, gen);
+  EXPECT_FT_ERROR(attention_qkv(qkv, 3, true), "attention_qkv");            // 12 is not 3 × a multiple of 3
+  EXPECT_FT_ERROR(attention_qkv(qkv.reshape({10, 12}), 2, true), "[B, T, 3C]");
+  EXPECT_FT_ERROR(attention_qkv(qkv, 2, true, 0.1, 0, philox_offset(0, kCPU).to(DType::F32)), "offset");
+}
+
 
 }  // namespace
 }  // namespace ft

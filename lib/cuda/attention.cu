@@ -1,0 +1,521 @@
+// Flash attention on the tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate), after
+// FlashAttention-2 (Dao, 2023). The [T, T] score matrix never reaches HBM:
+//
+// - forward: a block takes 64 query rows (16 per warp) and streams 64-key tiles of K and V
+//   through shared memory (double-buffered cp.async). Scores, the online softmax (running max
+//   and sum per row) and the P·V product stay in registers: the probabilities' accumulator
+//   fragments are the A operand of the next mma (mma::accumulator_to_a). Saves the output and
+//   the log-sum-exp of each row, nothing else.
+// - backward, deterministic and without atomics, in two kernels that recompute the
+//   probabilities from the saved log-sum-exp:
+//   dq:  per query tile, over key tiles:  S = Q·Kᵀ, dP = dO·Vᵀ, dS = P∘(dP − Δ), dQ += dS·K.
+//   dkv: per key tile, over query tiles:  Sᵀ = K·Qᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dK += dSᵀ·Q,
+//   with Δ_i = dO_i·O_i from a small row kernel. Computing Sᵀ rather than S makes Pᵀ and dSᵀ
+//   arrive as A fragments of the dV and dK products, with no trip through shared memory.
+//   This recomputes S and dP once more than FlashAttention-2's atomic dQ does, and buys a
+//   bit-reproducible dQ (a resumed run replays the same losses).
+// - dropout on the probabilities: element (b, h, i, j) is kept when
+//   philox::uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
+//   backward regenerates it.
+//
+// Every product is one of two shapes (scores: A·Bᵀ with both operands row-major in shared
+// memory; accumulate: C += P·B with P in registers), so the three kernels share them.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/mma.cuh"
+#include "lib/cuda/runtime.h"
+#include "lib/ops/attention.h"
+#include "lib/philox.h"
+
+namespace ft::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kAttnThreads = 128;  // 4 warps, 16 rows of a 64-row tile each
+constexpr int kTile = 64;      // query rows per forward / dq block, keys per dkv block
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// A tile of rows × D bf16 in shared memory, row-major, its 16-byte chunks swizzled
+/// (chunk ^ row % 8): the 8 row addresses of an ldmatrix then fall on 8 different bank groups.
+template <int D>
+struct Tile {
+  bf16* base;
+  __device__ bf16* at(int row, int chunk) const { return base + row * D + ((chunk ^ (row & 7)) << 3); }
+};
+
+struct Params {
+  const bf16 *q, *k, *v;  // element (b, h, t, d): ptr + b·in.batch + h·in.head + t·in.token + d
+  HeadStrides in;
+  bf16* out;              // forward output; the backward reads it through `o`
+  const bf16 *o, *dout;
+  HeadStrides out_strides;
+  bf16 *dq, *dk, *dv;     // laid out as q, k, v (in)
+  float* lse;             // [B·NH, T], natural log of Σ_j exp(scaled score)
+  float* delta;           // [B·NH, T], dO_i·O_i
+  int heads, tokens;
+  bool causal;
+  float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
+  float dropout_p, dropout_scale;
+  uint64_t seed;
+  const int64_t* offset;
+};
+
+/// Copies rows [row0, row0 + kRows) of a head's [T, D] matrix into a tile; rows past T read
+/// as zeros. Commit and wait are the caller's.
+template <int D, int kRows>
+__device__ __forceinline__ void load_tile(Tile<D> dst, const bf16* src, int64_t token_stride, int row0, int tokens) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kAttnThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool inside = row0 + r < tokens;
+    mma::copy_async16(dst.at(r, c), inside ? src + static_cast<int64_t>(row0 + r) * token_stride + c * 8 : src,
+                      inside ? 16 : 0);
+  }
+}
+
+/// c = A·Bᵀ for the warp's 16 rows of `a` (from a_row0) against kN rows of `b` (from b_row0):
+/// kN / 8 accumulator tiles of 16 × 8, contracting over D.
+template <int D, int kN>
+__device__ __forceinline__ void scores(float (&c)[kN / 8][4], Tile<D> a, int a_row0, Tile<D> b, int b_row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < kN / 8; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t af[4];
+    mma::load_matrix_x4(af, a.at(a_row0 + lane % 16, 2 * ks + lane / 16));
+#pragma unroll
+    for (int np = 0; np < kN / 16; ++np) {
+      uint32_t bf[4];
+      mma::load_matrix_x4(bf, b.at(b_row0 + 16 * np + lane % 8 + (lane / 16) * 8, 2 * ks + (lane / 8) % 2));
+      mma::mma_bf16(c[2 * np], af, bf[0], bf[1]);
+      mma::mma_bf16(c[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+/// acc += P·B: P is the warp's 16 × kK accumulator (rounded to bf16), B the kK × D rows of `b`
+/// from b_row0.
+template <int D, int kK>
+__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&p)[kK / 8][4], Tile<D> b, int b_row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int ks = 0; ks < kK / 16; ++ks) {
+    uint32_t af[4];
+    mma::accumulator_to_a(af, p[2 * ks], p[2 * ks + 1]);
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t bf[4];
+      mma::load_matrix_x4_trans(bf, b.at(b_row0 + 16 * ks + lane % 8 + ((lane / 8) % 2) * 8, 2 * np + lane / 16));
+      mma::mma_bf16(acc[2 * np], af, bf[0], bf[1]);
+      mma::mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+/// Row and column of element e of accumulator tile n, relative to the warp's 16 × 8n tile.
+__device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
+__device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (threadIdx.x % 4) + (e % 2); }
+
+/// The dropout draw, reusing one Philox block for the (up to) 4 consecutive counters it covers.
+struct DropoutMask {
+  uint64_t seed, offset;
+  float p;
+  uint64_t cached = ~0ull;
+  philox::Uint4 bits{};
+  __device__ bool keep(uint64_t index) {
+    const uint64_t counter = offset + index;
+    if ((counter >> 2) != cached) {
+      cached = counter >> 2;
+      bits = philox::block_bits(seed, cached);
+    }
+    return philox::to_uniform(philox::lane(bits, static_cast<unsigned>(counter & 3))) >= p;
+  }
+};
+
+__device__ __forceinline__ DropoutMask dropout_mask(const Params& p) {
+  return DropoutMask{p.seed, p.dropout_p > 0.0f ? static_cast<uint64_t>(*p.offset) : 0, p.dropout_p};
+}
+
+/// Output tile of the warp (16 rows × D) as bf16 pairs; rows past T are dropped.
+template <int D>
+__device__ __forceinline__ void store_rows(bf16* base, int64_t token_stride, int row0, int tokens,
+                                           const float (&acc)[D / 8][4], float scale0, float scale1) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + fragment_row(2 * half);
+      if (row >= tokens) continue;
+      const float s = half ? scale1 : scale0;
+      *reinterpret_cast<uint32_t*>(base + static_cast<int64_t>(row) * token_stride + fragment_col(n, 0)) =
+          mma::pack_bf16(acc[n][2 * half] * s, acc[n][2 * half + 1] * s);
+    }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+__device__ __forceinline__ int head_index() { return blockIdx.y; }
+__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
+  const int bh = head_index();
+  return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
+}
+/// Flat index of probability (i, j) of this head in the [B, NH, T, T] dropout draw.
+__device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) {
+  return (static_cast<uint64_t>(head_index()) * tokens + i) * tokens + j;
+}
+
+// Blocks of the causal forward and dq take query tiles from the last (the most key tiles) down,
+// so the longest blocks start first and the short ones fill the tail.
+__device__ __forceinline__ int query_tile(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
+
+template <int D>
+__global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* base = reinterpret_cast<bf16*>(smem);
+  const Tile<D> q_tile{base}, k_tiles[2] = {{base + kTile * D}, {base + 2 * kTile * D}},
+                v_tiles[2] = {{base + 3 * kTile * D}, {base + 4 * kTile * D}};
+  const int qt = query_tile(p.causal), warp = threadIdx.x / 32;
+  const int64_t in_base = head_offset(p.in, p.heads);
+  const int key_tiles = p.causal ? qt + 1 : (p.tokens + kTile - 1) / kTile;
+  load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, qt * kTile, p.tokens);
+  load_tile<D, kTile>(k_tiles[0], p.k + in_base, p.in.token, 0, p.tokens);
+  load_tile<D, kTile>(v_tiles[0], p.v + in_base, p.in.token, 0, p.tokens);
+  mma::commit_copies();
+
+  const int row0 = qt * kTile + warp * 16;  // the warp's first query row
+  DropoutMask mask = dropout_mask(p);
+  float acc[D / 8][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  for (int kt = 0; kt < key_tiles; ++kt) {
+    const int buf = kt & 1;
+    if (kt + 1 < key_tiles) {
+      load_tile<D, kTile>(k_tiles[buf ^ 1], p.k + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
+      load_tile<D, kTile>(v_tiles[buf ^ 1], p.v + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
+      mma::commit_copies();
+      mma::wait_copies<1>();
+    } else {
+      mma::wait_copies<0>();
+    }
+    __syncthreads();
+    float s[kTile / 8][4];
+    scores<D, kTile>(s, q_tile, warp * 16, k_tiles[buf], 0);
+    // Scale into the exp2 domain; the last tile holds the causal diagonal and the keys past T.
+    const bool edge = kt == key_tiles - 1;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[n][e] * p.scale_log2;
+        if (edge) {
+          const int row = row0 + fragment_row(e), col = kt * kTile + fragment_col(n, e);
+          if (col >= p.tokens || (p.causal && col > row)) v = -INFINITY;
+        }
+        s[n][e] = v;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+      }
+    float shift[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float new_max = fmaxf(row_max[h], quad_max(tile_max[h]));
+      shift[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays 0
+      const float rescale = exp2f(row_max[h] - shift[h]);
+      row_sum[h] *= rescale;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        acc[n][2 * h] *= rescale;
+        acc[n][2 * h + 1] *= rescale;
+      }
+      row_max[h] = new_max;
+    }
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float prob = exp2f(s[n][e] - shift[e / 2]);
+        row_sum[e / 2] += prob;  // the softmax normalizer counts every probability
+        s[n][e] = prob;
+        if (p.dropout_p > 0.0f) {
+          const int row = row0 + fragment_row(e), col = kt * kTile + fragment_col(n, e);
+          s[n][e] = mask.keep(probability_index(p.tokens, row, col)) ? prob * p.dropout_scale : 0.0f;
+        }
+      }
+    accumulate<D, kTile>(acc, s, v_tiles[buf], 0);
+    __syncthreads();  // every warp is done with this buffer before the next prefetch refills it
+  }
+  float inverse[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] = quad_sum(row_sum[h]);
+    inverse[h] = 1.0f / row_sum[h];
+  }
+  store_rows<D>(p.out + head_offset(p.out_strides, p.heads), p.out_strides.token, row0, p.tokens, acc, inverse[0],
+                inverse[1]);
+  if (threadIdx.x % 4 == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + fragment_row(2 * h);
+      if (row < p.tokens)
+        p.lse[static_cast<int64_t>(head_index()) * p.tokens + row] = (row_max[h] + log2f(row_sum[h])) / kLog2e;
+    }
+}
+
+/// Δ_i = Σ_d dO[i, d]·O[i, d], one warp per row (B·NH·T rows, blockIdx.y unused).
+template <int D>
+__global__ void attention_delta_kernel(const __grid_constant__ Params p, int64_t rows) {
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kAttnThreads / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int64_t bh = row / p.tokens, t = row % p.tokens;
+  const int64_t at = (bh / p.heads) * p.out_strides.batch + (bh % p.heads) * p.out_strides.head + t * p.out_strides.token;
+  const int lane = threadIdx.x % 32;
+  float sum = 0.0f;
+#pragma unroll
+  for (int d = 2 * lane; d < D; d += 64) {
+    const __nv_bfloat162 o = *reinterpret_cast<const __nv_bfloat162*>(p.o + at + d);
+    const __nv_bfloat162 g = *reinterpret_cast<const __nv_bfloat162*>(p.dout + at + d);
+    sum += __low2float(o) * __low2float(g) + __high2float(o) * __high2float(g);
+  }
+  sum = warp_sum(sum);
+  if (lane == 0) p.delta[row] = sum;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* base = reinterpret_cast<bf16*>(smem);
+  const Tile<D> q_tile{base}, do_tile{base + kTile * D}, k_tiles[2] = {{base + 2 * kTile * D}, {base + 3 * kTile * D}},
+                v_tiles[2] = {{base + 4 * kTile * D}, {base + 5 * kTile * D}};
+  const int qt = query_tile(p.causal), warp = threadIdx.x / 32;
+  const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
+  const int key_tiles = p.causal ? qt + 1 : (p.tokens + kTile - 1) / kTile;
+  load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, qt * kTile, p.tokens);
+  load_tile<D, kTile>(do_tile, p.dout + out_base, p.out_strides.token, qt * kTile, p.tokens);
+  load_tile<D, kTile>(k_tiles[0], p.k + in_base, p.in.token, 0, p.tokens);
+  load_tile<D, kTile>(v_tiles[0], p.v + in_base, p.in.token, 0, p.tokens);
+  mma::commit_copies();
+
+  const int row0 = qt * kTile + warp * 16;
+  float lse2[2], delta[2];  // per row of the thread: log-sum-exp in the exp2 domain, and Δ
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + fragment_row(2 * h);
+    const int64_t at = static_cast<int64_t>(head_index()) * p.tokens + row;
+    lse2[h] = row < p.tokens ? p.lse[at] * kLog2e : 0.0f;
+    delta[h] = row < p.tokens ? p.delta[at] : 0.0f;
+  }
+  DropoutMask mask = dropout_mask(p);
+  float acc[D / 8][4] = {};
+  for (int kt = 0; kt < key_tiles; ++kt) {
+    const int buf = kt & 1;
+    if (kt + 1 < key_tiles) {
+      load_tile<D, kTile>(k_tiles[buf ^ 1], p.k + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
+      load_tile<D, kTile>(v_tiles[buf ^ 1], p.v + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
+      mma::commit_copies();
+      mma::wait_copies<1>();
+    } else {
+      mma::wait_copies<0>();
+    }
+    __syncthreads();
+    float s[kTile / 8][4], dp[kTile / 8][4];
+    scores<D, kTile>(s, q_tile, warp * 16, k_tiles[buf], 0);
+    scores<D, kTile>(dp, do_tile, warp * 16, v_tiles[buf], 0);
+    const bool edge = kt == key_tiles - 1;
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + fragment_row(e), col = kt * kTile + fragment_col(n, e);
+        const bool hidden = edge && (col >= p.tokens || (p.causal && col > row));
+        const float prob = hidden ? 0.0f : exp2f(s[n][e] * p.scale_log2 - lse2[e / 2]);
+        float g = dp[n][e];
+        if (p.dropout_p > 0.0f) g = mask.keep(probability_index(p.tokens, row, col)) ? g * p.dropout_scale : 0.0f;
+        s[n][e] = prob * (g - delta[e / 2]);  // dS
+      }
+    accumulate<D, kTile>(acc, s, k_tiles[buf], 0);
+    __syncthreads();
+  }
+  store_rows<D>(p.dq + in_base, p.in.token, row0, p.tokens, acc, p.scale, p.scale);
+}
+
+/// Query rows per dkv step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators alone
+/// take 128 registers a thread.
+template <int D>
+constexpr int kDkvQueryRows = D <= 64 ? 64 : 32;
+
+template <int D>
+__global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __grid_constant__ Params p) {
+  constexpr int kRows = kDkvQueryRows<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* base = reinterpret_cast<bf16*>(smem);
+  const Tile<D> k_tile{base}, v_tile{base + kTile * D},
+      q_tiles[2] = {{base + 2 * kTile * D}, {base + 2 * kTile * D + kRows * D}},
+      do_tiles[2] = {{base + 2 * kTile * D + 2 * kRows * D}, {base + 2 * kTile * D + 3 * kRows * D}};
+  float* row_stats = reinterpret_cast<float*>(base + 2 * kTile * D + 4 * kRows * D);  // [2 buf][lse2, Δ][kRows]
+  const int kt = blockIdx.x, warp = threadIdx.x / 32;
+  const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
+  const int64_t stat_base = static_cast<int64_t>(head_index()) * p.tokens;
+  const int first = p.causal ? kt * kTile / kRows : 0, query_tiles = (p.tokens + kRows - 1) / kRows;
+  auto load_queries = [&](int qt, int buf) {
+    load_tile<D, kRows>(q_tiles[buf], p.q + in_base, p.in.token, qt * kRows, p.tokens);
+    load_tile<D, kRows>(do_tiles[buf], p.dout + out_base, p.out_strides.token, qt * kRows, p.tokens);
+    for (int i = threadIdx.x; i < kRows; i += kAttnThreads) {
+      const int row = qt * kRows + i;
+      // A query past T gets an infinite log-sum-exp: probability 0 everywhere.
+      row_stats[buf * 2 * kRows + i] = row < p.tokens ? p.lse[stat_base + row] * kLog2e : INFINITY;
+      row_stats[buf * 2 * kRows + kRows + i] = row < p.tokens ? p.delta[stat_base + row] : 0.0f;
+    }
+  };
+  load_tile<D, kTile>(k_tile, p.k + in_base, p.in.token, kt * kTile, p.tokens);
+  load_tile<D, kTile>(v_tile, p.v + in_base, p.in.token, kt * kTile, p.tokens);
+  load_queries(first, 0);
+  mma::commit_copies();
+
+  const int key0 = kt * kTile + warp * 16;  // the warp's first key (rows of Sᵀ)
+  DropoutMask mask = dropout_mask(p);
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  for (int qt = first; qt < query_tiles; ++qt) {
+    const int buf = (qt - first) & 1;
+    if (qt + 1 < query_tiles) {
+      load_queries(qt + 1, buf ^ 1);
+      mma::commit_copies();
+      mma::wait_copies<1>();
+    } else {
+      mma::wait_copies<0>();
+    }
+    __syncthreads();
+    const float* lse2 = row_stats + buf * 2 * kRows;
+    const float* delta = lse2 + kRows;
+    float s[kRows / 8][4], dp[kRows / 8][4];
+    scores<D, kRows>(s, k_tile, warp * 16, q_tiles[buf], 0);  // Sᵀ: keys × queries
+    // Pᵀ; tiles that reach below the diagonal need the causal mask.
+    const bool edge = p.causal && qt * kRows < kt * kTile + kTile;
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + fragment_row(e), local = fragment_col(n, e), query = qt * kRows + local;
+        const bool hidden = edge && key > query;
+        const float prob = hidden ? 0.0f : exp2f(s[n][e] * p.scale_log2 - lse2[local]);
+        s[n][e] = prob;
+        dp[n][e] = prob;  // kept for dS; s becomes the dropped probability
+        if (p.dropout_p > 0.0f)
+          s[n][e] = mask.keep(probability_index(p.tokens, query, key)) ? prob * p.dropout_scale : 0.0f;
+      }
+    accumulate<D, kRows>(dv, s, do_tiles[buf], 0);
+    // dp holds P; s is free for dPᵀ = V·dOᵀ.
+    scores<D, kRows>(s, v_tile, warp * 16, do_tiles[buf], 0);
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + fragment_row(e), local = fragment_col(n, e), query = qt * kRows + local;
+        float g = s[n][e];
+        if (p.dropout_p > 0.0f) g = mask.keep(probability_index(p.tokens, query, key)) ? g * p.dropout_scale : 0.0f;
+        s[n][e] = dp[n][e] * (g - delta[local]);  // dSᵀ
+      }
+    accumulate<D, kRows>(dk, s, q_tiles[buf], 0);
+    __syncthreads();
+  }
+  store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
+  store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
+}
+
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, size_t smem, const Params& params, const char* name) {
+  if (smem > 48 * 1024)
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kAttnThreads, smem, stream()>>>(params);
+  FT_CUDA_CHECK_LAUNCH(name);
+}
+
+Params make_params(const AttentionShape& shape, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
+  Params p{};
+  p.heads = static_cast<int>(shape.heads);
+  p.tokens = static_cast<int>(shape.tokens);
+  p.causal = causal;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_size)));
+  p.scale_log2 = p.scale * kLog2e;
+  p.dropout_p = static_cast<float>(dropout_p);
+  p.dropout_scale = dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - dropout_p)) : 1.0f;
+  p.seed = seed;
+  p.offset = dropout_p > 0.0 ? offset.data<int64_t>() : nullptr;
+  return p;
+}
+
+template <class F>
+void with_head_size(int64_t head_size, F&& f) {
+  if (head_size == 64) return f(std::integral_constant<int, 64>{});
+  if (head_size == 128) return f(std::integral_constant<int, 128>{});
+  FT_FAIL("attention: the fused kernel takes head sizes 64 and 128, got ", head_size);
+}
+
+dim3 grid_for(const AttentionShape& shape, int rows_per_block) {
+  return dim3(static_cast<unsigned>((shape.tokens + rows_per_block - 1) / rows_per_block),
+              static_cast<unsigned>(shape.batch * shape.heads));
+}
+
+}  // namespace
+
+bool attention_supported(int64_t head_size) { return head_size == 64 || head_size == 128; }
+
+void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
+                       const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
+  Params p = make_params(shape, causal, dropout_p, seed, offset);
+  p.q = static_cast<const bf16*>(in.q);
+  p.k = static_cast<const bf16*>(in.k);
+  p.v = static_cast<const bf16*>(in.v);
+  p.in = in.strides;
+  p.out = static_cast<bf16*>(out);
+  p.out_strides = out_strides;
+  p.lse = lse.data<float>();
+  with_head_size(shape.head_size, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    launch(attention_forward_kernel<D>, grid_for(shape, kTile), 5 * kTile * D * sizeof(bf16), p,
+           "attention_forward_kernel");
+  });
+}
+
+void attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
+                        HeadStrides out_strides, const Tensor& lse, const AttentionGrads& grads, bool causal,
+                        double dropout_p, uint64_t seed, const Tensor& offset) {
+  Params p = make_params(shape, causal, dropout_p, seed, offset);
+  p.q = static_cast<const bf16*>(in.q);
+  p.k = static_cast<const bf16*>(in.k);
+  p.v = static_cast<const bf16*>(in.v);
+  p.in = in.strides;
+  p.o = static_cast<const bf16*>(out);
+  p.dout = static_cast<const bf16*>(dout);
+  p.out_strides = out_strides;
+  p.lse = lse.data<float>();
+  p.dq = static_cast<bf16*>(grads.dq);
+  p.dk = static_cast<bf16*>(grads.dk);
+  p.dv = static_cast<bf16*>(grads.dv);
+  const int64_t rows = shape.batch * shape.heads * shape.tokens;
+  Tensor delta = Tensor::empty({rows}, DType::F32, lse.device());
+  p.delta = delta.data<float>();
+  with_head_size(shape.head_size, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    const unsigned delta_blocks = static_cast<unsigned>((rows + kAttnThreads / 32 - 1) / (kAttnThreads / 32));
+    attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, rows);
+    FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
+    launch(attention_dq_kernel<D>, grid_for(shape, kTile), 6 * kTile * D * sizeof(bf16), p, "attention_dq_kernel");
+    constexpr int kRows = kDkvQueryRows<D>;
+    const size_t dkv_smem = (2 * kTile * D + 4 * kRows * D) * sizeof(bf16) + 4 * kRows * sizeof(float);
+    launch(attention_dkv_kernel<D>, grid_for(shape, kTile), dkv_smem, p, "attention_dkv_kernel");
+  });
+}
+
+}  // namespace ft::cuda
