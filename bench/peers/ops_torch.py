@@ -35,6 +35,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--only", default="", help="ops or attention (default: both)")
     a = parser.parse_args()
     n, c, v = a.rows, a.channels, a.vocab
     torch.manual_seed(0)
@@ -60,9 +61,44 @@ def main():
     def ce():
         torch.autograd.grad(F.cross_entropy(logits, targets), (logits,))
 
-    for name, work in [("residual+layernorm", ln), ("bias+gelu (4C)", gelu), ("bias+dropout+residual", dropout),
-                       (f"cross-entropy V={v}", ce)]:
-        print(f"RESULT op={name} torch_eager_ms={time_ms(work, a.warmup, a.iterations):.4f}", flush=True)
+    if a.only in ("", "ops"):
+        for name, work in [("residual+layernorm", ln), ("bias+gelu (4C)", gelu), ("bias+dropout+residual", dropout),
+                           (f"cross-entropy V={v}", ce)]:
+            print(f"RESULT op={name} torch_eager_ms={time_ms(work, a.warmup, a.iterations):.4f}", flush=True)
+    if a.only in ("", "attention"):
+        attention(a)
+
+
+def attention(a):
+    """Causal attention at ft-bench's shapes: SDPA (PyTorch's flash kernel) and the eager
+    composition, forward and forward + backward, with TFLOP/s counted as BENCHMARKS.md does."""
+    for heads, hs in ((12, 64), (6, 128)):
+        b, t = 16, 1024
+        q, k, vv = leaf(b, heads, t, hs), leaf(b, heads, t, hs), leaf(b, heads, t, hs)
+        dy = torch.randn(b, heads, t, hs, device="cuda", dtype=torch.bfloat16)
+        mask = torch.ones(t, t, device="cuda", dtype=torch.bool).tril()
+
+        def sdpa():
+            return F.scaled_dot_product_attention(q, k, vv, is_causal=True)
+
+        def eager():
+            s = (q @ k.transpose(-1, -2)).float() * hs ** -0.5
+            return (s.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)) @ vv
+
+        flops = 4.0 * b * heads * t * t * hs / 2
+        for name, f in (("sdpa", sdpa), ("eager", eager)):
+            def fwd():
+                with torch.no_grad():
+                    f()
+
+            def both():
+                torch.autograd.grad(f(), (q, k, vv), dy)
+
+            fwd_ms = time_ms(fwd, a.warmup, a.iterations)
+            total_ms = time_ms(both, a.warmup, a.iterations)
+            print(f"RESULT attention=HS{hs} torch={name} fwd_ms={fwd_ms:.4f} total_ms={total_ms:.4f} "
+                  f"fwd_tflops={flops / fwd_ms / 1e9:.1f} bwd_tflops={2.5 * flops / (total_ms - fwd_ms) / 1e9:.1f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

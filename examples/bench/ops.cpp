@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/bench/attention.h"
 #include "examples/bench/graph_timer.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
@@ -153,6 +154,8 @@ int run_ops_bench(const OpsBenchOptions& options) {
   for (const Row& r : rows) std::printf("  %-24s %s\n", r.name.c_str(), r.note.c_str());
   if (options.only.empty() || std::string("linear").find(options.only) != std::string::npos)
     linear_strategy_table(options);
+  if (options.only.empty() || std::string("attention").find(options.only) != std::string::npos)
+    attention_table(options);
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);

@@ -1,0 +1,64 @@
+#include "examples/bench/attention.h"
+
+#include <cstdio>
+
+#include "examples/bench/graph_timer.h"
+#include "lib/autograd.h"
+#include "lib/kernel_mode.h"
+#include "lib/ops/attention.h"
+
+namespace ft::bench {
+
+void attention_table(const OpsBenchOptions& options) {
+  struct Case {
+    int64_t batch, heads, tokens, head_size;
+  };
+  const Case cases[] = {{16, 12, 1024, 64}, {16, 6, 1024, 128}};
+  std::printf("\n%-28s %9s %9s %9s %9s %9s %9s %9s\n", "causal attention (graph ms)", "mode", "fwd", "fwd+bwd", "bwd",
+              "fwd TF/s", "bwd TF/s", "fused x");
+  for (const Case& c : cases) {
+    Generator gen(7);
+    const Shape shape{c.batch, c.heads, c.tokens, c.head_size};
+    auto leaf = [&] {
+      Tensor t = Tensor::randn(shape, gen, DType::BF16, kCUDA);
+      t.requires_grad_();
+      return t;
+    };
+    const Tensor q = leaf(), k = leaf(), v = leaf(), dy = Tensor::randn(shape, gen, DType::BF16, kCUDA);
+    const double fwd_flops = 4.0 * static_cast<double>(c.batch * c.heads) * static_cast<double>(c.tokens) *
+                             static_cast<double>(c.tokens) * static_cast<double>(c.head_size) / 2.0;
+    double fwd_ms[2], total_ms[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      KernelModeGuard guard(fused ? KernelMode::Fused : KernelMode::Unfused);
+      fwd_ms[fused] = time_device_work(
+                          [&] {
+                            NoGradGuard no_grad;
+                            attention(q, k, v, true);
+                          },
+                          options.warmup, options.iterations)
+                          .graph_ms;
+      total_ms[fused] =
+          time_device_work([&] { gradients(attention(q, k, v, true), dy, {q, k, v}); }, options.warmup,
+                           options.iterations)
+              .graph_ms;
+    }
+    char name[64];
+    std::snprintf(name, sizeof name, "B%lld NH%lld T%lld HS%lld", static_cast<long long>(c.batch),
+                  static_cast<long long>(c.heads), static_cast<long long>(c.tokens),
+                  static_cast<long long>(c.head_size));
+    for (int fused = 1; fused >= 0; --fused) {
+      const double bwd = total_ms[fused] - fwd_ms[fused];
+      std::printf("%-28s %9s %9.3f %9.3f %9.3f %9.1f %9.1f %9s\n", fused ? name : "", fused ? "fused" : "twin",
+                  fwd_ms[fused], total_ms[fused], bwd, fwd_flops / (fwd_ms[fused] * 1e-3) / 1e12,
+                  2.5 * fwd_flops / (bwd * 1e-3) / 1e12, "");
+    }
+    std::printf("%-28s %9s %9.2fx %8.2fx\n", "", "twin/fused", fwd_ms[0] / fwd_ms[1], total_ms[0] / total_ms[1]);
+    std::printf("RESULT attention=HS%lld fused_fwd_ms=%.4f fused_total_ms=%.4f twin_fwd_ms=%.4f twin_total_ms=%.4f "
+                "fused_fwd_tflops=%.1f fused_bwd_tflops=%.1f\n",
+                static_cast<long long>(c.head_size), fwd_ms[1], total_ms[1], fwd_ms[0], total_ms[0],
+                fwd_flops / (fwd_ms[1] * 1e-3) / 1e12, 2.5 * fwd_flops / ((total_ms[1] - fwd_ms[1]) * 1e-3) / 1e12);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace ft::bench
