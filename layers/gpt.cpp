@@ -5,6 +5,7 @@
 #include "lib/error.h"
 #include "lib/ops/attention.h"
 #include "lib/ops/elementwise.h"
+#include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/matmul.h"
@@ -75,8 +76,7 @@ Tensor GPT::hidden(const Tensor& ids) {
   FT_CHECK(ids.dim() == 2, "GPT: ids must be [B, T], got ", shape_str(ids.shape()));
   const int64_t t = ids.size(1);
   FT_CHECK(t <= config_.block_size, "GPT: sequence length ", t, " exceeds block_size ", config_.block_size);
-  Tensor positions = Tensor::arange(t, DType::I64, ids.device());
-  Tensor residual = wte_->forward(ids) + wpe_->forward(positions);  // [B, T, C] + [T, C]
+  Tensor residual = token_position_embedding(ids, wte_->weight(), wpe_->weight());
   Tensor pending;
   for (auto& block : blocks_) std::tie(residual, pending) = block->forward_block(residual, pending);
   return add_layer_norm(pending, residual, lnf_w_, lnf_b_).out;

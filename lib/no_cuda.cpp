@@ -9,6 +9,7 @@
 #include "lib/ops/bias_act.h"
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/dropout.h"
+#include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/runtime.h"
@@ -93,6 +94,8 @@ void cross_entropy_forward(const Tensor&, const Tensor&, const CrossEntropyOptio
   unavailable();
 }
 void scale_by_upstream(const Tensor&, const Tensor&) { unavailable(); }
+void token_position_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void token_position_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 bool attention_supported(int64_t) { return false; }
 void attention_forward(const AttentionShape&, const AttentionInputs&, void*, HeadStrides, const Tensor&, bool, double,
                        uint64_t, const Tensor&) {

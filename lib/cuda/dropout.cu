@@ -104,10 +104,12 @@ struct DropoutBackward {
   float p, scale;
   __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const {
     const int64_t i = r * cols + c;
-    const uint64_t base = static_cast<uint64_t>(*offset);
+    // Read-only loads: the compiler may then issue the next rows' loads before this row's
+    // store (the column kernel unrolls its row loop), so more than one load is in flight.
+    const uint64_t base = static_cast<uint64_t>(__ldg(offset));
     if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
       float g[8];
-      load_pack<T, 8>(dy + i, g);
+      load_pack_readonly<T, 8>(dy + i, g);
       bool keep[4], keep_hi[4];
       dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
       dropout_keep4(seed, base, static_cast<uint64_t>(i + 4), p, keep_hi);

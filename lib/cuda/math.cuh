@@ -175,12 +175,37 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = to_acc(pack.v[k]);
 }
+/// load_pack through the read-only path (ld.global.nc): for inputs no thread of the kernel
+/// writes, so the compiler may move the load above earlier stores and keep several in flight.
+template <class T, int N>
+__device__ __forceinline__ void load_pack_readonly(const T* p, float (&out)[N]) {
+  static_assert(sizeof(Pack<T, N>) % 16 == 0, "load_pack_readonly moves whole 16-byte words");
+  constexpr int kWords = sizeof(Pack<T, N>) / 16;
+  uint4 raw[kWords];
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) raw[w] = __ldg(reinterpret_cast<const uint4*>(p) + w);
+  const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(raw);
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = to_acc(pack.v[k]);
+}
 template <class T, int N>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {
   Pack<T, N> pack;
 #pragma unroll
   for (int k = 0; k < N; ++k) pack.v[k] = from_acc<T>(in[k]);
   *reinterpret_cast<Pack<T, N>*>(p) = pack;
+}
+
+/// VEC elements as one pack (VEC > 1) or one scalar (VEC == 1, any alignment).
+template <class T, int VEC>
+__device__ __forceinline__ void load_vec(const T* p, float (&v)[VEC]) {
+  if constexpr (VEC > 1) load_pack<T, VEC>(p, v);
+  else v[0] = to_acc(*p);
+}
+template <class T, int VEC>
+__device__ __forceinline__ void store_vec(T* p, const float (&v)[VEC]) {
+  if constexpr (VEC > 1) store_pack<T, VEC>(p, v);
+  else *p = from_acc<T>(v[0]);
 }
 
 /// True when every pointer is 16-byte aligned and the row length is a multiple of the pack.

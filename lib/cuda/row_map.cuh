@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_ker
   const int64_t r0 = blockIdx.y * rows_per_block, r1 = min(rows, r0 + rows_per_block);
   float acc[VEC] = {};
   if (col < cols) {
+#pragma unroll 2
     for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
       float sums[VEC];
       op(r, col, sums);
