@@ -49,7 +49,7 @@ std::string MetricsLog::json(const StepMetrics& m) const {
   char buf[512];
   auto opt = [](const std::optional<double>& v) { return v ? std::to_string(*v) : std::string("null"); };
   std::snprintf(buf, sizeof buf,
-                "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.4f, \"%s_per_s\": %.1f, "
+                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.4f, \"%s_per_s\": %.1f, "
                 "\"mfu\": %s, \"skipped_steps\": %lld}",
                 static_cast<long long>(m.step), m.loss, m.lr, opt(m.grad_norm).c_str(), m.ms, unit_.c_str(),
                 m.items_per_s, opt(m.mfu).c_str(), static_cast<long long>(m.skipped_steps));

@@ -2,6 +2,8 @@
 // validation, checkpoints (--resume continues a run exactly) and sampling for byte-level models.
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <map>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -16,6 +18,7 @@
 #include "optim/lr_schedule.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/safetensors.h"
 #include "train/step_timer.h"
 #include "train/token_shards.h"
 
@@ -94,6 +97,9 @@ int run(int argc, char** argv) {
   args.flag("prompt", "", "text the samples start from");
   args.flag("temperature", "1.0", "sampling temperature");
   args.flag("top-k", "0", "sample among the k most likely tokens (0: all)");
+  args.flag("dump-dir", "", "write what tests/parity/gpt2_parity.py compares to this folder: init.safetensors (the\n"
+                            "initial parameters), batches.safetensors (every step's inputs and targets) and\n"
+                            "grads.safetensors (step 1's gradients, before clipping, and its loss)");
   if (!args.parse(argc, argv)) return 0;
 
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
@@ -161,6 +167,20 @@ int run(int argc, char** argv) {
     std::printf("checkpoint: %s\n", folder.c_str());
   };
 
+  // Parity dumps (tests/parity/gpt2_parity.py): parameters in f32, batches as i64.
+  const std::string dump_dir = args.str("dump-dir");
+  auto named_f32 = [&](bool grads) {
+    std::map<std::string, ft::Tensor> out;
+    for (const auto& [name, p] : model.named_parameters())
+      out[name] = (grads ? p.grad() : p).to(ft::kCPU).to(ft::DType::F32);
+    return out;
+  };
+  std::map<std::string, ft::Tensor> dumped_batches;
+  if (!dump_dir.empty()) {
+    std::filesystem::create_directories(dump_dir);
+    ft::save_safetensors(dump_dir + "/init.safetensors", named_f32(false));
+  }
+
   ft::MetricsLog log("tok", args.str("metrics"));
   ft::StepTimer timer(device);
   const int64_t log_every = std::max<int64_t>(1, args.integer("log-every"));
@@ -173,11 +193,21 @@ int run(int argc, char** argv) {
     ft::Tensor total;
     for (int64_t micro = 0; micro < accum; ++micro) {
       ft::TokenBatch b = train.next_batch();
+      if (!dump_dir.empty()) {
+        const std::string key = std::to_string(step) + "." + std::to_string(micro);
+        dumped_batches["inputs." + key] = b.inputs.to(ft::DType::I64);
+        dumped_batches["targets." + key] = b.targets.to(ft::DType::I64);
+      }
       ft::Tensor loss = model.loss(b.inputs.to(device), b.targets.to(device)) * (1.0 / static_cast<double>(accum));
       loss.backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
     const bool logging = (step + 1) % log_every == 0 || step + 1 == steps;
+    if (!dump_dir.empty() && step == 0) {
+      char loss_text[32];
+      std::snprintf(loss_text, sizeof loss_text, "%.9g", total.item());
+      ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true), {{"loss", loss_text}});
+    }
     optimizer.step();
     timer.end_step();
     ++step;
@@ -220,6 +250,7 @@ int run(int argc, char** argv) {
     if (ckpt_every > 0 && step % ckpt_every == 0 && step < steps) save();
   }
   save();
+  if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
   std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f\n", static_cast<long long>(step), last_loss,
               std::log(static_cast<double>(vocab)));
   return 0;
