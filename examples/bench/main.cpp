@@ -1,11 +1,13 @@
 // ft-bench: measurements on the GPU, printed as tables. Subcommands:
 //   ft-bench ops    the memory-bound fused ops (fwd+bwd) in both kernel modes
 //   ft-bench adamw  one optimizer step over gpt2-124M's fp32 parameters, fused vs twin
+//   ft-bench gpt2   whole gpt2-124M training steps in both kernel modes
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
 #include "examples/bench/adamw.h"
+#include "examples/bench/gpt2.h"
 #include "examples/bench/ops.h"
 #include "examples/common/cli.h"
 #include "lib/runtime.h"
@@ -45,15 +47,36 @@ int run_adamw(int argc, char** argv) {
                                      .iterations = static_cast<int>(args.integer("iterations"))});
 }
 
+int run_gpt2(int argc, char** argv) {
+  ft::cli::Args args("ft-bench gpt2", "Times whole gpt2-124M training steps (forward, loss, backward, clipping, AdamW) on\n"
+                                      "random tokens in both kernel modes: ms/step, tok/s, MFU, peak device memory.");
+  args.flag("batch", "16", "sequences per step (B)");
+  args.flag("seq", "1024", "tokens per sequence (T)");
+  args.flag("layers", "12", "transformer blocks (12 is gpt2-124M)");
+  args.flag("steps", "10", "timed steps (median reported)");
+  args.flag("warmup", "3", "untimed steps first");
+  args.flag("kernels", "both", "fused, unfused or both");
+  if (!args.parse(argc - 1, argv + 1)) return 0;
+  FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
+  const std::string kernels = args.str("kernels");
+  FT_CHECK(kernels == "fused" || kernels == "unfused" || kernels == "both",
+           "ft-bench gpt2: --kernels must be fused, unfused or both");
+  return ft::bench::run_gpt2_bench({.batch = args.integer("batch"), .seq = args.integer("seq"),
+                                    .layers = args.integer("layers"), .warmup = static_cast<int>(args.integer("warmup")),
+                                    .steps = static_cast<int>(args.integer("steps")), .kernels = kernels});
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::printf("usage: ft-bench SUBCOMMAND [flags]\n\nsubcommands:\n"
                 "  ops    memory-bound fused ops, forward+backward, fused vs unfused (ft-bench ops --help)\n"
-                "  adamw  one AdamW step over gpt2-124M's fp32 parameters (ft-bench adamw --help)\n");
+                "  adamw  one AdamW step over gpt2-124M's fp32 parameters (ft-bench adamw --help)\n"
+                "  gpt2   whole gpt2-124M training steps, fused vs unfused (ft-bench gpt2 --help)\n");
     return argc < 2 ? 1 : 0;
   }
   const std::string sub = argv[1];
   if (sub == "adamw") return run_adamw(argc, argv);
+  if (sub == "gpt2") return run_gpt2(argc, argv);
   FT_CHECK(sub == "ops", "ft-bench: unknown subcommand '", sub, "' (see --help)");
   return run_ops(argc, argv);
 }

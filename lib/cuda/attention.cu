@@ -37,7 +37,6 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kAttnThreads = 128;  // 4 warps, 16 rows of a 64-row tile each
 constexpr int kTile = 64;      // query rows per forward / dq block, keys per dkv block
-constexpr float kLog2e = 1.4426950408889634f;
 
 /// A tile of rows × D bf16 in shared memory, row-major, its 16-byte chunks swizzled
 /// (chunk ^ row % 8): the 8 row addresses of an ldmatrix then fall on 8 different bank groups.
@@ -78,42 +77,60 @@ __device__ __forceinline__ void load_tile(Tile<D> dst, const bf16* src, int64_t 
   }
 }
 
-/// c = A·Bᵀ for the warp's 16 rows of `a` (from a_row0) against kN rows of `b` (from b_row0):
-/// kN / 8 accumulator tiles of 16 × 8, contracting over D.
-template <int D, int kN>
-__device__ __forceinline__ void scores(float (&c)[kN / 8][4], Tile<D> a, int a_row0, Tile<D> b, int b_row0) {
+/// A fragments of kM row tiles (16 rows each, from row0) of `a`, over the whole of D.
+template <int D, int kM>
+__device__ __forceinline__ void load_a(uint32_t (&a)[kM][D / 16][4], Tile<D> t, int row0) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int n = 0; n < kN / 8; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+  for (int m = 0; m < kM; ++m)
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t af[4];
-    mma::load_matrix_x4(af, a.at(a_row0 + lane % 16, 2 * ks + lane / 16));
+    for (int ks = 0; ks < D / 16; ++ks) mma::load_matrix_x4(a[m][ks], t.at(row0 + 16 * m + lane % 16, 2 * ks + lane / 16));
+}
+
+/// c = A·Bᵀ: the warp's kM row tiles (fragments `a`) against kN rows of `b` (from b_row0),
+/// contracting over D. Each B fragment loaded from shared memory feeds kM products.
+template <int D, int kM, int kN>
+__device__ __forceinline__ void scores(float (&c)[kM][kN / 8][4], const uint32_t (&a)[kM][D / 16][4], Tile<D> b,
+                                       int b_row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int n = 0; n < kN / 8; ++n) c[m][n][0] = c[m][n][1] = c[m][n][2] = c[m][n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
     for (int np = 0; np < kN / 16; ++np) {
       uint32_t bf[4];
       mma::load_matrix_x4(bf, b.at(b_row0 + 16 * np + lane % 8 + (lane / 16) * 8, 2 * ks + (lane / 8) % 2));
-      mma::mma_bf16(c[2 * np], af, bf[0], bf[1]);
-      mma::mma_bf16(c[2 * np + 1], af, bf[2], bf[3]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma::mma_bf16(c[m][2 * np], a[m][ks], bf[0], bf[1]);
+        mma::mma_bf16(c[m][2 * np + 1], a[m][ks], bf[2], bf[3]);
+      }
     }
-  }
 }
 
-/// acc += P·B: P is the warp's 16 × kK accumulator (rounded to bf16), B the kK × D rows of `b`
-/// from b_row0.
-template <int D, int kK>
-__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&p)[kK / 8][4], Tile<D> b, int b_row0) {
+/// acc += P·B: P the warp's kM row tiles of kK columns (accumulators, rounded to bf16 as the
+/// A operand), B the kK × D rows of `b` from b_row0.
+template <int D, int kM, int kK>
+__device__ __forceinline__ void accumulate(float (&acc)[kM][D / 8][4], const float (&p)[kM][kK / 8][4], Tile<D> b,
+                                           int b_row0) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int ks = 0; ks < kK / 16; ++ks) {
-    uint32_t af[4];
-    mma::accumulator_to_a(af, p[2 * ks], p[2 * ks + 1]);
+    uint32_t af[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) mma::accumulator_to_a(af[m], p[m][2 * ks], p[m][2 * ks + 1]);
 #pragma unroll
     for (int np = 0; np < D / 16; ++np) {
       uint32_t bf[4];
       mma::load_matrix_x4_trans(bf, b.at(b_row0 + 16 * ks + lane % 8 + ((lane / 8) % 2) * 8, 2 * np + lane / 16));
-      mma::mma_bf16(acc[2 * np], af, bf[0], bf[1]);
-      mma::mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma::mma_bf16(acc[m][2 * np], af[m], bf[0], bf[1]);
+        mma::mma_bf16(acc[m][2 * np + 1], af[m], bf[2], bf[3]);
+      }
     }
   }
 }
@@ -181,96 +198,131 @@ __device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) 
 // so the longest blocks start first and the short ones fill the tail.
 __device__ __forceinline__ int query_tile(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
 
+/// Query rows per forward block: 4 warps of kForwardTiles 16-row tiles. Two tiles per warp at
+/// HS 64 let each K and V fragment read from shared memory feed two products; at HS 128 the
+/// output accumulators of two tiles would not fit in registers.
 template <int D>
+constexpr int kForwardTiles = D <= 64 ? 2 : 1;
+template <int D>
+constexpr int kForwardRows = 4 * 16 * kForwardTiles<D>;
+
+/// Whether key tile [k0, k0 + kTile) needs masking for query rows from q0: it crosses the
+/// causal diagonal or reaches past T.
+__device__ __forceinline__ bool edge_tile(const Params& p, int k0, int q0) {
+  return k0 + kTile > p.tokens || (p.causal && k0 + kTile - 1 > q0);
+}
+
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const __grid_constant__ Params p) {
+  constexpr int kM = kForwardTiles<D>, kRows = kForwardRows<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* base = reinterpret_cast<bf16*>(smem);
-  const Tile<D> q_tile{base}, k_tiles[2] = {{base + kTile * D}, {base + 2 * kTile * D}},
-                v_tiles[2] = {{base + 3 * kTile * D}, {base + 4 * kTile * D}};
-  const int qt = query_tile(p.causal), warp = threadIdx.x / 32;
+  bf16* const base = reinterpret_cast<bf16*>(smem);
+  const Tile<D> q_tile{base};
+  auto k_tile = [&](int buf) { return Tile<D>{base + kRows * D + buf * kTile * D}; };
+  auto v_tile = [&](int buf) { return Tile<D>{base + kRows * D + (2 + buf) * kTile * D}; };
+  const int q0 = query_tile(p.causal) * kRows, warp = threadIdx.x / 32;
   const int64_t in_base = head_offset(p.in, p.heads);
-  const int key_tiles = p.causal ? qt + 1 : (p.tokens + kTile - 1) / kTile;
-  load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, qt * kTile, p.tokens);
-  load_tile<D, kTile>(k_tiles[0], p.k + in_base, p.in.token, 0, p.tokens);
-  load_tile<D, kTile>(v_tiles[0], p.v + in_base, p.in.token, 0, p.tokens);
+  const int all_tiles = (p.tokens + kTile - 1) / kTile;
+  const int key_tiles = p.causal ? min(all_tiles, (q0 + kRows + kTile - 1) / kTile) : all_tiles;
+  load_tile<D, kRows>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
+  load_tile<D, kTile>(k_tile(0), p.k + in_base, p.in.token, 0, p.tokens);
+  load_tile<D, kTile>(v_tile(0), p.v + in_base, p.in.token, 0, p.tokens);
   mma::commit_copies();
 
-  const int row0 = qt * kTile + warp * 16;  // the warp's first query row
-  DropoutMask mask = dropout_mask(p);
-  float acc[D / 8][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  const int row0 = q0 + warp * 16 * kM;  // the warp's first query row
+  uint32_t qf[kM][D / 16][4];
+  float acc[kM][D / 8][4] = {};
+  float row_max[kM][2], row_sum[kM][2];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) row_max[m][0] = row_max[m][1] = -INFINITY, row_sum[m][0] = row_sum[m][1] = 0.0f;
   for (int kt = 0; kt < key_tiles; ++kt) {
-    const int buf = kt & 1;
+    const int buf = kt & 1, k0 = kt * kTile;
     if (kt + 1 < key_tiles) {
-      load_tile<D, kTile>(k_tiles[buf ^ 1], p.k + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
-      load_tile<D, kTile>(v_tiles[buf ^ 1], p.v + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
+      load_tile<D, kTile>(k_tile(buf ^ 1), p.k + in_base, p.in.token, k0 + kTile, p.tokens);
+      load_tile<D, kTile>(v_tile(buf ^ 1), p.v + in_base, p.in.token, k0 + kTile, p.tokens);
       mma::commit_copies();
       mma::wait_copies<1>();
     } else {
       mma::wait_copies<0>();
     }
     __syncthreads();
-    float s[kTile / 8][4];
-    scores<D, kTile>(s, q_tile, warp * 16, k_tiles[buf], 0);
-    // Scale into the exp2 domain; the last tile holds the causal diagonal and the keys past T.
-    const bool edge = kt == key_tiles - 1;
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    if (kt == 0) load_a<D, kM>(qf, q_tile, warp * 16 * kM);
+    float s[kM][kTile / 8][4];
+    scores<D, kM, kTile>(s, qf, k_tile(buf), 0);
+    if (edge_tile(p, k0, q0)) {
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+      for (int m = 0; m < kM; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = s[n][e] * p.scale_log2;
-        if (edge) {
-          const int row = row0 + fragment_row(e), col = kt * kTile + fragment_col(n, e);
-          if (col >= p.tokens || (p.causal && col > row)) v = -INFINITY;
-        }
-        s[n][e] = v;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
-      }
-    float shift[2];
+        for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float new_max = fmaxf(row_max[h], quad_max(tile_max[h]));
-      shift[h] = new_max == -INFINITY ? 0.0f : new_max;  // a row with nothing visible yet stays 0
-      const float rescale = exp2f(row_max[h] - shift[h]);
-      row_sum[h] *= rescale;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        acc[n][2 * h] *= rescale;
-        acc[n][2 * h + 1] *= rescale;
-      }
-      row_max[h] = new_max;
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + 16 * m + fragment_row(e), col = k0 + fragment_col(n, e);
+            if (col >= p.tokens || (p.causal && col > row)) s[m][n][e] = -INFINITY;
+          }
     }
+    // Online softmax on the raw scores: max first, then one FMA and one ex2 per element.
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
+    for (int m = 0; m < kM; ++m) {
+      float shift[2];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float prob = exp2f(s[n][e] - shift[e / 2]);
-        row_sum[e / 2] += prob;  // the softmax normalizer counts every probability
-        s[n][e] = prob;
-        if (p.dropout_p > 0.0f) {
-          const int row = row0 + fragment_row(e), col = kt * kTile + fragment_col(n, e);
-          s[n][e] = mask.keep(probability_index(p.tokens, row, col)) ? prob * p.dropout_scale : 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * h], s[m][n][2 * h + 1]));
+        const float new_max = fmaxf(row_max[m][h], quad_max(tile_max));
+        shift[h] = new_max == -INFINITY ? 0.0f : new_max * p.scale_log2;  // nothing visible yet: stays 0
+        const float rescale = exp2_approx(row_max[m][h] * p.scale_log2 - shift[h]);
+        row_max[m][h] = new_max;
+        row_sum[m][h] *= rescale;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          acc[m][n][2 * h] *= rescale;
+          acc[m][n][2 * h + 1] *= rescale;
         }
       }
-    accumulate<D, kTile>(acc, s, v_tiles[buf], 0);
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float prob = exp2_approx(fmaf(s[m][n][e], p.scale_log2, -shift[e / 2]));
+          row_sum[m][e / 2] += prob;  // the normalizer counts every probability, dropped or not
+          s[m][n][e] = prob;
+        }
+    }
+    if constexpr (kDropout) {
+      DropoutMask mask = dropout_mask(p);
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + 16 * m + fragment_row(e), col = k0 + fragment_col(n, e);
+            s[m][n][e] = mask.keep(probability_index(p.tokens, row, col)) ? s[m][n][e] * p.dropout_scale : 0.0f;
+          }
+    }
+    accumulate<D, kM, kTile>(acc, s, v_tile(buf), 0);
     __syncthreads();  // every warp is done with this buffer before the next prefetch refills it
   }
-  float inverse[2];
+  bf16* const out = p.out + head_offset(p.out_strides, p.heads);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] = quad_sum(row_sum[h]);
-    inverse[h] = 1.0f / row_sum[h];
-  }
-  store_rows<D>(p.out + head_offset(p.out_strides, p.heads), p.out_strides.token, row0, p.tokens, acc, inverse[0],
-                inverse[1]);
-  if (threadIdx.x % 4 == 0)
+  for (int m = 0; m < kM; ++m) {
+    float inverse[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row0 + fragment_row(2 * h);
-      if (row < p.tokens)
-        p.lse[static_cast<int64_t>(head_index()) * p.tokens + row] = (row_max[h] + log2f(row_sum[h])) / kLog2e;
+      row_sum[m][h] = quad_sum(row_sum[m][h]);
+      inverse[h] = 1.0f / row_sum[m][h];
     }
+    store_rows<D>(out, p.out_strides.token, row0 + 16 * m, p.tokens, acc[m], inverse[0], inverse[1]);
+    if (threadIdx.x % 4 == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * m + fragment_row(2 * h);
+        if (row < p.tokens)
+          p.lse[static_cast<int64_t>(head_index()) * p.tokens + row] =
+              (row_max[m][h] * p.scale_log2 + log2f(row_sum[m][h])) / kLog2e;
+      }
+  }
 }
 
 /// Δ_i = Σ_d dO[i, d]·O[i, d], one warp per row (B·NH·T rows, blockIdx.y unused).
@@ -292,22 +344,30 @@ __global__ void attention_delta_kernel(const __grid_constant__ Params p, int64_t
   if (lane == 0) p.delta[row] = sum;
 }
 
+/// Whether the backward kernels keep their two fixed A operands (Q and dO, or K and V) in
+/// registers across the loop, or read them from shared memory again each step: at HS 128 they
+/// would take 64 registers and the kernels spilled.
 template <int D>
+constexpr bool kHoldFragments = D <= 64;
+
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* base = reinterpret_cast<bf16*>(smem);
-  const Tile<D> q_tile{base}, do_tile{base + kTile * D}, k_tiles[2] = {{base + 2 * kTile * D}, {base + 3 * kTile * D}},
-                v_tiles[2] = {{base + 4 * kTile * D}, {base + 5 * kTile * D}};
-  const int qt = query_tile(p.causal), warp = threadIdx.x / 32;
+  bf16* const base = reinterpret_cast<bf16*>(smem);
+  const Tile<D> q_tile{base}, do_tile{base + kTile * D};
+  auto k_tile = [&](int buf) { return Tile<D>{base + (2 + buf) * kTile * D}; };
+  auto v_tile = [&](int buf) { return Tile<D>{base + (4 + buf) * kTile * D}; };
+  const int q0 = query_tile(p.causal) * kTile, warp = threadIdx.x / 32;
   const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
-  const int key_tiles = p.causal ? qt + 1 : (p.tokens + kTile - 1) / kTile;
-  load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, qt * kTile, p.tokens);
-  load_tile<D, kTile>(do_tile, p.dout + out_base, p.out_strides.token, qt * kTile, p.tokens);
-  load_tile<D, kTile>(k_tiles[0], p.k + in_base, p.in.token, 0, p.tokens);
-  load_tile<D, kTile>(v_tiles[0], p.v + in_base, p.in.token, 0, p.tokens);
+  const int all_tiles = (p.tokens + kTile - 1) / kTile;
+  const int key_tiles = p.causal ? q0 / kTile + 1 : all_tiles;
+  load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
+  load_tile<D, kTile>(do_tile, p.dout + out_base, p.out_strides.token, q0, p.tokens);
+  load_tile<D, kTile>(k_tile(0), p.k + in_base, p.in.token, 0, p.tokens);
+  load_tile<D, kTile>(v_tile(0), p.v + in_base, p.in.token, 0, p.tokens);
   mma::commit_copies();
 
-  const int row0 = qt * kTile + warp * 16;
+  const int row0 = q0 + warp * 16;
   float lse2[2], delta[2];  // per row of the thread: log-sum-exp in the exp2 domain, and Δ
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -316,38 +376,53 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid
     lse2[h] = row < p.tokens ? p.lse[at] * kLog2e : 0.0f;
     delta[h] = row < p.tokens ? p.delta[at] : 0.0f;
   }
-  DropoutMask mask = dropout_mask(p);
-  float acc[D / 8][4] = {};
+  uint32_t qf[1][D / 16][4], df[1][D / 16][4];
+  float acc[1][D / 8][4] = {};
   for (int kt = 0; kt < key_tiles; ++kt) {
-    const int buf = kt & 1;
+    const int buf = kt & 1, k0 = kt * kTile;
     if (kt + 1 < key_tiles) {
-      load_tile<D, kTile>(k_tiles[buf ^ 1], p.k + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
-      load_tile<D, kTile>(v_tiles[buf ^ 1], p.v + in_base, p.in.token, (kt + 1) * kTile, p.tokens);
+      load_tile<D, kTile>(k_tile(buf ^ 1), p.k + in_base, p.in.token, k0 + kTile, p.tokens);
+      load_tile<D, kTile>(v_tile(buf ^ 1), p.v + in_base, p.in.token, k0 + kTile, p.tokens);
       mma::commit_copies();
       mma::wait_copies<1>();
     } else {
       mma::wait_copies<0>();
     }
     __syncthreads();
-    float s[kTile / 8][4], dp[kTile / 8][4];
-    scores<D, kTile>(s, q_tile, warp * 16, k_tiles[buf], 0);
-    scores<D, kTile>(dp, do_tile, warp * 16, v_tiles[buf], 0);
-    const bool edge = kt == key_tiles - 1;
+    if (kt == 0 || !kHoldFragments<D>) {
+      load_a<D, 1>(qf, q_tile, warp * 16);
+      load_a<D, 1>(df, do_tile, warp * 16);
+    }
+    float s[1][kTile / 8][4], dp[1][kTile / 8][4];
+    scores<D, 1, kTile>(s, qf, k_tile(buf), 0);
+    scores<D, 1, kTile>(dp, df, v_tile(buf), 0);
+    const bool edge = edge_tile(p, k0, q0);
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = row0 + fragment_row(e), col = kt * kTile + fragment_col(n, e);
+        const int row = row0 + fragment_row(e), col = k0 + fragment_col(n, e);
         const bool hidden = edge && (col >= p.tokens || (p.causal && col > row));
-        const float prob = hidden ? 0.0f : exp2f(s[n][e] * p.scale_log2 - lse2[e / 2]);
-        float g = dp[n][e];
-        if (p.dropout_p > 0.0f) g = mask.keep(probability_index(p.tokens, row, col)) ? g * p.dropout_scale : 0.0f;
-        s[n][e] = prob * (g - delta[e / 2]);  // dS
+        s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[e / 2]));
       }
-    accumulate<D, kTile>(acc, s, k_tiles[buf], 0);
+    if constexpr (kDropout) {
+      DropoutMask mask = dropout_mask(p);
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + fragment_row(e), col = k0 + fragment_col(n, e);
+          dp[0][n][e] = mask.keep(probability_index(p.tokens, row, col)) ? dp[0][n][e] * p.dropout_scale : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][n][e] *= dp[0][n][e] - delta[e / 2];  // dS = P∘(dP∘Z − Δ)
+    accumulate<D, 1, kTile>(acc, s, k_tile(buf), 0);
     __syncthreads();
   }
-  store_rows<D>(p.dq + in_base, p.in.token, row0, p.tokens, acc, p.scale, p.scale);
+  store_rows<D>(p.dq + in_base, p.in.token, row0, p.tokens, acc[0], p.scale, p.scale);
 }
 
 /// Query rows per dkv step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators alone
@@ -355,22 +430,22 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid
 template <int D>
 constexpr int kDkvQueryRows = D <= 64 ? 64 : 32;
 
-template <int D>
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __grid_constant__ Params p) {
   constexpr int kRows = kDkvQueryRows<D>;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16* base = reinterpret_cast<bf16*>(smem);
-  const Tile<D> k_tile{base}, v_tile{base + kTile * D},
-      q_tiles[2] = {{base + 2 * kTile * D}, {base + 2 * kTile * D + kRows * D}},
-      do_tiles[2] = {{base + 2 * kTile * D + 2 * kRows * D}, {base + 2 * kTile * D + 3 * kRows * D}};
-  float* row_stats = reinterpret_cast<float*>(base + 2 * kTile * D + 4 * kRows * D);  // [2 buf][lse2, Δ][kRows]
-  const int kt = blockIdx.x, warp = threadIdx.x / 32;
+  bf16* const base = reinterpret_cast<bf16*>(smem);
+  const Tile<D> k_tile{base}, v_tile{base + kTile * D};
+  auto q_tile = [&](int buf) { return Tile<D>{base + 2 * kTile * D + buf * kRows * D}; };
+  auto do_tile = [&](int buf) { return Tile<D>{base + 2 * kTile * D + (2 + buf) * kRows * D}; };
+  float* const row_stats = reinterpret_cast<float*>(base + 2 * kTile * D + 4 * kRows * D);  // [buf][lse2, Δ][kRows]
+  const int kt = blockIdx.x, k0 = kt * kTile, warp = threadIdx.x / 32;
   const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
   const int64_t stat_base = static_cast<int64_t>(head_index()) * p.tokens;
-  const int first = p.causal ? kt * kTile / kRows : 0, query_tiles = (p.tokens + kRows - 1) / kRows;
+  const int first = p.causal ? k0 / kRows : 0, query_tiles = (p.tokens + kRows - 1) / kRows;
   auto load_queries = [&](int qt, int buf) {
-    load_tile<D, kRows>(q_tiles[buf], p.q + in_base, p.in.token, qt * kRows, p.tokens);
-    load_tile<D, kRows>(do_tiles[buf], p.dout + out_base, p.out_strides.token, qt * kRows, p.tokens);
+    load_tile<D, kRows>(q_tile(buf), p.q + in_base, p.in.token, qt * kRows, p.tokens);
+    load_tile<D, kRows>(do_tile(buf), p.dout + out_base, p.out_strides.token, qt * kRows, p.tokens);
     for (int i = threadIdx.x; i < kRows; i += kAttnThreads) {
       const int row = qt * kRows + i;
       // A query past T gets an infinite log-sum-exp: probability 0 everywhere.
@@ -378,14 +453,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __gri
       row_stats[buf * 2 * kRows + kRows + i] = row < p.tokens ? p.delta[stat_base + row] : 0.0f;
     }
   };
-  load_tile<D, kTile>(k_tile, p.k + in_base, p.in.token, kt * kTile, p.tokens);
-  load_tile<D, kTile>(v_tile, p.v + in_base, p.in.token, kt * kTile, p.tokens);
+  load_tile<D, kTile>(k_tile, p.k + in_base, p.in.token, k0, p.tokens);
+  load_tile<D, kTile>(v_tile, p.v + in_base, p.in.token, k0, p.tokens);
   load_queries(first, 0);
   mma::commit_copies();
 
-  const int key0 = kt * kTile + warp * 16;  // the warp's first key (rows of Sᵀ)
-  DropoutMask mask = dropout_mask(p);
-  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  const int key0 = k0 + warp * 16;  // the warp's first key (rows of Sᵀ)
+  uint32_t kf[1][D / 16][4], vf[1][D / 16][4];
+  float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
   for (int qt = first; qt < query_tiles; ++qt) {
     const int buf = (qt - first) & 1;
     if (qt + 1 < query_tiles) {
@@ -396,41 +471,57 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __gri
       mma::wait_copies<0>();
     }
     __syncthreads();
+    if (qt == first || !kHoldFragments<D>) {
+      load_a<D, 1>(kf, k_tile, warp * 16);
+      load_a<D, 1>(vf, v_tile, warp * 16);
+    }
     const float* lse2 = row_stats + buf * 2 * kRows;
     const float* delta = lse2 + kRows;
-    float s[kRows / 8][4], dp[kRows / 8][4];
-    scores<D, kRows>(s, k_tile, warp * 16, q_tiles[buf], 0);  // Sᵀ: keys × queries
+    float s[1][kRows / 8][4], dp[1][kRows / 8][4];
+    scores<D, 1, kRows>(s, kf, q_tile(buf), 0);  // Sᵀ: keys × queries
     // Pᵀ; tiles that reach below the diagonal need the causal mask.
-    const bool edge = p.causal && qt * kRows < kt * kTile + kTile;
+    const bool edge = p.causal && qt * kRows < k0 + kTile;
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = key0 + fragment_row(e), local = fragment_col(n, e), query = qt * kRows + local;
-        const bool hidden = edge && key > query;
-        const float prob = hidden ? 0.0f : exp2f(s[n][e] * p.scale_log2 - lse2[local]);
-        s[n][e] = prob;
-        dp[n][e] = prob;  // kept for dS; s becomes the dropped probability
-        if (p.dropout_p > 0.0f)
-          s[n][e] = mask.keep(probability_index(p.tokens, query, key)) ? prob * p.dropout_scale : 0.0f;
+        const int key = key0 + fragment_row(e), local = fragment_col(n, e);
+        const bool hidden = edge && key > qt * kRows + local;
+        s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[local]));
+        dp[0][n][e] = s[0][n][e];  // P, kept for dS; s may become the dropped probability
       }
-    accumulate<D, kRows>(dv, s, do_tiles[buf], 0);
+    if constexpr (kDropout) {
+      DropoutMask mask = dropout_mask(p);
+#pragma unroll
+      for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + fragment_row(e), query = qt * kRows + fragment_col(n, e);
+          s[0][n][e] = mask.keep(probability_index(p.tokens, query, key)) ? s[0][n][e] * p.dropout_scale : 0.0f;
+        }
+    }
+    accumulate<D, 1, kRows>(dv, s, do_tile(buf), 0);
     // dp holds P; s is free for dPᵀ = V·dOᵀ.
-    scores<D, kRows>(s, v_tile, warp * 16, do_tiles[buf], 0);
+    scores<D, 1, kRows>(s, vf, do_tile(buf), 0);
+    if constexpr (kDropout) {
+      DropoutMask mask = dropout_mask(p);
+#pragma unroll
+      for (int n = 0; n < kRows / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + fragment_row(e), query = qt * kRows + fragment_col(n, e);
+          s[0][n][e] = mask.keep(probability_index(p.tokens, query, key)) ? s[0][n][e] * p.dropout_scale : 0.0f;
+        }
+    }
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + fragment_row(e), local = fragment_col(n, e), query = qt * kRows + local;
-        float g = s[n][e];
-        if (p.dropout_p > 0.0f) g = mask.keep(probability_index(p.tokens, query, key)) ? g * p.dropout_scale : 0.0f;
-        s[n][e] = dp[n][e] * (g - delta[local]);  // dSᵀ
-      }
-    accumulate<D, kRows>(dk, s, q_tiles[buf], 0);
+      for (int e = 0; e < 4; ++e) s[0][n][e] = dp[0][n][e] * (s[0][n][e] - delta[fragment_col(n, e)]);  // dSᵀ
+    accumulate<D, 1, kRows>(dk, s, q_tile(buf), 0);
     __syncthreads();
   }
-  store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
-  store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
+  store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk[0], p.scale, p.scale);
+  store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv[0], 1.0f, 1.0f);
 }
 
 template <class Kernel>
@@ -455,10 +546,16 @@ Params make_params(const AttentionShape& shape, bool causal, double dropout_p, u
   return p;
 }
 
+// Head size and dropout are compile-time: without dropout the kernels carry no Philox state
+// (with it in the same body, the HS 64 forward spilled at 255 registers).
 template <class F>
-void with_head_size(int64_t head_size, F&& f) {
-  if (head_size == 64) return f(std::integral_constant<int, 64>{});
-  if (head_size == 128) return f(std::integral_constant<int, 128>{});
+void with_head_size_and_dropout(int64_t head_size, bool dropout, F&& f) {
+  auto with_dropout = [&](auto d) {
+    if (dropout) f(d, std::true_type{});
+    else f(d, std::false_type{});
+  };
+  if (head_size == 64) return with_dropout(std::integral_constant<int, 64>{});
+  if (head_size == 128) return with_dropout(std::integral_constant<int, 128>{});
   FT_FAIL("attention: the fused kernel takes head sizes 64 and 128, got ", head_size);
 }
 
@@ -481,10 +578,11 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   p.out = static_cast<bf16*>(out);
   p.out_strides = out_strides;
   p.lse = lse.data<float>();
-  with_head_size(shape.head_size, [&](auto d) {
+  with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
-    launch(attention_forward_kernel<D>, grid_for(shape, kTile), 5 * kTile * D * sizeof(bf16), p,
-           "attention_forward_kernel");
+    constexpr bool kDropout = decltype(dropout)::value;
+    launch(attention_forward_kernel<D, kDropout>, grid_for(shape, kForwardRows<D>), (kForwardRows<D> + 4 * kTile) * D * sizeof(bf16),
+           p, "attention_forward_kernel");
   });
 }
 
@@ -506,15 +604,16 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   const int64_t rows = shape.batch * shape.heads * shape.tokens;
   Tensor delta = Tensor::empty({rows}, DType::F32, lse.device());
   p.delta = delta.data<float>();
-  with_head_size(shape.head_size, [&](auto d) {
+  with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
+    constexpr bool kDropout = decltype(dropout)::value;
     const unsigned delta_blocks = static_cast<unsigned>((rows + kAttnThreads / 32 - 1) / (kAttnThreads / 32));
     attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, rows);
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
-    launch(attention_dq_kernel<D>, grid_for(shape, kTile), 6 * kTile * D * sizeof(bf16), p, "attention_dq_kernel");
+    launch(attention_dq_kernel<D, kDropout>, grid_for(shape, kTile), 6 * kTile * D * sizeof(bf16), p, "attention_dq_kernel");
     constexpr int kRows = kDkvQueryRows<D>;
     const size_t dkv_smem = (2 * kTile * D + 4 * kRows * D) * sizeof(bf16) + 4 * kRows * sizeof(float);
-    launch(attention_dkv_kernel<D>, grid_for(shape, kTile), dkv_smem, p, "attention_dkv_kernel");
+    launch(attention_dkv_kernel<D, kDropout>, grid_for(shape, kTile), dkv_smem, p, "attention_dkv_kernel");
   });
 }
 

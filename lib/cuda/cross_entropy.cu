@@ -28,13 +28,6 @@ constexpr int kLoadsInFlight = 4;
 // (ncu on the H100: 65% issue-active at 39 instructions per logit with a compare-and-branch per
 // element). So the inner loops work on whole packs: one max per pack, one rescale of the running
 // sum when the max moves, and exp2 of a fused multiply-add per element.
-constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ float exp2_approx(float x) {  // the SFU's ex2, as __expf uses
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 struct MaxSum {  // a running log-sum-exp: sum of exp(x − max)
   float max, sum;

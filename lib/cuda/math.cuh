@@ -161,6 +161,15 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// 2^x by the SFU's ex2 (as __expf uses it): relative error about 2^-22, -inf gives 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// N elements moved as one vector access (16 bytes for 8 bf16 or 4 f32).
 template <class T, int N>
 struct alignas(sizeof(T) * N) Pack {

@@ -12,65 +12,22 @@ Exits non-zero, naming what differs, when a check fails. Needs torch and safeten
     python3 tests/parity/gpt2_parity.py --ft build/examples/ft-gpt2 --kernels fused
 """
 import argparse
-import glob
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file
 from safetensors import safe_open
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
+from gpt2_model import GPT  # noqa: E402  (the model the torch.compile peer also runs)
 
 # The preset, data and optimizer settings both sides use.
 MODEL = dict(layers=6, heads=6, channels=384)  # ft-gpt2 --model d6 (HS 64: the fused attention runs)
 BATCH, SEQ, LR, BETAS, EPS, WD, CLIP = 4, 128, 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
-
-
-class GPT(torch.nn.Module):
-    """GPT-2 as ft's layers/gpt.cpp builds it, with ft's parameter names."""
-
-    def __init__(self, vocab, block, layers, heads, channels):
-        super().__init__()
-        self.heads = heads
-        p = {}  # ft's names contain dots, which module attribute names cannot: registered as a_b_c
-        c = channels
-        p["wte.weight"] = torch.nn.Parameter(torch.empty(vocab, c))
-        p["wpe.weight"] = torch.nn.Parameter(torch.empty(block, c))
-        for l in range(layers):
-            for name, shape in (("ln_1.weight", (c,)), ("ln_1.bias", (c,)), ("attn.c_attn.weight", (3 * c, c)),
-                                ("attn.c_attn.bias", (3 * c,)), ("attn.c_proj.weight", (c, c)),
-                                ("attn.c_proj.bias", (c,)), ("ln_2.weight", (c,)), ("ln_2.bias", (c,)),
-                                ("mlp.c_fc.weight", (4 * c, c)), ("mlp.c_fc.bias", (4 * c,)),
-                                ("mlp.c_proj.weight", (c, 4 * c)), ("mlp.c_proj.bias", (c,))):
-                p[f"h.{l}.{name}"] = torch.nn.Parameter(torch.empty(*shape))
-        p["ln_f.weight"] = torch.nn.Parameter(torch.empty(c))
-        p["ln_f.bias"] = torch.nn.Parameter(torch.empty(c))
-        for name, param in p.items():
-            self.register_parameter(name.replace(".", "_"), param)
-        self.p = p
-        self.layers = layers
-
-    def forward(self, ids, targets):
-        p, b, t = self.p, ids.shape[0], ids.shape[1]
-        c = p["wte.weight"].shape[1]
-        x = p["wte.weight"][ids] + p["wpe.weight"][:t]
-        for l in range(self.layers):
-            h = lambda n: p[f"h.{l}.{n}"]
-            a = F.layer_norm(x, (c,), h("ln_1.weight"), h("ln_1.bias"), 1e-5)
-            q, k, v = F.linear(a, h("attn.c_attn.weight"), h("attn.c_attn.bias")).split(c, dim=2)
-            q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
-            x = x + F.linear(y, h("attn.c_proj.weight"), h("attn.c_proj.bias"))
-            m = F.layer_norm(x, (c,), h("ln_2.weight"), h("ln_2.bias"), 1e-5)
-            m = F.gelu(F.linear(m, h("mlp.c_fc.weight"), h("mlp.c_fc.bias")), approximate="tanh")
-            x = x + F.linear(m, h("mlp.c_proj.weight"), h("mlp.c_proj.bias"))
-        x = F.layer_norm(x, (c,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
-        logits = x @ p["wte.weight"].t()
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def rel(a, b):

@@ -1,0 +1,19 @@
+// ft-bench gpt2: whole training steps of gpt2-124M (BENCHMARKS.md) in both kernel modes.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ft::bench {
+
+struct Gpt2BenchOptions {
+  int64_t batch = 16;
+  int64_t seq = 1024;
+  int64_t layers = 12;  // fewer for a quick look; the workload is 12
+  int warmup = 3;
+  int steps = 10;
+  std::string kernels = "both";  // fused, unfused or both
+};
+
+int run_gpt2_bench(const Gpt2BenchOptions& options);
+
+}  // namespace ft::bench
