@@ -6,7 +6,8 @@ text corpus with --dump-dir, which writes the initial parameters, every step's b
 weights and checks:
   1. step 1's loss, and every parameter's gradient, within bf16 tolerance (ft computes in bf16);
   2. the loss curve of --steps AdamW steps (same batches, lr, betas, weight decay on 2-D
-     weights, clipping at global norm 1.0) against ft's, step by step.
+     weights, clipping at global norm 1.0) against ft's, step by step: ft may drift from the
+     fp32 curve by at most twice what PyTorch's own bf16-autocast run drifts (or 1%).
 Exits non-zero, naming what differs, when a check fails. Needs torch and safetensors.
 
     python3 tests/parity/gpt2_parity.py --ft build/examples/ft-gpt2 --kernels fused
@@ -44,7 +45,8 @@ def main():
     ap.add_argument("--work", default="", help="folder for ft-gpt2's dumps (default: a temporary one)")
     ap.add_argument("--loss-tol", type=float, default=0.01, help="relative, step 1's loss")
     ap.add_argument("--grad-tol", type=float, default=0.05, help="norm-wise relative, each gradient")
-    ap.add_argument("--curve-tol", type=float, default=0.03, help="relative, each step's loss over the run")
+    ap.add_argument("--curve-tol", type=float, default=0.01,
+                    help="relative, each step's loss over the run, at least (else twice torch bf16's drift from fp32)")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="gpt2-parity-")
     metrics = os.path.join(work, "metrics.jsonl")
@@ -88,29 +90,43 @@ def main():
             failures.append(f"gradient of {name}: norm-wise relative error {err:.2e} > {a.grad_tol}")
     print(f"gradients: {len(model.p)} tensors, worst norm-wise relative error {worst:.2e} (tol {a.grad_tol})")
 
-    # 2. The loss curve over the run, from the same initial weights.
-    with torch.no_grad():
-        for name, param in model.p.items():
-            param.copy_(init[name])
-    decay = [p for p in model.p.values() if p.dim() >= 2]
-    rest = [p for p in model.p.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}], lr=LR,
-                            betas=BETAS, eps=EPS)
-    worst = 0.0
-    print(f"{'step':>5} {'ft':>10} {'torch':>10} {'rel':>9}")
+    # 2. The loss curve over the run, from the same initial weights: PyTorch in fp32, and again
+    # with bf16 autocast. Early AdamW steps amplify rounding (an entry whose gradient is noise
+    # still moves by about lr), so two correct runs that round differently drift apart; how far
+    # PyTorch's own bf16 run drifts from its fp32 run sets the allowance for ft's (bf16) run.
+    def torch_curve(dtype):
+        with torch.no_grad():
+            for name, param in model.p.items():
+                param.copy_(init[name])
+        decay = [p for p in model.p.values() if p.dim() >= 2]
+        rest = [p for p in model.p.values() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+                                lr=LR, betas=BETAS, eps=EPS)
+        losses = []
+        for s in range(a.steps):
+            opt.zero_grad(set_to_none=True)
+            ids, targets = batch(s)
+            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+                loss = model(ids, targets)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    fp32, bf16 = torch_curve(torch.float32), torch_curve(torch.bfloat16)
+    relative = lambda x, y: abs(x - y) / abs(y)
+    print(f"{'step':>5} {'ft':>10} {'torch fp32':>11} {'torch bf16':>11} {'ft rel':>9} {'bf16 rel':>9}")
     for s in range(a.steps):
-        opt.zero_grad(set_to_none=True)
-        ids, targets = batch(s)
-        loss = model(ids, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        err = abs(ft_losses[s] - loss.item()) / abs(loss.item())
-        worst = max(worst, err)
-        print(f"{s + 1:>5} {ft_losses[s]:>10.4f} {loss.item():>10.4f} {err:>9.2e}")
-    if worst > a.curve_tol:
-        failures.append(f"loss curves differ by up to {worst:.2e} (relative) > {a.curve_tol}")
-    print(f"loss curve: {a.steps} steps, worst relative difference {worst:.2e} (tol {a.curve_tol})")
+        print(f"{s + 1:>5} {ft_losses[s]:>10.4f} {fp32[s]:>11.4f} {bf16[s]:>11.4f} {relative(ft_losses[s], fp32[s]):>9.2e} "
+              f"{relative(bf16[s], fp32[s]):>9.2e}")
+    worst = max(relative(x, y) for x, y in zip(ft_losses, fp32))
+    drift = max(relative(x, y) for x, y in zip(bf16, fp32))
+    allowed = max(a.curve_tol, 2.0 * drift)
+    print(f"loss curve: {a.steps} steps, ft vs torch fp32 worst relative difference {worst:.2e}; torch bf16 vs fp32 "
+          f"{drift:.2e}; allowed max({a.curve_tol}, 2 x {drift:.2e}) = {allowed:.2e}")
+    if worst > allowed:
+        failures.append(f"loss curves differ by up to {worst:.2e} (relative) > {allowed:.2e}")
     if ft_losses[-1] >= ft_losses[0]:
         failures.append("ft's loss did not fall over the run")
     for f in failures:
