@@ -16,6 +16,10 @@ WANTED = {
     "L2 Hit Rate": "l2hit%",
     "Warp Cycles Per Issued Instruction": "cyc/issue",
     "Dynamic Shared Memory Per Block": "dsmem",
+    # from --metrics, when asked for
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor%",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum": "ldsm-conf",
+    "smsp__inst_executed.sum": "inst",
 }
 
 # Warp stall reasons asked for with --metrics smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio
