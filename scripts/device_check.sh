@@ -8,6 +8,8 @@
 # The suite runs as one ft_tests process: ctest's one process per test, several at once, each
 # with an OpenMP team over every core, made the CPU cases crawl here. The CPU end-to-end
 # trainings (ctest's *_cpu_* and checkpoint tests) are CI's job and are not run here.
+# The GPT-2 checks (parity with PyTorch, resume, attention and gpt2 benchmarks) are in
+# scripts/device_gpt2.sh: both halves together exceed one 10-minute device call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}

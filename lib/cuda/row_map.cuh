@@ -112,8 +112,11 @@ void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* colu
   const int64_t target_blocks = 2LL * multiprocessor_count();
   const int64_t groups = (cols + VEC - 1) / VEC;
   const int64_t wanted_tiles = (target_blocks + kTailRows - 1) / kTailRows;
-  int tile_threads = static_cast<int>(std::min<int64_t>(128, (groups + 15) / 16 * 16));
+  // Tiles of 16 to 128 column groups (a power of two, so blocks have 512 threads: 2 of them per
+  // SM is half occupancy; tiles of 12 groups made 384-thread blocks).
+  int tile_threads = 128;
   while (tile_threads > 16 && (groups + tile_threads - 1) / tile_threads < wanted_tiles) tile_threads /= 2;
+  while (tile_threads > 16 && tile_threads / 2 >= groups) tile_threads /= 2;  // narrow rows
   const int row_lanes = std::max(1, std::min(32, kColumnBlockThreads / tile_threads));
   const int64_t tile_cols = static_cast<int64_t>(tile_threads) * VEC;
   const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;

@@ -28,7 +28,9 @@ from gpt2_model import GPT  # noqa: E402  (the model the torch.compile peer also
 
 # The preset, data and optimizer settings both sides use.
 MODEL = dict(layers=6, heads=6, channels=384)  # ft-gpt2 --model d6 (HS 64: the fused attention runs)
-BATCH, SEQ, LR, BETAS, EPS, WD, CLIP = 4, 128, 1e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
+# lr 3e-4: at 1e-3 without warm-up this tiny byte model had one-step loss spikes (to 6-8) that
+# came at different steps in PyTorch's fp32 and bf16 runs, so no curve comparison meant much.
+BATCH, SEQ, LR, BETAS, EPS, WD, CLIP = 8, 128, 3e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
 def rel(a, b):
@@ -123,6 +125,9 @@ def main():
     worst = max(relative(x, y) for x, y in zip(ft_losses, fp32))
     drift = max(relative(x, y) for x, y in zip(bf16, fp32))
     allowed = max(a.curve_tol, 2.0 * drift)
+    if drift > 0.05:  # the reference itself is unstable here: a pass would mean nothing
+        failures.append(f"PyTorch's bf16 run drifts {drift:.2e} from its fp32 run: these settings are too unstable to "
+                        "compare curves")
     print(f"loss curve: {a.steps} steps, ft vs torch fp32 worst relative difference {worst:.2e}; torch bf16 vs fp32 "
           f"{drift:.2e}; allowed max({a.curve_tol}, 2 x {drift:.2e}) = {allowed:.2e}")
     if worst > allowed:

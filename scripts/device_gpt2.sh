@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU machine, the GPT-2 half of the device check (scripts/device_check.sh is the other
+# half; together they exceed one 10-minute device call): build with every core, the PyTorch
+# parity script in both kernel modes, the exact-resume check on the GPU, the attention table
+# with PyTorch's SDPA and eager peers, and ft-bench gpt2 with the torch.compile peer. Prints a
+# short table last (also in $OUT/summary-gpt2.txt); logs go to $OUT/logs-gpt2.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+logs=build-device/logs-gpt2
+mkdir -p "$logs"
+trap 'tar czf "$out/logs-gpt2.tgz" -C build-device logs-gpt2' EXIT
+B=build-device
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+BUILD_DIR=$B scripts/build.sh >"$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "build ok"
+
+declare -A parity
+for mode in fused unfused; do
+  timeout 150 python3 tests/parity/gpt2_parity.py --ft $B/examples/ft-gpt2 --kernels $mode >"$logs/parity-$mode.log" 2>&1
+  parity[$mode]=$(grep -o 'RESULT parity .*' "$logs/parity-$mode.log" || echo "no result (see parity-$mode.log)")
+  grep -E '^(step 1 loss|gradients|loss curve|FAIL)' "$logs/parity-$mode.log"
+done
+timeout 150 tests/train/gpt2_resume_check.sh $B/examples/ft-gpt2 /tmp/ft-resume --train 'docs/*.md' --format text \
+  --model d6 --batch 8 --seq 128 --device cuda >"$logs/resume.log" 2>&1
+resume=$([ $? -eq 0 ] && echo "exact (steps 21-30 identical)" || echo "FAILED (see resume.log)")
+
+timeout 150 $B/examples/ft-bench ops --only attention >"$logs/attention.log" 2>&1 || tail -5 "$logs/attention.log"
+timeout 90 python3 bench/peers/ops_torch.py --only attention >"$logs/attention-torch.log" 2>&1 || tail -5 "$logs/attention-torch.log"
+timeout 200 $B/examples/ft-bench gpt2 >"$logs/gpt2.log" 2>&1 || tail -5 "$logs/gpt2.log"
+(cd bench/peers && timeout 150 python3 gpt2_torch.py) >"$logs/gpt2-torch.log" 2>&1 || tail -5 "$logs/gpt2-torch.log"
+
+{
+echo
+echo "== fusedtrain GPT-2 device check ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
+for mode in fused unfused; do echo "parity $mode: ${parity[$mode]}"; done
+echo "resume on the GPU: $resume"
+echo
+sed -n '/causal attention/,/^RESULT/p' "$logs/attention.log" | grep -v '^RESULT'
+grep '^RESULT attention=' "$logs/attention-torch.log" | sed 's/^RESULT /torch: /'
+echo
+sed -n '/^kernels/,$p' "$logs/gpt2.log" | grep -v '^RESULT'
+grep '^RESULT gpt2' "$logs/gpt2-torch.log" | sed 's/^RESULT /peer: /'
+ours=$(sed -n 's/^RESULT gpt2 kernels=fused ms=\([0-9.]*\).*/\1/p' "$logs/gpt2.log")
+peer=$(sed -n 's/^RESULT gpt2 torch=compile ms=\([0-9.]*\).*/\1/p' "$logs/gpt2-torch.log")
+[ -n "$ours" ] && [ -n "$peer" ] &&
+  awk -v o="$ours" -v p="$peer" 'BEGIN { printf "gpt2-124M: torch.compile %.2f ms, ours %.2f ms, torch / ours %.3fx\n", p, o, p / o }'
+} | tee "$out/summary-gpt2.txt"
