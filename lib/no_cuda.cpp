@@ -17,6 +17,9 @@
 namespace ft {
 
 bool cuda_available() { return false; }
+CapturedGraph::CapturedGraph(const std::function<void()>&) { FT_FAIL("CapturedGraph: built without CUDA"); }
+CapturedGraph::~CapturedGraph() = default;
+void CapturedGraph::replay() { FT_FAIL("CapturedGraph: built without CUDA"); }
 void synchronize() {}
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}

@@ -1,6 +1,7 @@
 // Device runtime entry points that do not expose CUDA headers: availability, sync, copies.
 #pragma once
 #include <cstddef>
+#include <functional>
 
 #include "lib/dtype.h"
 
@@ -18,6 +19,26 @@ size_t device_memory_in_use();
 void reset_peak_memory();
 /// The most device memory in use since the last reset_peak_memory() (or the start).
 size_t peak_memory();
+
+/// Work enqueued on the compute stream, captured once into a CUDA graph and then replayed. The
+/// work may allocate and free (the allocations become the graph's own memory, reused by every
+/// replay) but must free, before it returns, everything it allocates; it must not synchronize
+/// or copy from pageable host memory. Values that change between replays must be read from
+/// device memory (the optimizers' lr and step counts, the Philox offsets do). A capture that
+/// fails is an ft::Error naming the CUDA error. CPU-only builds throw.
+class CapturedGraph {
+ public:
+  explicit CapturedGraph(const std::function<void()>& work);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  /// Enqueues one replay on the compute stream (asynchronous).
+  void replay();
+
+ private:
+  void* graph_ = nullptr;  // cudaGraph_t
+  void* exec_ = nullptr;   // cudaGraphExec_t
+};
 
 namespace runtime {
 /// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool).

@@ -103,7 +103,7 @@ void AdamW::update_twin(size_t i) {
   store_unless_skipped(s.m, m, keep);
   store_unless_skipped(s.v, v, keep);
   store_unless_skipped(s.master, master, keep);
-  if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
+  if (!p.shares_storage(s.master)) p.copy_(cast(s.master, p.dtype()));
 }
 
 }  // namespace ft

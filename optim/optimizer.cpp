@@ -120,8 +120,10 @@ Tensor Optimizer::keep_mask(DType dtype) const {
   return gt(scalar_as(state_.keep, dtype), Tensor::zeros({1}, dtype, state_.keep.device()));
 }
 
+// In place (copy_, not assign_): parameters and state keep their storage, so a captured step's
+// kernels, which hold their addresses, still find them on every replay.
 void Optimizer::store_unless_skipped(const Tensor& slot, const Tensor& updated, const Tensor& keep) {
-  slot.assign_(keep.defined() ? where(keep, updated, slot) : updated);
+  slot.copy_(keep.defined() ? where(keep, updated, slot) : updated);
 }
 
 int64_t Optimizer::applied_steps() const { return static_cast<int64_t>(state_.applied.item()); }

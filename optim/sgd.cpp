@@ -51,7 +51,7 @@ void SGD::update_twin(size_t i) {
   const Tensor keep = keep_mask(md);
   if (momentum.defined()) store_unless_skipped(s.momentum, momentum, keep);
   store_unless_skipped(s.master, master, keep);
-  if (!p.shares_storage(s.master)) p.assign_(cast(s.master, p.dtype()));
+  if (!p.shares_storage(s.master)) p.copy_(cast(s.master, p.dtype()));
 }
 
 }  // namespace ft

@@ -16,13 +16,18 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, LossFn loss_fn, Options op
       log_(options_.unit, options_.metrics_path) {}
 
 Tensor Trainer::step(const Tensor& inputs, const Tensor& targets) {
-  optimizer_.set_lr(options_.schedule.at(global_step_));
-  optimizer_.zero_grad();
-  Tensor loss = loss_fn_(inputs, targets);
-  loss.backward();
-  optimizer_.step();
+  optimizer_.set_lr(options_.schedule.at(global_step_));  // device state: read by a replay too
+  auto one_step = [this](const Tensor& x, const Tensor& y) {
+    optimizer_.zero_grad();
+    Tensor loss = loss_fn_(x, y);
+    loss.backward();
+    optimizer_.step();
+    return loss.detach();
+  };
   ++global_step_;
-  return loss.detach();
+  if (!options_.graph || !inputs.is_cuda()) return one_step(inputs, targets);
+  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(one_step, [this] { optimizer_.zero_grad(); });
+  return graphed_->run(inputs, targets);
 }
 
 EpochStats Trainer::train_epoch(BatchSampler& sampler, const Tensor& inputs, const Tensor& targets, Device device,
@@ -56,7 +61,8 @@ EpochStats Trainer::train_epoch(BatchSampler& sampler, const Tensor& inputs, con
     if (options_.log_grad_norm) {
       // The optimizer's own norm when its policy took one (no extra pass), else computed here.
       const Tensor norm = optimizer_.last_grad_norm();
-      m.grad_norm = (norm.defined() ? norm : grad_norm(optimizer_.params())).item();
+      if (norm.defined()) m.grad_norm = norm.item();
+      else if (!replaying()) m.grad_norm = grad_norm(optimizer_.params()).item();  // a replay keeps no .grad()
     }
     m.skipped_steps = optimizer_.skipped_steps();
     std::vector<double> window = timer.collect();

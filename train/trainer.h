@@ -9,6 +9,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/batches.h"
+#include "train/graphed_step.h"
 #include "train/metrics.h"
 #include "train/step_timer.h"
 
@@ -32,11 +33,16 @@ class Trainer {
     std::string unit = "samples";
     LRSchedule schedule;
     bool log_grad_norm = true;
+    /// On CUDA, replay the whole step from a CUDA graph after two eager steps (GraphedStep).
+    /// The grad norm is then the optimizer's own (its clipping policy takes it), or not shown.
+    bool graph = false;
   };
   Trainer(Module& model, Optimizer& optimizer, LossFn loss_fn, Options options);
 
   /// One step on a batch already on the device: returns the loss tensor without reading it.
   Tensor step(const Tensor& inputs, const Tensor& targets);
+  /// Whether the last step was replayed from a CUDA graph.
+  bool replaying() const { return graphed_ && graphed_->replaying(); }
 
   /// One epoch over rows of `inputs` / `targets` (CPU tensors) in the sampler's order.
   EpochStats train_epoch(BatchSampler& sampler, const Tensor& inputs, const Tensor& targets, Device device,
@@ -50,6 +56,7 @@ class Trainer {
   LossFn loss_fn_;
   Options options_;
   MetricsLog log_;
+  std::unique_ptr<GraphedStep> graphed_;
   int64_t global_step_ = 0;
 };
 

@@ -86,7 +86,13 @@ class Args {
 inline void add_device_flags(Args& args) {
   args.flag("device", cuda_available() ? "cuda" : "cpu", "cpu or cuda");
   args.flag("kernels", "fused", "fused or unfused: fused CUDA kernels or their composite twins");
+  args.flag("graph", "1", "1: on CUDA, capture the whole training step as a CUDA graph after two eager steps and\n"
+                          "replay it (one launch a step; the grad norm is shown only when clipping takes it);\n"
+                          "0: enqueue every kernel of every step from the host");
 }
+
+/// --graph as a bool.
+inline bool graph_flag(const Args& args) { return args.integer("graph") != 0; }
 
 /// Reads --device (checking a GPU is there when asked for) and applies --kernels globally.
 inline Device apply_device_flags(const Args& args, const std::string& program) {

@@ -17,6 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/checkpoint.h"
+#include "train/graphed_step.h"
 #include "train/metrics.h"
 #include "train/safetensors.h"
 #include "train/step_timer.h"
@@ -181,6 +182,20 @@ int run(int argc, char** argv) {
     ft::save_safetensors(dump_dir + "/init.safetensors", named_f32(false));
   }
 
+  // The whole step as a CUDA graph (one micro-step per step; the dump needs step 1's gradients,
+  // which a replay does not keep).
+  std::unique_ptr<ft::GraphedStep> graphed;
+  if (device.is_cuda() && ft::cli::graph_flag(args) && accum == 1 && dump_dir.empty())
+    graphed = std::make_unique<ft::GraphedStep>(
+        [&](const ft::Tensor& x, const ft::Tensor& y) {
+          optimizer.zero_grad();
+          ft::Tensor loss = model.loss(x, y);
+          loss.backward();
+          optimizer.step();
+          return loss;
+        },
+        [&] { optimizer.zero_grad(); });
+
   ft::MetricsLog log("tok", args.str("metrics"));
   ft::StepTimer timer(device);
   const int64_t log_every = std::max<int64_t>(1, args.integer("log-every"));
@@ -188,27 +203,34 @@ int run(int argc, char** argv) {
   double last_loss = 0;
   while (step < steps) {
     optimizer.set_lr(schedule.at(step));
-    timer.begin_step();
-    optimizer.zero_grad();
-    ft::Tensor total;
+    std::vector<ft::TokenBatch> micro_batches;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      ft::TokenBatch b = train.next_batch();
+      micro_batches.push_back(train.next_batch());
       if (!dump_dir.empty()) {
         const std::string key = std::to_string(step) + "." + std::to_string(micro);
-        dumped_batches["inputs." + key] = b.inputs.to(ft::DType::I64);
-        dumped_batches["targets." + key] = b.targets.to(ft::DType::I64);
+        dumped_batches["inputs." + key] = micro_batches.back().inputs.to(ft::DType::I64);
+        dumped_batches["targets." + key] = micro_batches.back().targets.to(ft::DType::I64);
       }
-      ft::Tensor loss = model.loss(b.inputs.to(device), b.targets.to(device)) * (1.0 / static_cast<double>(accum));
-      loss.backward();
-      total = total.defined() ? total + loss.detach() : loss.detach();
     }
     const bool logging = (step + 1) % log_every == 0 || step + 1 == steps;
-    if (!dump_dir.empty() && step == 0) {
-      char loss_text[32];
-      std::snprintf(loss_text, sizeof loss_text, "%.9g", total.item());
-      ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true), {{"loss", loss_text}});
+    ft::Tensor total;
+    timer.begin_step();
+    if (graphed) {
+      total = graphed->run(micro_batches[0].inputs.to(device), micro_batches[0].targets.to(device));
+    } else {
+      optimizer.zero_grad();
+      for (const ft::TokenBatch& b : micro_batches) {
+        ft::Tensor loss = model.loss(b.inputs.to(device), b.targets.to(device)) * (1.0 / static_cast<double>(accum));
+        loss.backward();
+        total = total.defined() ? total + loss.detach() : loss.detach();
+      }
+      if (!dump_dir.empty() && step == 0) {
+        char loss_text[32];
+        std::snprintf(loss_text, sizeof loss_text, "%.9g", total.item());
+        ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true), {{"loss", loss_text}});
+      }
+      optimizer.step();
     }
-    optimizer.step();
     timer.end_step();
     ++step;
     if (logging) {

@@ -70,13 +70,15 @@ int run(int argc, char** argv) {
   model->to(device, dtype);
   ft::AdamW optimizer(model->parameters(), ft::AdamW::Options{.lr = args.number("lr"),
                                                               .weight_decay = args.number("weight-decay")});
-  std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s, batch %lld, %lld epochs\n",
+  std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s%s, batch %lld, %lld epochs\n",
               static_cast<long long>(model->parameter_count()), device.str().c_str(), ft::dtype_name(dtype),
-              ft::kernel_mode_name(mode), static_cast<long long>(batch), static_cast<long long>(epochs));
+              ft::kernel_mode_name(mode), device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "",
+              static_cast<long long>(batch), static_cast<long long>(epochs));
 
   ft::Trainer::Options options;
   options.log_every = args.integer("log-every");
   options.metrics_path = args.str("metrics");
+  options.graph = ft::cli::graph_flag(args);
   options.schedule.max_lr = args.number("lr");
   const std::string schedule = args.str("schedule");
   FT_CHECK(schedule == "constant" || schedule == "cosine", "ft-mlp: --schedule must be constant or cosine, got '",

@@ -149,6 +149,36 @@ void reset_peak_memory() {
   FT_CUDA_CHECK(cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
 }
 
+CapturedGraph::CapturedGraph(const std::function<void()>& work) {
+  cudaStream_t s = cuda::stream();
+  FT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    cudaStreamEndCapture(s, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the capture's error is reported here, not left for the next call
+    FT_FAIL("CapturedGraph: the work could not be captured: ", e.what());
+  }
+  FT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+  if (status != cudaSuccess) {
+    cudaGraphDestroy(graph);
+    FT_FAIL("CapturedGraph: cudaGraphInstantiate failed: ", cudaGetErrorString(status));
+  }
+  graph_ = graph;
+  exec_ = exec;
+}
+
+CapturedGraph::~CapturedGraph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+}
+
+void CapturedGraph::replay() { FT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::stream())); }
+
 void synchronize() {
   if (cuda_available()) cuda::check_device_errors();
 }

@@ -1,0 +1,55 @@
+#include "train/graphed_step.h"
+
+#include <cstdio>
+
+#include "lib/error.h"
+
+namespace ft {
+
+GraphedStep::GraphedStep(StepFn step, std::function<void()> release_grads, int64_t eager_steps)
+    : step_(std::move(step)), release_grads_(std::move(release_grads)), eager_steps_(eager_steps) {}
+
+GraphedStep::~GraphedStep() = default;
+
+Tensor GraphedStep::eager(const Tensor& inputs, const Tensor& targets) {
+  const Tensor loss = step_(inputs, targets).detach();
+  if (!loss_.defined() || loss_.shape() != loss.shape() || loss_.dtype() != loss.dtype())
+    loss_ = Tensor::empty(loss.shape(), loss.dtype(), loss.device());
+  loss_.copy_(loss);
+  return loss_;
+}
+
+Tensor GraphedStep::run(const Tensor& inputs, const Tensor& targets) {
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.defined() && a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device();
+  };
+  if (!inputs.is_cuda() || capture_failed_) return eager(inputs, targets);
+  if (!same(inputs_, inputs) || !same(targets_, targets)) {
+    if (graph_) return eager(inputs, targets);  // another shape than the captured one
+    inputs_ = Tensor::empty(inputs.shape(), inputs.dtype(), inputs.device());
+    targets_ = Tensor::empty(targets.shape(), targets.dtype(), targets.device());
+  }
+  inputs_.copy_(inputs);
+  targets_.copy_(targets);
+  if (++calls_ <= eager_steps_ || !loss_.defined()) return eager(inputs_, targets_);
+  if (!graph_) {
+    // Whatever the first steps set up (optimizer state, scratch buffers) now exists outside
+    // the graph; the gradients are released so that the graph allocates and frees its own.
+    release_grads_();
+    try {
+      graph_ = std::make_unique<CapturedGraph>([&] {
+        loss_.copy_(step_(inputs_, targets_).detach());
+        release_grads_();
+      });
+    } catch (const Error& e) {
+      capture_failed_ = true;
+      std::fprintf(stderr, "note: the training step could not be captured as a CUDA graph; it runs eagerly (%s)\n",
+                   e.what());
+      return eager(inputs_, targets_);
+    }
+  }
+  graph_->replay();
+  return loss_;
+}
+
+}  // namespace ft

@@ -1,0 +1,47 @@
+// One whole training step (zero_grad, forward, loss, backward, optimizer update with clipping)
+// replayed from a CUDA graph: after a few eager steps the step is captured once, on fixed input
+// buffers, and every later call copies its batch into those buffers and replays the graph.
+// The host then enqueues one graph launch per step instead of hundreds of kernels.
+//
+// What changes between steps is read from device memory by the captured kernels: the batch
+// (copied into the fixed buffers before each replay), the learning rate and step counts (the
+// optimizer's device state; set_lr must be called before run(), outside the graph) and the
+// Philox offsets of dropout. The gradients are allocated and released inside the graph (each
+// replay reuses the graph's own memory), so between steps the parameters hold no .grad().
+//
+// A batch of another shape runs eagerly. When the capture fails (an op that synchronizes, for
+// instance), run() says so once on stderr and continues eagerly: training is never stopped by
+// a missing graph, and GraphedStep::replaying() tells which path ran.
+#pragma once
+#include <functional>
+#include <memory>
+
+#include "lib/runtime.h"
+#include "lib/tensor.h"
+
+namespace ft {
+
+class GraphedStep {
+ public:
+  /// One step on (inputs, targets), gradients zeroed first; returns the loss ([] tensor).
+  using StepFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+  /// release_grads drops every parameter's .grad() (Optimizer::zero_grad does).
+  GraphedStep(StepFn step, std::function<void()> release_grads, int64_t eager_steps = 2);
+  ~GraphedStep();
+
+  /// Runs one step; the loss returned lives in a buffer the next call overwrites.
+  Tensor run(const Tensor& inputs, const Tensor& targets);
+  bool replaying() const { return graph_ != nullptr; }
+
+ private:
+  Tensor eager(const Tensor& inputs, const Tensor& targets);
+
+  StepFn step_;
+  std::function<void()> release_grads_;
+  int64_t eager_steps_, calls_ = 0;
+  bool capture_failed_ = false;
+  Tensor inputs_, targets_, loss_;
+  std::unique_ptr<CapturedGraph> graph_;
+};
+
+}  // namespace ft
