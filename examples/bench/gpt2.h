@@ -12,6 +12,7 @@ struct Gpt2BenchOptions {
   int warmup = 3;
   int steps = 10;
   std::string kernels = "both";  // fused, unfused or both
+  bool graph = false;            // replay the step from a CUDA graph
 };
 
 int run_gpt2_bench(const Gpt2BenchOptions& options);

@@ -56,6 +56,7 @@ int run_gpt2(int argc, char** argv) {
   args.flag("steps", "10", "timed steps (median reported)");
   args.flag("warmup", "3", "untimed steps first");
   args.flag("kernels", "both", "fused, unfused or both");
+  args.flag("graph", "0", "1: replay each step from a CUDA graph captured after the warm-up (peak memory then not shown)");
   if (!args.parse(argc - 1, argv + 1)) return 0;
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
   const std::string kernels = args.str("kernels");
@@ -63,7 +64,8 @@ int run_gpt2(int argc, char** argv) {
            "ft-bench gpt2: --kernels must be fused, unfused or both");
   return ft::bench::run_gpt2_bench({.batch = args.integer("batch"), .seq = args.integer("seq"),
                                     .layers = args.integer("layers"), .warmup = static_cast<int>(args.integer("warmup")),
-                                    .steps = static_cast<int>(args.integer("steps")), .kernels = kernels});
+                                    .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
+                                    .graph = args.integer("graph") != 0});
 }
 
 int run(int argc, char** argv) {
