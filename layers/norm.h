@@ -1,6 +1,8 @@
-// LayerNorm over the last dim, with a learned gain (ones) and bias (zeros).
+// LayerNorm over the last dim, with a learned gain (ones) and bias (zeros); and the MLP block's
+// LayerNorm → activation → Dropout as one module over one fused op (layer_norm_act_dropout).
 #pragma once
 #include "layers/module.h"
+#include "lib/ops/activation.h"
 
 namespace ft {
 
@@ -11,6 +13,20 @@ class LayerNorm : public Module {
 
  private:
   double eps_;
+  Tensor weight_, bias_;
+};
+
+/// LayerNorm, then `act`, then dropout with probability p (in training mode; the Philox offset
+/// is taken from the device's counter each call). Parameters named as LayerNorm's.
+class LayerNormActDropout : public Module {
+ public:
+  LayerNormActDropout(int64_t dim, Activation act, double dropout_p, uint64_t seed, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  Activation act_;
+  double p_, eps_;
+  uint64_t seed_;
   Tensor weight_, bias_;
 };
 

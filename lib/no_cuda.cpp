@@ -84,11 +84,11 @@ void dropout_forward(const Tensor&, const Tensor&, const Tensor&, double, uint64
 void dropout_backward(const Tensor&, double, uint64_t, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 bool norm_supported(int64_t) { return false; }
 void norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
-                  const Tensor&, const Tensor&, const Tensor&) {
+                  const Tensor&, const Tensor&, const Tensor&, const NormEpilogue&) {
   unavailable();
 }
 void norm_backward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const Tensor&, const Tensor&) {
+                   const Tensor&, const Tensor&, const NormEpilogue&, const Tensor&) {
   unavailable();
 }
 void cross_entropy_count(const Tensor&, int64_t, int64_t, const Tensor&) { unavailable(); }

@@ -56,11 +56,45 @@ struct RowGroup {
 };
 
 
+/// The epilogue as the kernels see it (NormEpilogue with the offset as a device pointer).
+struct Epilogue {
+  Activation act = Activation::None;
+  float p = 0.0f, scale = 1.0f;
+  uint64_t seed = 0;
+  const int64_t* offset = nullptr;
+  __host__ __device__ bool active() const { return act != Activation::None || p > 0.0f; }
+};
+
+/// keep[k] for elements [i, i + V) of the dropout draw: one Philox call per 4 elements when
+/// they share a counter block (offsets are multiples of 4 and packs start at multiples of V).
+template <int V>
+__device__ __forceinline__ void dropout_keep(const Epilogue& e, uint64_t offset, uint64_t i, bool (&keep)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < V; q += 4) {
+      bool four[4];
+      dropout_keep4(e.seed, offset, i + q, e.p, four);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) keep[q + j] = four[j];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) keep[k] = philox::uniform(e.seed, offset, i + k) >= e.p;
+  }
+}
+
+// Warp mode: 4 blocks of 8 warps per SM (64 registers), the occupancy the forward had before the
+// epilogue, which at 74 registers would have dropped it to 3.
+template <bool kWarpRows>
+constexpr int kForwardBlocks = kWarpRows ? 4 : 1;
+
 template <class T, int V, int P, bool kRms, bool kWarpRows>
-__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel(const T* x, const T* residual, const T* weight, const T* bias, T* sum, T* out,
-                                    float* mean_out, float* rstd_out, int64_t rows, int64_t cols, float eps) {
+__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kForwardBlocks<kWarpRows>) norm_forward_kernel(const T* x, const T* residual, const T* weight, const T* bias, T* sum, T* out,
+                                    float* mean_out, float* rstd_out, int64_t rows, int64_t cols, float eps,
+                                    Epilogue epi) {
   __shared__ float scratch[33];
   const RowGroup<kWarpRows> group;
+  const uint64_t offset = epi.p > 0.0f ? static_cast<uint64_t>(*epi.offset) : 0;
   const int64_t step = static_cast<int64_t>(group.size()) * V;
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
     float s[P][V];
@@ -99,6 +133,15 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
       if (bias) load_vec<T, V>(bias + c, b);
 #pragma unroll
       for (int k = 0; k < V; ++k) s[p][k] = (s[p][k] - mean) * rstd * w[k] + b[k];
+      if (epi.active()) {
+        bool keep[V];
+        if (epi.p > 0.0f) dropout_keep<V>(epi, offset, static_cast<uint64_t>(r * cols + c), keep);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (epi.act != Activation::None) s[p][k] = activate(epi.act, s[p][k], kFastMath<T>);
+          if (epi.p > 0.0f) s[p][k] = keep[k] ? s[p][k] * epi.scale : 0.0f;
+        }
+      }
       store_vec<T, V>(out + r * cols + c, s[p]);
     }
     if (group.rank() == 0) {
@@ -119,7 +162,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
 template <class T, int V, int P, bool kRms, bool kWarpRows>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
     norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
-                         float* partials, int64_t rows, int64_t cols) {
+                         float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi) {
   using Raw = Pack<T, V>;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
@@ -148,6 +191,22 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (c >= ncols) break;
       float w[V];
       load_vec<T, V>(weight + c, w);
+      if (epi.active()) {
+        // dy is the gradient of dropout(act(y)), y = x̂·w + b: undo both first (rounded to T, as
+        // the twin's chain stores that gradient), then the norm's backward runs on it.
+        float b[V] = {};
+        if (bias) load_vec<T, V>(bias + c, b);
+        bool keep[V];
+        if (epi.p > 0.0f) dropout_keep<V>(epi, static_cast<uint64_t>(*epi.offset), static_cast<uint64_t>(r * cols + c), keep);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          float g = to_acc(gs[p].v[k]);
+          if (epi.p > 0.0f) g = keep[k] ? g * epi.scale : 0.0f;
+          if (epi.act != Activation::None)
+            g *= activate_grad(epi.act, (to_acc(xs[p].v[k]) - mean) * rstd * w[k] + b[k], kFastMath<T>);
+          gs[p].v[k] = from_acc<T>(g);
+        }
+      }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd, g = to_acc(gs[p].v[k]), gw = g * w[k];
@@ -266,8 +325,21 @@ unsigned grid_for(const Launch& launch, int64_t rows, int64_t max_blocks) {
 
 bool norm_supported(int64_t cols) { return cols >= 1 && cols <= 1024 * kBlockPacks; }
 
+namespace {
+Epilogue device_epilogue(const NormEpilogue& e) {
+  Epilogue d;
+  d.act = e.act;
+  d.p = static_cast<float>(e.dropout_p);
+  d.scale = e.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - e.dropout_p)) : 1.0f;
+  d.seed = e.seed;
+  d.offset = e.dropout_p > 0.0 ? e.offset.data<int64_t>() : nullptr;
+  return d;
+}
+}  // namespace
+
 void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                  double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
+                  double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                  const NormEpilogue& epilogue) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.data_ptr() : nullptr; };
   with_norm_config(kind, x.dtype(), cols, {ptr(x), ptr(residual), ptr(weight), ptr(bias), ptr(sum), ptr(out)},
@@ -279,15 +351,17 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
                          x.data<T>(), static_cast<const T*>(ptr(residual)), weight.data<T>(),
                          static_cast<const T*>(ptr(bias)), sum.defined() ? sum.data<T>() : nullptr, out.data<T>(),
                          mean.defined() ? mean.data<float>() : nullptr, rstd.data<float>(), rows, cols,
-                         static_cast<float>(eps));
+                         static_cast<float>(eps), device_epilogue(epilogue));
                      FT_CUDA_CHECK_LAUNCH("norm_forward_kernel");
                    });
 }
 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                   const NormEpilogue& epilogue, const Tensor& bias) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  with_norm_config(kind, x.dtype(), cols, {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr()},
+  with_norm_config(kind, x.dtype(), cols,
+                   {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr},
                    [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
                      using T = decltype(tag);
                      auto kernel = norm_backward_kernel<T, decltype(vec)::value, decltype(packs)::value,
@@ -308,7 +382,8 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
                      ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
                      kernel<<<blocks, launch.threads, smem, stream()>>>(
                          dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
-                         rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols);
+                         rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols,
+                         bias.defined() ? bias.data<T>() : nullptr, device_epilogue(epilogue));
                      FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
                      if (dweight.defined() || dbias.defined()) {
                        sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(

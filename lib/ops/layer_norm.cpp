@@ -3,6 +3,7 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
+#include "lib/ops/dropout.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/norm_dispatch.h"
 #include "lib/ops/reduce.h"
@@ -24,6 +25,26 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   check_norm_inputs("layer_norm", x, Tensor(), weight, bias, true);
   if (!norm_fused_ok(x)) return layer_norm_composite(x, weight, bias, eps);
   return norm_fused(NormKind::Layer, x, Tensor(), weight, bias, eps).out;
+}
+
+Tensor layer_norm_act_dropout_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                                        double dropout_p, uint64_t seed, const Tensor& offset, double eps) {
+  const Tensor y = activate(layer_norm_composite(x, weight, bias, eps), act);
+  return dropout_p > 0.0 ? dropout_composite(y, dropout_p, seed, offset) : y;
+}
+
+Tensor layer_norm_act_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                              double dropout_p, uint64_t seed, const Tensor& offset, double eps) {
+  check_norm_inputs("layer_norm_act_dropout", x, Tensor(), weight, bias, true);
+  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "layer_norm_act_dropout: dropout_p must be in [0, 1), got ",
+           dropout_p);
+  if (dropout_p > 0.0)
+    FT_CHECK(offset.defined() && offset.dtype() == DType::I64 && offset.numel() == 1 && offset.device() == x.device(),
+             "layer_norm_act_dropout: dropout needs a one-element i64 offset tensor on ", x.device().str());
+  if (!norm_fused_ok(x)) return layer_norm_act_dropout_composite(x, weight, bias, act, dropout_p, seed, offset, eps);
+  return norm_fused(NormKind::Layer, x, Tensor(), weight, bias, eps,
+                    NormEpilogue{.act = act, .dropout_p = dropout_p, .seed = seed, .offset = offset})
+      .out;
 }
 
 AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,

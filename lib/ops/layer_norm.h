@@ -9,13 +9,27 @@
 // from the saved statistics, and dw, db as per-block column partials that the last block adds
 // up in a fixed order (deterministic, no atomics on the values).
 // Twins: mean, sub, mul, rsqrt, add primitives (in f32 for bf16 inputs).
+//
+// layer_norm_act_dropout(x, w, b, act, p, seed, offset) = dropout(act(layer_norm(x, w, b)), p),
+// the MLP block's "LayerNorm, activation, Dropout" as one op. Dropout keeps element i when
+// philox::uniform(seed, offset, i) >= p, as lib/ops/dropout.h (offset: a one-element i64 tensor
+// on x's device). Fused: the norm kernels with an epilogue: forward writes only the dropped
+// activation; backward regenerates the mask, recomputes the normalized value for act', and runs
+// the LayerNorm backward on the result (one kernel each way, where the twin chain has three).
+// Twin: layer_norm_composite, activate, dropout_composite.
 #pragma once
+#include "lib/ops/activation.h"
 #include "lib/tensor.h"
 
 namespace ft {
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor layer_norm_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
+Tensor layer_norm_act_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                              double dropout_p, uint64_t seed, const Tensor& offset, double eps = 1e-5);
+Tensor layer_norm_act_dropout_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                                        double dropout_p, uint64_t seed, const Tensor& offset, double eps = 1e-5);
 
 struct AddNormResult {
   Tensor sum;  // x + residual
@@ -26,17 +40,30 @@ AddNormResult add_layer_norm(const Tensor& x, const Tensor& residual, const Tens
 
 enum class NormKind : uint8_t { Layer, RMS };
 
+/// What the fused norm applies after normalizing (and undoes first in backward): an activation,
+/// then Philox dropout with probability dropout_p (offset: one i64 element on the device).
+struct NormEpilogue {
+  Activation act = Activation::None;
+  double dropout_p = 0.0;
+  uint64_t seed = 0;
+  Tensor offset;
+  bool active() const { return act != Activation::None || dropout_p > 0.0; }
+};
+
 namespace cuda {
 /// Whether the fused kernels take rows of this width (up to 8192; wider rows use the twin).
 bool norm_supported(int64_t cols);
 /// Normalizes rows of `x` (+ `residual`, stored to `sum`, when residual is defined). RMS skips the
 /// mean and the bias. mean is written for Layer only; rstd always (f32 [rows]).
 void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                  double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd);
+                  double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                  const NormEpilogue& epilogue = {});
 /// From dy and the normalized input `x` (the sum, for the add forms) with its saved statistics:
-/// dx (overwritten), and dweight, dbias (when defined; overwritten).
+/// dx (overwritten), and dweight, dbias (when defined; overwritten). With an epilogue, dy is the
+/// gradient of its output and `bias` (the norm's, or undefined) is needed to recompute act's input.
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                   const NormEpilogue& epilogue = {}, const Tensor& bias = Tensor());
 }  // namespace cuda
 
 }  // namespace ft

@@ -31,14 +31,14 @@ bool norm_fused_ok(const Tensor& x) {
 }
 
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
-                         const Tensor& bias, double eps) {
+                         const Tensor& bias, double eps, const NormEpilogue& epilogue) {
   const int64_t rows = x.numel() / x.size(-1);
   AddNormResult result;
   result.out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (residual.defined()) result.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = kind == NormKind::Layer ? Tensor::empty({rows}, DType::F32, x.device()) : Tensor();
   Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
-  cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd);
+  cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd, epilogue);
   if (!needs_grad({&x, &residual, &weight, &bias})) return result;
   // The sum is an add node (its gradient reaches x and residual unchanged); the norm reads the
   // sum, so gradients from both outputs meet there.
@@ -48,14 +48,15 @@ AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual,
     normalized_input = result.sum;
   }
   const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
-  result.out = record(kind == NormKind::Layer ? "layer_norm" : "rms_norm", result.out,
-                      {normalized_input, weight, bias},
-                      [kind, sx = normalized_input.detach(), sw = weight.detach(), mean, rstd, want_w,
-                       want_b](const Tensor& g) {
+  const char* name = epilogue.active() ? "layer_norm_act_dropout" : kind == NormKind::Layer ? "layer_norm" : "rms_norm";
+  result.out = record(name, result.out, {normalized_input, weight, bias},
+                      [kind, sx = normalized_input.detach(), sw = weight.detach(),
+                       sb = epilogue.active() && bias.defined() ? bias.detach() : Tensor(), mean, rstd, want_w, want_b,
+                       epilogue](const Tensor& g) {
                         Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
                         Tensor dw = want_w ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
                         Tensor db = want_b ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
-                        cuda::norm_backward(kind, g, sx, sw, mean, rstd, dx, dw, db);
+                        cuda::norm_backward(kind, g, sx, sw, mean, rstd, dx, dw, db, epilogue, sb);
                         return std::vector<Tensor>{dx, dw, db};
                       });
   return result;

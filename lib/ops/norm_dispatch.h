@@ -13,6 +13,6 @@ void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, 
 bool norm_fused_ok(const Tensor& x);
 /// Runs the fused forward and records backward. With residual undefined, sum is undefined.
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
-                         const Tensor& bias, double eps);
+                         const Tensor& bias, double eps, const NormEpilogue& epilogue = {});
 
 }  // namespace ft

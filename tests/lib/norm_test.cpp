@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "lib/kernel_mode.h"
 #include "lib/ops/layer_norm.h"
+#include "lib/ops/random.h"
 #include "lib/ops/rms_norm.h"
 #include "lib/ops/shape_ops.h"
 #include "tests/lib/fused_test_util.h"
@@ -332,6 +334,35 @@ TEST_P(NormDeviceTest, AddNormGradientsFlowThroughBothOutputs) {
   }
 }
 
+// layer_norm_act_dropout: the norm with an activation and Philox dropout after it. The mask is
+// keyed on (seed, offset, element), so the CPU f64 reference draws the same one.
+struct Epilogue {
+  Activation act;
+  double p;
+};
+const Epilogue kEpilogues[] = {{Activation::GELU, 0.1}, {Activation::None, 0.3}, {Activation::ReLU, 0.0}};
+
+TensorFn norm_act_dropout(const Epilogue& e) {
+  return [e](const std::vector<Tensor>& in) {
+    return layer_norm_act_dropout(in[0], in[1], in[2], e.act, e.p, 17, philox_offset(4 * 99, in[0].device()));
+  };
+}
+
+TEST_P(NormDeviceTest, ActDropoutMatchesF64Reference) {
+  Generator gen = test_generator();
+  for (const Epilogue& e : kEpilogues)
+    for (DType dtype : {DType::F32, DType::BF16})
+      for (int64_t c : {768, 13}) {
+        SCOPED_TRACE(std::string(activation_name(e.act)) + " p " + std::to_string(e.p) + " " + dtype_name(dtype) +
+                     " C " + std::to_string(c));
+        EXPECT_TRUE(matches_f64_reference(norm_act_dropout(e),
+                                          {random_tensor({37, c}, DType::F64, kCPU, gen),
+                                           uniform_tensor({c}, DType::F64, kCPU, gen, 0.5, 1.5),
+                                           random_tensor({c}, DType::F64, kCPU, gen)},
+                                          device(), dtype, gen, forward_tolerance(dtype), grad_tolerance(dtype)));
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, NormDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
 
@@ -348,6 +379,33 @@ TEST(NormFusedVsTwinTest, AgreeOnCuda) {
       }
     }
   }
+}
+
+TEST(NormFusedVsTwinTest, ActDropoutAgreesOnCudaInOneNode) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (const Epilogue& e : kEpilogues)
+    for (DType dtype : fused_dtypes()) {
+      SCOPED_TRACE(std::string(activation_name(e.act)) + " p " + std::to_string(e.p) + " " + dtype_name(dtype));
+      const std::vector<Tensor> inputs{random_tensor({300, 768}, DType::F64, kCPU, gen),
+                                       uniform_tensor({768}, DType::F64, kCPU, gen, 0.5, 1.5),
+                                       random_tensor({768}, DType::F64, kCPU, gen)};
+      EXPECT_TRUE(fused_matches_twin(norm_act_dropout(e), inputs, dtype, gen, forward_tolerance(dtype)));
+      KernelModeGuard fused(KernelMode::Fused);
+      const Tensor x = fresh_leaf(inputs[0], dtype, kCUDA);
+      EXPECT_EQ(graph_size(norm_act_dropout(e)({x, fresh_leaf(inputs[1], dtype, kCUDA),
+                                                fresh_leaf(inputs[2], dtype, kCUDA)})),
+                1u)
+          << "the fused kernel did not run";
+    }
+}
+
+TEST(NormTest, ActDropoutGradCheckF64) {
+  Generator gen = test_generator();
+  EXPECT_TRUE(gradcheck(norm_act_dropout({Activation::GELU, 0.25}),
+                        {random_tensor({3, 6}, DType::F64, kCPU, gen), uniform_tensor({6}, DType::F64, kCPU, gen, 0.5, 1.5),
+                         random_tensor({6}, DType::F64, kCPU, gen)},
+                        gen));
 }
 
 TEST(NormFusedVsTwinTest, FusedModeRecordsFewerNodesOnCudaOnly) {
