@@ -1,0 +1,76 @@
+"""PyTorch peer for ft-mlp's mlp-fmnist step: 784 -> 1024 x3 -> 10, each hidden Linear followed
+by LayerNorm, GELU (tanh) and Dropout 0.1, cross-entropy, AdamW (lr 1e-3, weight decay 0.01), batch
+4096, bf16 parameters as ft-mlp keeps them on CUDA (fp32 AdamW moments), on random inputs. Times
+the step eagerly and with the whole step in one CUDA graph (capturable AdamW, static inputs),
+each with CUDA events after a warm-up, and prints a RESULT line with both medians."""
+import argparse
+import statistics
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def build():
+    layers, width = [], 784
+    for _ in range(3):
+        layers += [nn.Linear(width, 1024), nn.LayerNorm(1024), nn.GELU(approximate="tanh"), nn.Dropout(0.1)]
+        width = 1024
+    layers.append(nn.Linear(width, 10))
+    return nn.Sequential(*layers).cuda()
+
+
+def time_steps(step, warmup, steps):
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    events = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    x = torch.randn(a.batch, 784, device="cuda")
+    y = torch.randint(0, 10, (a.batch,), device="cuda")
+    results = {}
+    for mode in ("eager", "graph"):
+        model = build().to(torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, capturable=(mode == "graph"))
+
+        def step():
+            opt.zero_grad(set_to_none=False)
+            loss = F.cross_entropy(model(x.to(torch.bfloat16)), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        if mode == "eager":
+            results[mode] = time_steps(step, a.warmup, a.steps)
+            continue
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        results[mode] = time_steps(graph.replay, a.warmup, a.steps)
+    print(f"RESULT mlp torch_eager_ms={results['eager']:.4f} torch_graph_ms={results['graph']:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
