@@ -17,7 +17,8 @@ void synchronize();
 size_t device_memory_in_use();
 /// Restarts the high-water mark of device_memory_in_use() at the current value.
 void reset_peak_memory();
-/// The most device memory in use since the last reset_peak_memory() (or the start).
+/// The most device memory in use since the last reset_peak_memory() (or the start): the
+/// library's pool plus the memory CUDA graphs own (a replayed step's activations and gradients).
 size_t peak_memory();
 
 /// Work enqueued on the compute stream, captured once into a CUDA graph and then replayed. The

@@ -56,7 +56,7 @@ int run_gpt2(int argc, char** argv) {
   args.flag("steps", "10", "timed steps (median reported)");
   args.flag("warmup", "3", "untimed steps first");
   args.flag("kernels", "both", "fused, unfused or both");
-  args.flag("graph", "0", "1: replay each step from a CUDA graph captured after the warm-up (peak memory then not shown)");
+  args.flag("graph", "0", "1: replay each step from a CUDA graph captured after the warm-up");
   if (!args.parse(argc - 1, argv + 1)) return 0;
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
   const std::string kernels = args.str("kernels");

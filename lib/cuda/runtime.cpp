@@ -141,12 +141,31 @@ size_t pool_attribute(cudaMemPoolAttr attr) {
 }  // namespace
 
 size_t device_memory_in_use() { return pool_attribute(cudaMemPoolAttrUsedMemCurrent); }
-size_t peak_memory() { return pool_attribute(cudaMemPoolAttrUsedMemHigh); }
+namespace {
+// Memory that CUDA graphs allocate (GraphedStep's activations and gradients) comes from the
+// device's graph memory pool, not the default pool: the peak adds the two high-water marks.
+size_t graph_memory_high() {
+  int device = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&device));
+  uint64_t bytes = 0;  // cuuint64_t in the driver API
+  FT_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &bytes));
+  return static_cast<size_t>(bytes);
+}
+}  // namespace
+
+size_t peak_memory() {
+  if (!cuda_available()) return 0;
+  return pool_attribute(cudaMemPoolAttrUsedMemHigh) + graph_memory_high();
+}
 void reset_peak_memory() {
   if (!cuda_available()) return;
   FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // frees still queued count until they run
   uint64_t zero = 0;  // the driver resets the high-water mark to the current use
   FT_CUDA_CHECK(cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
+  int device = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&device));
+  uint64_t none = 0;
+  FT_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &none));
 }
 
 CapturedGraph::CapturedGraph(const std::function<void()>& work) {
