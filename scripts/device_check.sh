@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: build with every core, train ft-mlp for one epoch of the mlp-fmnist
-# workload (batch 4096) in both kernel modes, run the benchmarks with their PyTorch peers, run
+# workload (batch 4096; the whole step replayed from a CUDA graph, the default) in both kernel
+# modes with its PyTorch peer, run the benchmarks with their PyTorch peers, run
 # the gtest suite on the GPU, and print a short table last (also kept in $OUT/summary.txt, so a
 # call cut short still returns what was measured). Logs go to $OUT (or ./out). Fashion-MNIST is
 # read from data/fashion-mnist when present (carried there), else from the system folder.
@@ -45,6 +46,7 @@ for mode in unfused fused; do
   acc[$mode]=$(sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' <<<"$line")
 done
 
+python3 bench/peers/mlp_torch.py >"$logs/mlp-torch.log" 2>&1 || tail -20 "$logs/mlp-torch.log"
 build-device/examples/ft-bench ops >"$logs/bench-ops.log" 2>&1 || tail -20 "$logs/bench-ops.log"
 python3 bench/peers/ops_torch.py >"$logs/bench-ops-torch.log" 2>&1 || tail -20 "$logs/bench-ops-torch.log"
 build-device/examples/ft-bench adamw >"$logs/bench-adamw.log" 2>&1 || tail -20 "$logs/bench-adamw.log"
@@ -60,6 +62,11 @@ for mode in unfused fused; do printf "%-22s %-12s %-14s\n" "  $mode" "${ms[$mode
 if [ -n "${ms[fused]:-}" ] && [ -n "${ms[unfused]:-}" ]; then
   awk -v f="${ms[fused]}" -v u="${ms[unfused]}" 'BEGIN { printf "  fused speed-up: %.2fx\n", u / f }'
 fi
+torch_graph=$(sed -n 's/.*torch_graph_ms=\([0-9.]*\).*/\1/p' "$logs/mlp-torch.log")
+torch_eager=$(sed -n 's/.*torch_eager_ms=\([0-9.]*\).*/\1/p' "$logs/mlp-torch.log")
+[ -n "${ms[fused]:-}" ] && [ -n "$torch_graph" ] &&
+  awk -v f="${ms[fused]}" -v g="$torch_graph" -v e="$torch_eager" \
+    'BEGIN { printf "  PyTorch whole-step graph %.3f ms (%.2fx ours), eager %.3f ms (%.2fx ours)\n", g, g / f, e, e / f }'
 echo
 sed -n '/^op (fwd+bwd)/,/^$/p' "$logs/bench-ops.log"
 printf "%-24s %12s %12s %14s\n" "op vs PyTorch eager" "torch ms" "fused ms" "torch / fused"
