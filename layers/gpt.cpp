@@ -9,7 +9,6 @@
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/matmul.h"
-#include "lib/ops/shape_ops.h"
 
 namespace ft {
 
