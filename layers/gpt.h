@@ -1,6 +1,7 @@
-// GPT-2: token and position embeddings (added in one fused op), pre-LayerNorm transformer blocks (the residual add of
-// each sub-layer fused into the next norm with add_layer_norm), a fused QKV projection, an MLP
-// whose bias + GELU ride in its first linear, a final norm, and the loss through
+// GPT-2: token and position embeddings (added in one fused op), pre-LayerNorm transformer
+// blocks (the residual add of each sub-layer fused into the next norm with add_layer_norm), a
+// fused QKV projection read in place by flash attention, an MLP whose bias + GELU ride in its
+// first linear, a final norm, and the loss through
 // linear_cross_entropy against the tied token embedding.
 //
 // B: batch, T: sequence length, C: channels, NH: heads, HS = C / NH, V: vocabulary.
