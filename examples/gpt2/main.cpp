@@ -200,7 +200,11 @@ int run(int argc, char** argv) {
   ft::StepTimer timer(device);
   const int64_t log_every = std::max<int64_t>(1, args.integer("log-every"));
   const int64_t tokens_per_step = batch * seq * accum;
-  double last_loss = 0;
+  // The final RESULT reports the mean loss of the last logging window, summed on the device each
+  // step (one step's loss alone is too noisy to judge a run by).
+  double window_mean = 0;
+  ft::Tensor window_sum;
+  int64_t window_steps = 0;
   while (step < steps) {
     optimizer.set_lr(schedule.at(step));
     std::vector<ft::TokenBatch> micro_batches;
@@ -232,6 +236,8 @@ int run(int argc, char** argv) {
       optimizer.step();
     }
     timer.end_step();
+    window_sum = window_sum.defined() ? window_sum + total : total * 1.0;  // a copy: total may be reused
+    ++window_steps;
     ++step;
     if (logging) {
       ft::StepMetrics m;
@@ -246,7 +252,9 @@ int run(int argc, char** argv) {
       m.items_per_s = m.ms > 0 ? static_cast<double>(tokens_per_step) * 1000.0 / m.ms : 0.0;
       if (device.is_cuda()) m.mfu = flops_per_token * m.items_per_s / 989e12;  // H100/H200 dense bf16 peak
       log.log(m);
-      last_loss = m.loss;
+      window_mean = window_sum.item() / static_cast<double>(window_steps);
+      window_sum = ft::Tensor();
+      window_steps = 0;
     }
     const int64_t val_every = args.integer("val-every");
     if (val && val_every > 0 && (step % val_every == 0 || step == steps)) {
@@ -273,7 +281,7 @@ int run(int argc, char** argv) {
   }
   save();
   if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
-  std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f\n", static_cast<long long>(step), last_loss,
+  std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f\n", static_cast<long long>(step), window_mean,
               std::log(static_cast<double>(vocab)));
   return 0;
 }
