@@ -69,7 +69,11 @@ class Args {
     for (const std::string& name : order_) {
       std::string left = "  --" + name + " VALUE";
       if (left.size() < 24) left.resize(24, ' ');
-      out << left << " " << help_.at(name);
+      // A help text of several lines continues under its first line, not at the margin.
+      std::string help = help_.at(name);
+      for (size_t at = help.find('\n'); at != std::string::npos; at = help.find('\n', at + 1))
+        help.insert(at + 1, std::string(left.size() + 1, ' '));
+      out << left << " " << help;
       if (!values_.at(name).empty()) out << " (default: " << values_.at(name) << ")";
       out << "\n";
     }
