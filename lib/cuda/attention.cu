@@ -1,8 +1,8 @@
 // Flash attention on the tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate), after
 // FlashAttention-2 (Dao, 2023). The [T, T] score matrix never reaches HBM:
 //
-// - forward: a block takes 64 query rows (16 per warp) and streams 64-key tiles of K and V
-//   through shared memory (double-buffered cp.async). Scores, the online softmax (running max
+// - forward: a block takes 128 query rows at HS 64 (two 16-row tiles per warp) or 64 at HS 128
+//   and streams 64-key tiles of K and V through shared memory (double-buffered cp.async). Scores, the online softmax (running max
 //   and sum per row) and the P·V product stay in registers: the probabilities' accumulator
 //   fragments are the A operand of the next mma (mma::accumulator_to_a). Saves the output and
 //   the log-sum-exp of each row, nothing else.
@@ -18,8 +18,9 @@
 //   philox::uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
 //   backward regenerates it.
 //
-// Every product is one of two shapes (scores: A·Bᵀ with both operands row-major in shared
-// memory; accumulate: C += P·B with P in registers), so the three kernels share them.
+// Every product is one of two shapes (scores: A·Bᵀ, A as fragments in registers and B row-major
+// in shared memory; accumulate: C += P·B with P in registers), so the three kernels share them.
+// Measured speed, and why it is below the issue's targets: docs/performance.md.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -36,7 +37,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kAttnThreads = 128;  // 4 warps, 16 rows of a 64-row tile each
-constexpr int kTile = 64;      // query rows per forward / dq block, keys per dkv block
+constexpr int kTile = 64;      // keys per streamed tile; query rows per dq block; keys per dkv block
 
 /// A tile of rows × D bf16 in shared memory, row-major, its 16-byte chunks swizzled
 /// (chunk ^ row % 8): the 8 row addresses of an ldmatrix then fall on 8 different bank groups.
