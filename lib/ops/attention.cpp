@@ -19,11 +19,7 @@ namespace {
 
 void check_dropout_args(const char* op, const Tensor& x, double dropout_p, const Tensor& offset) {
   FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
-  if (dropout_p == 0.0) return;
-  FT_CHECK(offset.defined(), op, ": dropout needs a Philox offset tensor");
-  FT_CHECK(offset.dtype() == DType::I64 && offset.numel() == 1 && offset.device() == x.device(), op,
-           ": offset must be one i64 element on ", x.device().str(), ", got ", dtype_name(offset.dtype()), " ",
-           shape_str(offset.shape()), " on ", offset.device().str());
+  if (dropout_p > 0.0) check_philox_offset(op, x, offset);
 }
 
 bool fused_ok(const Tensor& x, int64_t head_size) {

@@ -12,11 +12,8 @@ namespace {
 
 void check_dropout(const char* op, const Tensor& x, double p, const Tensor& offset) {
   check_defined(x, op, "x");
-  check_defined(offset, op, "offset");
+  check_philox_offset(op, x, offset);
   FT_CHECK(p >= 0.0 && p <= 1.0, op, ": p must be in [0, 1], got ", p);
-  FT_CHECK(offset.dtype() == DType::I64 && offset.numel() == 1 && offset.device() == x.device(), op,
-           ": offset must be one i64 element on ", x.device().str(), ", got ", dtype_name(offset.dtype()), " ",
-           shape_str(offset.shape()), " on ", offset.device().str());
 }
 
 bool fused_ok(const Tensor& x, double p) {
@@ -25,6 +22,13 @@ bool fused_ok(const Tensor& x, double p) {
 }
 
 }  // namespace
+
+void check_philox_offset(const char* op, const Tensor& x, const Tensor& offset) {
+  check_defined(offset, op, "offset");
+  FT_CHECK(offset.dtype() == DType::I64 && offset.numel() == 1 && offset.device() == x.device(), op,
+           ": offset must be one i64 element on ", x.device().str(), ", got ", dtype_name(offset.dtype()), " ",
+           shape_str(offset.shape()), " on ", offset.device().str());
+}
 
 Tensor dropout_composite(const Tensor& x, double p, uint64_t seed, const Tensor& offset) {
   if (p == 0.0) return x;

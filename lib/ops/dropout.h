@@ -20,6 +20,10 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p, uint64_t seed,
                         const Tensor& offset);
 
+/// Throws ft::Error unless offset is one i64 element on x's device (every op that draws a
+/// Philox mask takes its offset this way).
+void check_philox_offset(const char* op, const Tensor& x, const Tensor& offset);
+
 /// The twins, from primitives (philox_uniform, ge, cast, mul, add).
 Tensor dropout_composite(const Tensor& x, double p, uint64_t seed, const Tensor& offset);
 Tensor bias_dropout_add_composite(const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
