@@ -24,6 +24,8 @@ void synchronize() {}
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
 size_t peak_memory() { return 0; }
+void profiler_start() {}
+void profiler_stop() {}
 
 namespace runtime {
 void* allocate(size_t bytes, Device device) {

@@ -21,6 +21,12 @@ void reset_peak_memory();
 /// library's pool plus the memory CUDA graphs own (a replayed step's activations and gradients).
 size_t peak_memory();
 
+/// Brackets the work a profiler records when it starts with collection off (`ncu
+/// --profile-from-start off`): ft-bench marks its timed steps so a profile leaves out set-up
+/// and warm-up. No effect without a profiler attached, nor in CPU-only builds.
+void profiler_start();
+void profiler_stop();
+
 /// Work enqueued on the compute stream, captured once into a CUDA graph and then replayed. The
 /// work may allocate and free (the allocations become the graph's own memory, reused by every
 /// replay) but must free, before it returns, everything it allocates; it must not synchronize

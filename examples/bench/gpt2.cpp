@@ -52,11 +52,13 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode) {
   for (int i = 0; i < o.warmup; ++i) step();
   synchronize();
   reset_peak_memory();
+  profiler_start();
   for (int i = 0; i < o.steps; ++i) {
     timer.begin_step();
     step();
     timer.end_step();
   }
+  profiler_stop();
   Gpt2Result r;
   r.ms = median(timer.collect());
   r.peak_bytes = peak_memory();

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <cuda_profiler_api.h>
+
 #include "lib/runtime.h"
 
 namespace ft::cuda {
@@ -166,6 +168,15 @@ void reset_peak_memory() {
   FT_CUDA_CHECK(cudaGetDevice(&device));
   uint64_t none = 0;
   FT_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &none));
+}
+
+void profiler_start() {
+  if (cuda_available()) FT_CUDA_CHECK(cudaProfilerStart());
+}
+void profiler_stop() {
+  if (!cuda_available()) return;
+  FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // the marked work has run
+  FT_CUDA_CHECK(cudaProfilerStop());
 }
 
 CapturedGraph::CapturedGraph(const std::function<void()>& work) {
