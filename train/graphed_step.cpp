@@ -3,11 +3,25 @@
 #include <cstdio>
 
 #include "lib/error.h"
+#include "optim/optimizer.h"
 
 namespace ft {
 
+StepFn training_step(Optimizer& optimizer, StepFn loss_fn) {
+  return [&optimizer, loss_fn = std::move(loss_fn)](const Tensor& inputs, const Tensor& targets) {
+    optimizer.zero_grad();
+    Tensor loss = loss_fn(inputs, targets);
+    loss.backward();
+    optimizer.step();
+    return loss.detach();
+  };
+}
+
 GraphedStep::GraphedStep(StepFn step, std::function<void()> release_grads, int64_t eager_steps)
     : step_(std::move(step)), release_grads_(std::move(release_grads)), eager_steps_(eager_steps) {}
+
+GraphedStep::GraphedStep(Optimizer& optimizer, StepFn loss_fn)
+    : GraphedStep(training_step(optimizer, std::move(loss_fn)), [&optimizer] { optimizer.zero_grad(); }) {}
 
 GraphedStep::~GraphedStep() = default;
 

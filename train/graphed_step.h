@@ -21,12 +21,22 @@
 
 namespace ft {
 
+class Optimizer;
+
+/// One step on (inputs, targets), gradients zeroed first; returns the loss ([] tensor).
+using StepFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+
+/// The usual training step: optimizer.zero_grad(), loss = loss_fn(inputs, targets),
+/// loss.backward(), optimizer.step(); returns the loss, detached.
+StepFn training_step(Optimizer& optimizer, StepFn loss_fn);
+
 class GraphedStep {
  public:
-  /// One step on (inputs, targets), gradients zeroed first; returns the loss ([] tensor).
-  using StepFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+  using StepFn = ft::StepFn;
   /// release_grads drops every parameter's .grad() (Optimizer::zero_grad does).
   GraphedStep(StepFn step, std::function<void()> release_grads, int64_t eager_steps = 2);
+  /// training_step(optimizer, loss_fn), its gradients released by optimizer.zero_grad().
+  GraphedStep(Optimizer& optimizer, StepFn loss_fn);
   ~GraphedStep();
 
   /// Runs one step; the loss returned lives in a buffer the next call overwrites.

@@ -17,16 +17,9 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, LossFn loss_fn, Options op
 
 Tensor Trainer::step(const Tensor& inputs, const Tensor& targets) {
   optimizer_.set_lr(options_.schedule.at(global_step_));  // device state: read by a replay too
-  auto one_step = [this](const Tensor& x, const Tensor& y) {
-    optimizer_.zero_grad();
-    Tensor loss = loss_fn_(x, y);
-    loss.backward();
-    optimizer_.step();
-    return loss.detach();
-  };
   ++global_step_;
-  if (!options_.graph || !inputs.is_cuda()) return one_step(inputs, targets);
-  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(one_step, [this] { optimizer_.zero_grad(); });
+  if (!options_.graph || !inputs.is_cuda()) return training_step(optimizer_, loss_fn_)(inputs, targets);
+  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(optimizer_, loss_fn_);
   return graphed_->run(inputs, targets);
 }
 

@@ -39,14 +39,9 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode) {
   };
   const Tensor ids = tokens(), targets = tokens();
   StepTimer timer(kCUDA);
-  auto one_step = [&](const Tensor& x, const Tensor& y) {
-    optimizer.zero_grad();
-    Tensor l = model.loss(x, y);
-    l.backward();
-    optimizer.step();
-    return l;
-  };
-  GraphedStep graphed(one_step, [&] { optimizer.zero_grad(); });
+  const StepFn loss_fn = [&](const Tensor& x, const Tensor& y) { return model.loss(x, y); };
+  const StepFn one_step = training_step(optimizer, loss_fn);
+  GraphedStep graphed(optimizer, loss_fn);
   Tensor loss;
   auto step = [&] { loss = o.graph ? graphed.run(ids, targets) : one_step(ids, targets); };
   for (int i = 0; i < o.warmup; ++i) step();

@@ -187,14 +187,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<ft::GraphedStep> graphed;
   if (device.is_cuda() && ft::cli::graph_flag(args) && accum == 1 && dump_dir.empty())
     graphed = std::make_unique<ft::GraphedStep>(
-        [&](const ft::Tensor& x, const ft::Tensor& y) {
-          optimizer.zero_grad();
-          ft::Tensor loss = model.loss(x, y);
-          loss.backward();
-          optimizer.step();
-          return loss;
-        },
-        [&] { optimizer.zero_grad(); });
+        optimizer, [&](const ft::Tensor& x, const ft::Tensor& y) { return model.loss(x, y); });
 
   ft::MetricsLog log("tok", args.str("metrics"));
   ft::StepTimer timer(device);

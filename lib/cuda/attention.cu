@@ -83,6 +83,28 @@ __device__ __forceinline__ void load_tile(Tile<D> dst, const bf16* src, int64_t 
   }
 }
 
+/// One step of a double-buffered loop: starts the copies of the next stage into the other
+/// buffer (when there is one), waits for the current stage's copies, and makes them visible to
+/// every thread.
+template <class LoadNext>
+__device__ __forceinline__ void advance_stage(bool has_next, LoadNext&& load_next) {
+  if (has_next) {
+    load_next();
+    mma::commit_copies();
+    mma::wait_copies<1>();
+  } else {
+    mma::wait_copies<0>();
+  }
+  __syncthreads();
+}
+
+/// The key and value tiles of keys [k0, k0 + kTile) of this head.
+template <int D>
+__device__ __forceinline__ void load_key_values(Tile<D> k, Tile<D> v, const Params& p, int64_t in_base, int k0) {
+  load_tile<D, kTile>(k, p.k + in_base, p.in.token, k0, p.tokens);
+  load_tile<D, kTile>(v, p.v + in_base, p.in.token, k0, p.tokens);
+}
+
 /// A fragments of kM row tiles (16 rows each, from row0) of `a`, over the whole of D.
 template <int D, int kM>
 __device__ __forceinline__ void load_a(uint32_t (&a)[kM][D / 16][4], Tile<D> t, int row0) {
@@ -165,6 +187,19 @@ __device__ __forceinline__ DropoutMask dropout_mask(const Params& p) {
   return DropoutMask{p.seed, p.dropout_p > 0.0f ? static_cast<uint64_t>(*p.offset) : 0, p.dropout_p};
 }
 
+/// Dropout on kM row tiles of accumulator fragments: element e of tile (m, n) is kept (and
+/// scaled) when the draw at index_of(m, n, e) keeps it, else zeroed.
+template <int kM, int kN, class IndexOf>
+__device__ __forceinline__ void apply_dropout(float (&s)[kM][kN][4], const Params& p, IndexOf&& index_of) {
+  DropoutMask mask = dropout_mask(p);
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int n = 0; n < kN; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][n][e] = mask.keep(index_of(m, n, e)) ? s[m][n][e] * p.dropout_scale : 0.0f;
+}
+
 /// Output tile of the warp (16 rows × D) as bf16 pairs; rows past T are dropped.
 template <int D>
 __device__ __forceinline__ void store_rows(bf16* base, int64_t token_stride, int row0, int tokens,
@@ -231,8 +266,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
   const int all_tiles = (p.tokens + kTile - 1) / kTile;
   const int key_tiles = p.causal ? min(all_tiles, (q0 + kRows + kTile - 1) / kTile) : all_tiles;
   load_tile<D, kRows>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
-  load_tile<D, kTile>(k_tile(0), p.k + in_base, p.in.token, 0, p.tokens);
-  load_tile<D, kTile>(v_tile(0), p.v + in_base, p.in.token, 0, p.tokens);
+  load_key_values<D>(k_tile(0), v_tile(0), p, in_base, 0);
   mma::commit_copies();
 
   const int row0 = q0 + warp * 16 * kM;  // the warp's first query row
@@ -243,15 +277,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
   for (int m = 0; m < kM; ++m) row_max[m][0] = row_max[m][1] = -INFINITY, row_sum[m][0] = row_sum[m][1] = 0.0f;
   for (int kt = 0; kt < key_tiles; ++kt) {
     const int buf = kt & 1, k0 = kt * kTile;
-    if (kt + 1 < key_tiles) {
-      load_tile<D, kTile>(k_tile(buf ^ 1), p.k + in_base, p.in.token, k0 + kTile, p.tokens);
-      load_tile<D, kTile>(v_tile(buf ^ 1), p.v + in_base, p.in.token, k0 + kTile, p.tokens);
-      mma::commit_copies();
-      mma::wait_copies<1>();
-    } else {
-      mma::wait_copies<0>();
-    }
-    __syncthreads();
+    advance_stage(kt + 1 < key_tiles, [&] { load_key_values<D>(k_tile(buf ^ 1), v_tile(buf ^ 1), p, in_base, k0 + kTile); });
     if (kt == 0) load_a<D, kM>(qf, q_tile, warp * 16 * kM);
     float s[kM][kTile / 8][4];
     scores<D, kM, kTile>(s, qf, k_tile(buf), 0);
@@ -295,18 +321,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
           s[m][n][e] = prob;
         }
     }
-    if constexpr (kDropout) {
-      DropoutMask mask = dropout_mask(p);
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row0 + 16 * m + fragment_row(e), col = k0 + fragment_col(n, e);
-            s[m][n][e] = mask.keep(probability_index(p.tokens, row, col)) ? s[m][n][e] * p.dropout_scale : 0.0f;
-          }
-    }
+    if constexpr (kDropout)
+      apply_dropout(s, p, [&](int m, int n, int e) {
+        return probability_index(p.tokens, row0 + 16 * m + fragment_row(e), k0 + fragment_col(n, e));
+      });
     accumulate<D, kM, kTile>(acc, s, v_tile(buf), 0);
     __syncthreads();  // every warp is done with this buffer before the next prefetch refills it
   }
@@ -374,8 +392,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid
   const int key_tiles = p.causal ? q0 / kTile + 1 : all_tiles;
   load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
   load_tile<D, kTile>(do_tile, p.dout + out_base, p.out_strides.token, q0, p.tokens);
-  load_tile<D, kTile>(k_tile(0), p.k + in_base, p.in.token, 0, p.tokens);
-  load_tile<D, kTile>(v_tile(0), p.v + in_base, p.in.token, 0, p.tokens);
+  load_key_values<D>(k_tile(0), v_tile(0), p, in_base, 0);
   mma::commit_copies();
 
   const int row0 = q0 + warp * 16;
@@ -391,15 +408,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid
   float acc[1][D / 8][4] = {};
   for (int kt = 0; kt < key_tiles; ++kt) {
     const int buf = kt & 1, k0 = kt * kTile;
-    if (kt + 1 < key_tiles) {
-      load_tile<D, kTile>(k_tile(buf ^ 1), p.k + in_base, p.in.token, k0 + kTile, p.tokens);
-      load_tile<D, kTile>(v_tile(buf ^ 1), p.v + in_base, p.in.token, k0 + kTile, p.tokens);
-      mma::commit_copies();
-      mma::wait_copies<1>();
-    } else {
-      mma::wait_copies<0>();
-    }
-    __syncthreads();
+    advance_stage(kt + 1 < key_tiles, [&] { load_key_values<D>(k_tile(buf ^ 1), v_tile(buf ^ 1), p, in_base, k0 + kTile); });
     if (kt == 0 || !kHoldFragments<D>) {
       load_a<D, 1>(qf, q_tile, warp * 16);
       load_a<D, 1>(df, do_tile, warp * 16);
@@ -416,16 +425,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid
         const bool hidden = edge && (col >= p.tokens || (p.causal && col > row));
         s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[e / 2]));
       }
-    if constexpr (kDropout) {
-      DropoutMask mask = dropout_mask(p);
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + fragment_row(e), col = k0 + fragment_col(n, e);
-          dp[0][n][e] = mask.keep(probability_index(p.tokens, row, col)) ? dp[0][n][e] * p.dropout_scale : 0.0f;
-        }
-    }
+    if constexpr (kDropout)
+      apply_dropout(dp, p, [&](int, int n, int e) {
+        return probability_index(p.tokens, row0 + fragment_row(e), k0 + fragment_col(n, e));
+      });
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
@@ -474,18 +477,15 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __gri
   float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
   for (int qt = first; qt < query_tiles; ++qt) {
     const int buf = (qt - first) & 1;
-    if (qt + 1 < query_tiles) {
-      load_queries(qt + 1, buf ^ 1);
-      mma::commit_copies();
-      mma::wait_copies<1>();
-    } else {
-      mma::wait_copies<0>();
-    }
-    __syncthreads();
+    advance_stage(qt + 1 < query_tiles, [&] { load_queries(qt + 1, buf ^ 1); });
     if (qt == first || !kHoldFragments<D>) {
       load_a<D, 1>(kf, k_tile, warp * 16);
       load_a<D, 1>(vf, v_tile, warp * 16);
     }
+    // Sᵀ's element (key, query) is the draw's (query, key).
+    auto dropped_at = [&](int, int n, int e) {
+      return probability_index(p.tokens, qt * kRows + fragment_col(n, e), key0 + fragment_row(e));
+    };
     const float* lse2 = row_stats + buf * 2 * kRows;
     const float* delta = lse2 + kRows;
     float s[1][kRows / 8][4], dp[1][kRows / 8][4];
@@ -501,29 +501,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __gri
         s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[local]));
         dp[0][n][e] = s[0][n][e];  // P, kept for dS; s may become the dropped probability
       }
-    if constexpr (kDropout) {
-      DropoutMask mask = dropout_mask(p);
-#pragma unroll
-      for (int n = 0; n < kRows / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + fragment_row(e), query = qt * kRows + fragment_col(n, e);
-          s[0][n][e] = mask.keep(probability_index(p.tokens, query, key)) ? s[0][n][e] * p.dropout_scale : 0.0f;
-        }
-    }
+    if constexpr (kDropout) apply_dropout(s, p, dropped_at);
     accumulate<D, 1, kRows>(dv, s, do_tile(buf), 0);
     // dp holds P; s is free for dPᵀ = V·dOᵀ.
     scores<D, 1, kRows>(s, vf, do_tile(buf), 0);
-    if constexpr (kDropout) {
-      DropoutMask mask = dropout_mask(p);
-#pragma unroll
-      for (int n = 0; n < kRows / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + fragment_row(e), query = qt * kRows + fragment_col(n, e);
-          s[0][n][e] = mask.keep(probability_index(p.tokens, query, key)) ? s[0][n][e] * p.dropout_scale : 0.0f;
-        }
-    }
+    if constexpr (kDropout) apply_dropout(s, p, dropped_at);
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll

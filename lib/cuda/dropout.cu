@@ -53,12 +53,10 @@ struct DropoutForwardRows8 {
     load_pack<T, 8>(x + i, v);
     if (residual) load_pack<T, 8>(residual + i, res);
     if (bias) load_pack<T, 8>(bias + c, b);
-    bool keep[4], keep_hi[4];
-    const uint64_t base = static_cast<uint64_t>(*offset);
-    dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
-    dropout_keep4(seed, base, static_cast<uint64_t>(i + 4), p, keep_hi);
+    bool keep[8];
+    dropout_keep<8>(seed, static_cast<uint64_t>(*offset), static_cast<uint64_t>(i), p, keep);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = dropped(v[k], b[k], res[k], k < 4 ? keep[k] : keep_hi[k - 4], scale);
+    for (int k = 0; k < 8; ++k) v[k] = dropped(v[k], b[k], res[k], keep[k], scale);
     store_pack<T, 8>(out + i, v);
   }
 };
@@ -110,12 +108,11 @@ struct DropoutBackward {
     if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
       float g[8];
       load_pack_readonly<T, 8>(dy + i, g);
-      bool keep[4], keep_hi[4];
-      dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
-      dropout_keep4(seed, base, static_cast<uint64_t>(i + 4), p, keep_hi);
+      bool keep[8];
+      dropout_keep<8>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        g[k] = (k < 4 ? keep[k] : keep_hi[k - 4]) ? g[k] * scale : 0.0f;
+        g[k] = keep[k] ? g[k] * scale : 0.0f;
         sums[k] = rounded<T>(g[k]);
       }
       store_pack<T, 8>(dx + i, g);

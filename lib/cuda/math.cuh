@@ -138,6 +138,24 @@ __device__ __forceinline__ void dropout_keep4(uint64_t seed, uint64_t offset, ui
   }
 }
 
+/// keep[k] for elements [i, i + V) of the same draw: one Philox call per 4 elements when V is a
+/// multiple of 4 (packs start at multiples of V, so their counters share Philox blocks).
+template <int V>
+__device__ __forceinline__ void dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, float p, bool (&keep)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < V; q += 4) {
+      bool four[4];
+      dropout_keep4(seed, offset, i + q, p, four);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) keep[q + j] = four[j];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int shift = 16; shift > 0; shift >>= 1) v += __shfl_xor_sync(0xffffffffu, v, shift);

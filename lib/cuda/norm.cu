@@ -62,26 +62,7 @@ struct Epilogue {
   float p = 0.0f, scale = 1.0f;
   uint64_t seed = 0;
   const int64_t* offset = nullptr;
-  __host__ __device__ bool active() const { return act != Activation::None || p > 0.0f; }
 };
-
-/// keep[k] for elements [i, i + V) of the dropout draw: one Philox call per 4 elements when
-/// they share a counter block (offsets are multiples of 4 and packs start at multiples of V).
-template <int V>
-__device__ __forceinline__ void dropout_keep(const Epilogue& e, uint64_t offset, uint64_t i, bool (&keep)[V]) {
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int q = 0; q < V; q += 4) {
-      bool four[4];
-      dropout_keep4(e.seed, offset, i + q, e.p, four);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) keep[q + j] = four[j];
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; ++k) keep[k] = philox::uniform(e.seed, offset, i + k) >= e.p;
-  }
-}
 
 // kEpilogue is a compile-time switch: with the epilogue's code in the plain kernels, their
 // registers grew (forward 64 -> 74, backward 118 -> 128) and residual + LayerNorm slowed from
@@ -133,7 +114,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
       for (int k = 0; k < V; ++k) s[p][k] = (s[p][k] - mean) * rstd * w[k] + b[k];
       if constexpr (kEpilogue) {
         bool keep[V];
-        if (epi.p > 0.0f) dropout_keep<V>(epi, offset, static_cast<uint64_t>(r * cols + c), keep);
+        if (epi.p > 0.0f) dropout_keep<V>(epi.seed, offset, static_cast<uint64_t>(r * cols + c), epi.p, keep);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           if (epi.act != Activation::None) s[p][k] = activate(epi.act, s[p][k], kFastMath<T>);
@@ -195,7 +176,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
         float b[V] = {};
         if (bias) load_vec<T, V>(bias + c, b);
         bool keep[V];
-        if (epi.p > 0.0f) dropout_keep<V>(epi, static_cast<uint64_t>(*epi.offset), static_cast<uint64_t>(r * cols + c), keep);
+        if (epi.p > 0.0f) dropout_keep<V>(epi.seed, static_cast<uint64_t>(*epi.offset), static_cast<uint64_t>(r * cols + c), epi.p, keep);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           float g = to_acc(gs[p].v[k]);
@@ -295,19 +276,24 @@ Launch plan(int64_t cols, int vec) {
   return {false, static_cast<int>(std::max<int64_t>(64, (threads + 31) / 32 * 32))};
 }
 
+/// Calls body(element tag, pack width, RMS?, warp rows?, packs per thread, epilogue?, launch)
+/// with the compile-time configuration of a norm kernel. The epilogue variant exists for
+/// LayerNorm only (RMSNorm has no activation or dropout form).
 template <class Body>
 void with_norm_config(NormKind kind, DType dtype, int64_t cols, std::initializer_list<const void*> pointers,
-                      Body&& body) {
+                      bool epilogue, Body&& body) {
   dispatch_half_float(dtype, "norm", [&](auto tag) {
     using T = decltype(tag);
     auto pick = [&](auto vec) {
       const Launch launch = plan(cols, decltype(vec)::value);
-      auto pick_mode = [&](auto rms) {
-        if (launch.warp_rows) body(tag, vec, rms, std::true_type{}, std::integral_constant<int, kWarpPacks>{}, launch);
-        else body(tag, vec, rms, std::false_type{}, std::integral_constant<int, kBlockPacks>{}, launch);
+      auto pick_mode = [&](auto rms, auto epi) {
+        if (launch.warp_rows)
+          body(tag, vec, rms, std::true_type{}, std::integral_constant<int, kWarpPacks>{}, epi, launch);
+        else body(tag, vec, rms, std::false_type{}, std::integral_constant<int, kBlockPacks>{}, epi, launch);
       };
-      if (kind == NormKind::RMS) pick_mode(std::true_type{});
-      else pick_mode(std::false_type{});
+      if (kind == NormKind::RMS) pick_mode(std::true_type{}, std::false_type{});
+      else if (epilogue) pick_mode(std::false_type{}, std::true_type{});
+      else pick_mode(std::false_type{}, std::false_type{});
     };
     if (packable<T>(cols, pointers)) pick(std::integral_constant<int, kPackSize<T>>{});
     else pick(std::integral_constant<int, 1>{});
@@ -340,70 +326,59 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
                   const NormEpilogue& epilogue) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.data_ptr() : nullptr; };
-  with_norm_config(kind, x.dtype(), cols, {ptr(x), ptr(residual), ptr(weight), ptr(bias), ptr(sum), ptr(out)},
-                   [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
-                     using T = decltype(tag);
-                     auto launch_with = [&](auto kernel) {
-                       kernel<<<grid_for(launch, rows, 64LL * multiprocessor_count()), launch.threads, 0, stream()>>>(
-                           x.data<T>(), static_cast<const T*>(ptr(residual)), weight.data<T>(),
-                           static_cast<const T*>(ptr(bias)), sum.defined() ? sum.data<T>() : nullptr, out.data<T>(),
-                           mean.defined() ? mean.data<float>() : nullptr, rstd.data<float>(), rows, cols,
-                           static_cast<float>(eps), device_epilogue(epilogue));
-                       FT_CUDA_CHECK_LAUNCH("norm_forward_kernel");
-                     };
-                     constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
-                     constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
-                     // The epilogue kernels exist for LayerNorm only (RMS has no act/dropout form).
-                     if constexpr (!kR) {
-                       if (epilogue.active()) return launch_with(norm_forward_kernel<T, V, P, kR, kW, true>);
-                     }
-                     launch_with(norm_forward_kernel<T, V, P, kR, kW, false>);
-                   });
+  with_norm_config(
+      kind, x.dtype(), cols, {ptr(x), ptr(residual), ptr(weight), ptr(bias), ptr(sum), ptr(out)}, epilogue.active(),
+      [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, auto epi, const Launch& launch) {
+        using T = decltype(tag);
+        constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
+        constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
+        auto kernel = norm_forward_kernel<T, V, P, kR, kW, decltype(epi)::value>;
+        kernel<<<grid_for(launch, rows, 64LL * multiprocessor_count()), launch.threads, 0, stream()>>>(
+            x.data<T>(), static_cast<const T*>(ptr(residual)), weight.data<T>(), static_cast<const T*>(ptr(bias)),
+            sum.defined() ? sum.data<T>() : nullptr, out.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
+            rstd.data<float>(), rows, cols, static_cast<float>(eps), device_epilogue(epilogue));
+        FT_CUDA_CHECK_LAUNCH("norm_forward_kernel");
+      });
 }
 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                    const NormEpilogue& epilogue, const Tensor& bias) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  with_norm_config(kind, x.dtype(), cols,
-                   {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr},
-                   [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, const Launch& launch) {
-                     using T = decltype(tag);
-                     auto launch_with = [&](auto kernel) {
-                       const int groups = launch.warp_rows ? launch.threads / 32 : 1;
-                       const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
-                       const size_t smem = static_cast<size_t>(groups) * 2 *
-                                           static_cast<size_t>(padded_cols(static_cast<int>(cols), step)) * sizeof(float);
-                       if (smem > 48 * 1024)
-                         FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                            static_cast<int>(smem)));
-                       // As many blocks as fit at once (kNormBackwardBlocks per multiprocessor in warp
-                       // mode, bounded by the slices' shared memory); each adds one partial row.
-                       int resident = 0;
-                       FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, launch.threads, smem));
-                       const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
-                       const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
-                       ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
-                       kernel<<<blocks, launch.threads, smem, stream()>>>(
-                           dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
-                           rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols,
-                           bias.defined() ? bias.data<T>() : nullptr, device_epilogue(epilogue));
-                       FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
-                       if (dweight.defined() || dbias.defined()) {
-                         sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(
-                             scratch.partials, static_cast<int>(blocks), cols,
-                             dweight.defined() ? dweight.data<T>() : nullptr,
-                             dbias.defined() ? dbias.data<T>() : nullptr);
-                         FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
-                       }
-                     };
-                     constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
-                     constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
-                     if constexpr (!kR) {
-                       if (epilogue.active()) return launch_with(norm_backward_kernel<T, V, P, kR, kW, true>);
-                     }
-                     launch_with(norm_backward_kernel<T, V, P, kR, kW, false>);
-                   });
+  with_norm_config(
+      kind, x.dtype(), cols,
+      {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr},
+      epilogue.active(), [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, auto epi, const Launch& launch) {
+        using T = decltype(tag);
+        constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
+        constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
+        auto kernel = norm_backward_kernel<T, V, P, kR, kW, decltype(epi)::value>;
+        const int groups = launch.warp_rows ? launch.threads / 32 : 1;
+        const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
+        const size_t smem = static_cast<size_t>(groups) * 2 *
+                            static_cast<size_t>(padded_cols(static_cast<int>(cols), step)) * sizeof(float);
+        if (smem > 48 * 1024)
+          FT_CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        // As many blocks as fit at once (kNormBackwardBlocks per multiprocessor in warp
+        // mode, bounded by the slices' shared memory); each adds one partial row.
+        int resident = 0;
+        FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, launch.threads, smem));
+        const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
+        const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
+        ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
+        kernel<<<blocks, launch.threads, smem, stream()>>>(
+            dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
+            rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr,
+            device_epilogue(epilogue));
+        FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
+        if (dweight.defined() || dbias.defined()) {
+          sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(
+              scratch.partials, static_cast<int>(blocks), cols, dweight.defined() ? dweight.data<T>() : nullptr,
+              dbias.defined() ? dbias.data<T>() : nullptr);
+          FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
+        }
+      });
 }
 
 }  // namespace ft::cuda

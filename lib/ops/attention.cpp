@@ -36,8 +36,8 @@ Tensor merge_heads(const Tensor& x) {
   return transpose(transpose(x).reshape({b, heads * hs, t}));
 }
 
-const void* at_element(const Tensor& t, int64_t element) {
-  return static_cast<const char*>(t.data_ptr()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
+void* at_element(const Tensor& t, int64_t element) {
+  return static_cast<char*>(t.data_ptr()) + element * static_cast<int64_t>(dtype_size(t.dtype()));
 }
 
 // The flash kernels over q, k, v found in `inputs` (three tensors, or the thirds of one qkv
@@ -47,8 +47,8 @@ Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const 
                        const cuda::HeadStrides& out_strides, bool causal, double dropout_p, uint64_t seed,
                        const Tensor& offset) {
   auto views = [thirds](const std::vector<Tensor>& t) {
-    if (t.size() == 3) return std::array<const void*, 3>{t[0].data_ptr(), t[1].data_ptr(), t[2].data_ptr()};
-    return std::array<const void*, 3>{at_element(t[0], 0), at_element(t[0], thirds), at_element(t[0], 2 * thirds)};
+    if (t.size() == 3) return std::array<void*, 3>{t[0].data_ptr(), t[1].data_ptr(), t[2].data_ptr()};
+    return std::array<void*, 3>{at_element(t[0], 0), at_element(t[0], thirds), at_element(t[0], 2 * thirds)};
   };
   const auto in = views(inputs);
   const cuda::AttentionInputs args{in[0], in[1], in[2], in_strides};
@@ -67,8 +67,7 @@ Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const 
                   for (const Tensor& t : saved) grads.push_back(Tensor::empty(t.shape(), DType::BF16, t.device()));
                   const auto d = views(grads);
                   cuda::attention_backward(shape, args, saved_out.data_ptr(), g.data_ptr(), out_strides, lse,
-                                           cuda::AttentionGrads{const_cast<void*>(d[0]), const_cast<void*>(d[1]),
-                                                                const_cast<void*>(d[2])},
+                                           cuda::AttentionGrads{d[0], d[1], d[2]},
                                            causal, dropout_p, seed, offset);
                   return grads;
                 });
