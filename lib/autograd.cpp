@@ -23,11 +23,14 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
-  if (!grad_mode) return output;
+namespace {
+/// Attaches a node for the op to `output` when recording is on and an input needs a gradient;
+/// returns it (null when nothing was recorded).
+Node* attach_node(const char* name, Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!grad_mode) return nullptr;
   bool any = false;
   for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return output;
+  if (!any) return nullptr;
   auto node = std::make_shared<Node>();
   node->name = name;
   node->backward = std::move(backward);
@@ -41,8 +44,21 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
     }
     node->edges.push_back(std::move(edge));
   }
+  Node* attached = node.get();
   output.impl()->grad_fn = std::move(node);
   output.impl()->requires_grad = true;
+  return attached;
+}
+}  // namespace
+
+Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  attach_node(name, output, inputs, std::move(backward));
+  return output;
+}
+
+Tensor record_adding(const char* name, Tensor output, const std::vector<Tensor>& inputs, AddingBackwardFn backward) {
+  if (Node* node = attach_node(name, output, inputs, [backward](const Tensor& g) { return backward(g, Tensor()); }))
+    node->adding = std::move(backward);
   return output;
 }
 
@@ -111,10 +127,22 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
     }
     FT_CHECK(node->backward, "backward: the graph through '", node->name,
              "' was already freed; pass retain_graph=true to run backward twice");
-    std::vector<Tensor> input_grads = node->backward(g);
+    // An op that adds its first input's pending gradient itself takes it over: the slot is then
+    // empty, and what the op returns is the whole sum.
+    Tensor pending;
+    if (node->adding && !node->edges.empty() && node->edges[0].node) {
+      const auto slot = grads.find(node->edges[0].node.get());
+      if (slot != grads.end() && slot->second.defined()) {
+        pending = std::move(slot->second);
+        grads.erase(slot);
+      }
+    }
+    std::vector<Tensor> input_grads = pending.defined() ? node->adding(g, pending) : node->backward(g);
     FT_CHECK(input_grads.size() == node->edges.size(), "backward of ", node->name, " returned ",
              input_grads.size(), " gradients for ", node->edges.size(), " inputs");
-    if (!retain_graph) node->backward = nullptr;  // frees the saved tensors now
+    FT_CHECK(!pending.defined() || input_grads[0].defined(), "backward of ", node->name,
+             " dropped the pending gradient of its first input");
+    if (!retain_graph) node->backward = nullptr, node->adding = nullptr;  // frees the saved tensors now
     for (size_t i = 0; i < node->edges.size(); ++i) {
       const Edge& e = node->edges[i];
       if (!e.active() || !input_grads[i].defined()) {

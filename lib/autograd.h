@@ -17,6 +17,12 @@ namespace ft {
 /// input needs none). Runs with grad mode off.
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
+/// A backward that also adds `pending` into the gradient it returns for its first input, in
+/// the same pass: `pending` is what other uses of that input have already contributed
+/// (undefined when nothing has). It spares the separate add kernel that summing the two would
+/// take, the way a fused LayerNorm backward takes the residual stream's gradient.
+using AddingBackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output, const Tensor& pending)>;
+
 /// Where a gradient flows: into another op's node, or into a leaf tensor's .grad().
 struct Edge {
   std::shared_ptr<Node> node;
@@ -28,6 +34,7 @@ struct Node {
   std::string name;
   std::vector<Edge> edges;  // one per op input
   BackwardFn backward;      // released after use, which frees the saved tensors
+  AddingBackwardFn adding;  // set by record_adding (then backward calls it with no pending)
   Shape output_shape;
   DType output_dtype;
 };
@@ -53,6 +60,9 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 /// gradient; returns output (now with grad_fn). The backward function must return one gradient
 /// per input, in order, each of its input's shape.
 Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+/// record() for an op whose backward adds the first input's pending gradient itself.
+Tensor record_adding(const char* name, Tensor output, const std::vector<Tensor>& inputs, AddingBackwardFn backward);
 
 /// The gradient backward starts from: `grad` checked against root's shape, or ones for a
 /// one-element root when grad is undefined.

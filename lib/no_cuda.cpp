@@ -90,7 +90,7 @@ void norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const T
   unavailable();
 }
 void norm_backward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const Tensor&, const Tensor&, const NormEpilogue&, const Tensor&) {
+                   const Tensor&, const Tensor&, const NormEpilogue&, const Tensor&, const Tensor&) {
   unavailable();
 }
 void cross_entropy_count(const Tensor&, int64_t, int64_t, const Tensor&) { unavailable(); }

@@ -93,12 +93,16 @@ int run(int argc, char** argv) {
                         return ft::cross_entropy(model->forward(ft::cast(x, dtype)), y);
                       },
                       options);
+  // The images are kept in the compute dtype on the host (rounded to nearest, as the device's cast
+  // does): a batch then uploads half the bytes, and the step runs no cast kernel (10 us of a
+  // 0.46 ms step on the H100).
+  const ft::Tensor train_images = ft::cast(train.images, dtype), test_images = ft::cast(test.images, dtype);
   ft::BatchSampler sampler(train.size(), batch, seed);
   double accuracy = 0;
   ft::EpochStats stats;
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-    stats = trainer.train_epoch(sampler, train.images, train.labels, device, epoch, epochs);
-    accuracy = ft::evaluate_accuracy(*model, test.images, test.labels, 1024, device, dtype);
+    stats = trainer.train_epoch(sampler, train_images, train.labels, device, epoch, epochs);
+    accuracy = ft::evaluate_accuracy(*model, test_images, test.labels, 1024, device, dtype);
     std::printf("epoch %lld/%lld | mean loss %.4f | median %.3f ms/step | %.0f samples/s | test accuracy %.2f%%\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs), stats.mean_loss, stats.median_ms,
                 stats.items_per_s, accuracy * 100.0);

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
 template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
     norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
-                         float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi) {
+                         float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi, const T* addend) {
   using Raw = Pack<T, V>;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
@@ -208,6 +208,12 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       for (int k = 0; k < V; ++k) {
         const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd;
         d[k] = rstd * (to_acc(gs[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
+      }
+      if (addend) {  // the residual stream's gradient, added before the one rounding to T
+        float a[V];
+        load_vec<T, V>(addend + r * cols + c, a);
+#pragma unroll
+        for (int k = 0; k < V; ++k) d[k] += a[k];
       }
       store_vec<T, V>(dx + r * cols + c, d);
     }
@@ -343,11 +349,16 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                   const NormEpilogue& epilogue, const Tensor& bias) {
+                   const NormEpilogue& epilogue, const Tensor& bias, const Tensor& addend) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  FT_CHECK(!addend.defined() || (addend.shape() == x.shape() && addend.dtype() == x.dtype()),
+           "norm backward: the addend must be ", shape_str(x.shape()), " ", dtype_name(x.dtype()), ", got ",
+           shape_str(addend.shape()), " ", dtype_name(addend.dtype()));
+  const void* addend_ptr = addend.defined() ? addend.data_ptr() : nullptr;
   with_norm_config(
       kind, x.dtype(), cols,
-      {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr},
+      {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
+       addend_ptr},
       epilogue.active(), [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, auto epi, const Launch& launch) {
         using T = decltype(tag);
         constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
@@ -370,7 +381,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
         kernel<<<blocks, launch.threads, smem, stream()>>>(
             dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
             rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr,
-            device_epilogue(epilogue));
+            device_epilogue(epilogue), static_cast<const T*>(addend_ptr));
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined()) {
           sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(

@@ -61,9 +61,11 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
 /// From dy and the normalized input `x` (the sum, for the add forms) with its saved statistics:
 /// dx (overwritten), and dweight, dbias (when defined; overwritten). With an epilogue, dy is the
 /// gradient of its output and `bias` (the norm's, or undefined) is needed to recompute act's input.
+/// A defined `addend` (x's shape and dtype) is added into dx in the same pass: the gradient that
+/// x's other uses (the residual stream) have already contributed.
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                   const NormEpilogue& epilogue = {}, const Tensor& bias = Tensor());
+                   const NormEpilogue& epilogue = {}, const Tensor& bias = Tensor(), const Tensor& addend = Tensor());
 }  // namespace cuda
 
 }  // namespace ft

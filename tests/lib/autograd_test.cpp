@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "lib/autograd.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/shape_ops.h"
 #include "tests/lib/test_util.h"
@@ -216,6 +217,36 @@ TEST(AutogradTest, LeafGradientDoesNotAliasTheUpstreamGradient) {
   reshape(x, {3}).backward(g);
   g.copy_(Tensor::full({3}, 9.0, DType::F64));
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{1, 2, 3}));
+}
+
+/// 2·h as an op whose backward adds h's pending gradient itself; counts the calls that got one.
+Tensor doubled_adding(const Tensor& h, int& pending_seen) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = h * 2.0;
+  }
+  return record_adding("doubled", out, {h}, [&pending_seen](const Tensor& g, const Tensor& pending) {
+    if (pending.defined()) ++pending_seen;
+    return std::vector<Tensor>{pending.defined() ? g * 2.0 + pending : g * 2.0};
+  });
+}
+
+TEST(AutogradTest, AddingBackwardTakesOverThePendingGradient) {
+  Generator gen = test_generator();
+  Tensor x = random_tensor({5}, DType::F64, kCPU, gen).requires_grad_();
+  int pending_seen = 0;
+  // h = 3x reaches the loss through the product (whose backward runs first and leaves h a
+  // gradient) and through the op: loss = Σ 2h·h, so dh = 4h and dx = 36x.
+  const Tensor h = x * 3.0;
+  sum_all(doubled_adding(h, pending_seen) * h).backward();
+  EXPECT_EQ(pending_seen, 1);
+  EXPECT_TRUE(all_close(x.grad(), map_values(x, [](double v) { return 36 * v; }), 1e-14));
+  // With no other use there is nothing pending: dx = 2·3.
+  Tensor z = random_tensor({5}, DType::F64, kCPU, gen).requires_grad_();
+  sum_all(doubled_adding(z * 3.0, pending_seen)).backward();
+  EXPECT_EQ(pending_seen, 1);
+  EXPECT_TRUE(all_equal(z.grad(), Tensor::full({5}, 6.0, DType::F64)));
 }
 
 TEST(AutogradTest, DeviceMovesKeepTheGraph) {
