@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: where the time of a gpt2-124M step and of an mlp-fmnist step goes, kernel
 # by kernel. Builds with every core, runs one gtest filter, times `ft-bench gpt2` (fused, with
-# and without the graph), then profiles one eager fused GPT-2 step and the first eager ft-mlp
+# and without the graph) and one ft-mlp epoch (fused, graph), then profiles one eager fused GPT-2 step and the first eager ft-mlp
 # steps with Nsight Compute (duration, DRAM bytes and launch shape per kernel; caches not flushed
 # between kernels, as in a real step) and prints scripts/ncu_breakdown.py's table for each.
 #   scripts/device_breakdown.sh [gtest filter]
@@ -23,6 +23,9 @@ grep -E "^\[  FAILED" "$out/gtest.log" | head -20
 
 timeout 120 $B/examples/ft-bench gpt2 --kernels fused --graph 1 >"$out/gpt2-graph.log" 2>&1 || tail -5 "$out/gpt2-graph.log"
 timeout 120 $B/examples/ft-bench gpt2 --kernels fused --graph 0 >"$out/gpt2-eager.log" 2>&1 || tail -5 "$out/gpt2-eager.log"
+
+timeout 120 $B/examples/ft-mlp --device cuda --epochs 1 --batch 4096 --log-every 5 --data-dir "$data" \
+  >"$out/mlp.log" 2>&1 || tail -5 "$out/mlp.log"
 
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread
 ncu_breakdown() {  # label, steps covered, then the program and its arguments
@@ -66,7 +69,7 @@ fi
 
 echo
 echo "== breakdown ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) =="
-grep -h '^RESULT gpt2' "$out/gpt2-graph.log" "$out/gpt2-eager.log"
+grep -h '^RESULT' "$out/gpt2-graph.log" "$out/gpt2-eager.log" "$out/mlp.log"
 for f in gpt2 mlp; do
   [ -f "$out/breakdown-$f.txt" ] && { echo "-- $f"; cut -c1-190 "$out/breakdown-$f.txt"; }
 done

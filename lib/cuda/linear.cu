@@ -22,6 +22,36 @@ __global__ void activation_backward_kernel(const T* dy, const T* saved, T* dpre,
   }
 }
 
+/// dpre = act'(saved)·dy, one elementwise pass.
+void activation_backward(const Tensor& dy, const Tensor& saved, Activation act, const Tensor& dpre) {
+  dispatch_floating(dy.dtype(), "linear backward", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      activation_backward_kernel<T><<<elementwise_blocks(dy.numel(), kThreads), kThreads, 0, stream()>>>(
+          dy.data<T>(), saved.data<T>(), dpre.data<T>(), dy.numel(), act);
+    }
+  });
+  FT_CUDA_CHECK_LAUNCH("activation_backward_kernel");
+}
+
+/// dx[N, IN] = dy[N, OUT]·W[OUT, IN] as a column-major product (dxᵀ = W_cm · dy_cm), with the
+/// given epilogue.
+LtGemm input_gradient_gemm(const Tensor& dy, const Tensor& weight, const Tensor& dx) {
+  const int64_t n = dy.size(0), in = weight.size(1), out = weight.size(0);
+  LtGemm g;
+  g.dtype = dy.dtype();
+  g.m = in;
+  g.n = n;
+  g.k = out;
+  g.a = weight.data_ptr();
+  g.lda = in;
+  g.b = dy.data_ptr();
+  g.ldb = out;
+  g.d = dx.data_ptr();
+  g.ldd = in;
+  return g;
+}
+
 cublasLtEpilogue_t forward_epilogue(Activation act) {
   switch (act) {
     case Activation::ReLU: return CUBLASLT_EPILOGUE_RELU_BIAS;
@@ -62,29 +92,9 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
   Tensor dpre = dy;
   if (act != Activation::None) {
     dpre = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-    dispatch_floating(dy.dtype(), "linear backward", [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (!std::is_same_v<T, double>) {
-        activation_backward_kernel<T><<<elementwise_blocks(dy.numel(), kThreads), kThreads, 0, stream()>>>(
-            dy.data<T>(), saved.data<T>(), dpre.data<T>(), dy.numel(), act);
-      }
-    });
-    FT_CUDA_CHECK_LAUNCH("activation_backward_kernel");
+    activation_backward(dy, saved, act, dpre);
   }
-  if (dx.defined()) {  // dxᵀ[in, n] = W_cm[in, out] · dpre_cm[out, n]
-    LtGemm g;
-    g.dtype = dy.dtype();
-    g.m = in;
-    g.n = n;
-    g.k = out;
-    g.a = weight.data_ptr();
-    g.lda = in;
-    g.b = dpre.data_ptr();
-    g.ldb = out;
-    g.d = dx.data_ptr();
-    g.ldd = in;
-    run_gemm(g);
-  }
+  if (dx.defined()) run_gemm(input_gradient_gemm(dpre, weight, dx));
   if (dweight.defined()) {  // dWᵀ[in, out] = x_cm[in, n] · dpre_cmᵀ[n, out]; BGRADB sums op(B) over n
     LtGemm g;
     g.dtype = dy.dtype();
@@ -106,6 +116,22 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
   } else if (dbias.defined()) {
     dbias.copy_(sum_to(dpre, {out}));
   }
+}
+
+void linear_backward_through_gelu(const Tensor& dy, const Tensor& weight, const Tensor& pre, const Tensor& dpre,
+                                  const Tensor& dbias_in) {
+  LtGemm g = input_gradient_gemm(dy, weight, dpre);
+  g.epilogue = dbias_in.defined() ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  g.aux = pre.data_ptr();
+  g.ld_aux = weight.size(1);
+  g.bias = dbias_in.defined() ? dbias_in.data_ptr() : nullptr;
+  if (try_run_gemm(g)) return;
+  // No DGELU epilogue for this configuration: the product, then the GELU gradient and the bias
+  // sum as their own passes.
+  Tensor dh = Tensor::empty(dpre.shape(), dpre.dtype(), dpre.device());
+  run_gemm(input_gradient_gemm(dy, weight, dh));
+  activation_backward(dh, pre, Activation::GELU, dpre);
+  if (dbias_in.defined()) dbias_in.copy_(sum_to(dpre, {weight.size(1)}));
 }
 
 }  // namespace ft::cuda
