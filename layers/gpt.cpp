@@ -8,7 +8,6 @@
 #include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear_cross_entropy.h"
-#include "lib/ops/linear_gelu_linear.h"
 #include "lib/ops/matmul.h"
 
 namespace ft {
@@ -59,9 +58,7 @@ std::pair<Tensor, Tensor> GPTBlock::forward_block(const Tensor& residual, const 
     normed = layer_norm(residual, ln1_w_, ln1_b_);
   }
   AddNormResult r2 = add_layer_norm(attend(normed), stream, ln2_w_, ln2_b_);
-  // c_proj(gelu(c_fc(x))) as one fused op: its backward takes the GELU's derivative in c_proj's
-  // input-gradient product instead of an elementwise pass.
-  return {r2.sum, linear_gelu_linear(r2.out, fc_->weight(), fc_->bias(), mlp_proj_->weight(), mlp_proj_->bias())};
+  return {r2.sum, mlp_proj_->forward(fc_->forward(r2.out))};
 }
 
 GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {

@@ -1,4 +1,4 @@
-// Fused softmax cross-entropy. A block per row: one pass keeps a running max and sum of
+// Fused softmax cross-entropy. A block per row (a warp per row for small vocabularies): one pass keeps a running max and sum of
 // exponentials (and the row sum for label smoothing); when a gradient is needed a second pass
 // over the same row writes dlogits = (softmax − target distribution) · scale, so forward +
 // backward read the logits from HBM once and write dlogits once. The second pass reads the row
@@ -7,6 +7,7 @@
 // losses are added in row order by the last block (deterministic). Replaces the twin's max,
 // sub, exp, sum, log, one-hot compare, mul and reduction kernels and their backward chain.
 #include <cub/block/block_reduce.cuh>
+#include <cub/warp/warp_reduce.cuh>
 
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -46,12 +47,52 @@ __device__ __forceinline__ void unpack(const Pack<T, V>& pack, float (&v)[V]) {
   for (int k = 0; k < V; ++k) v[k] = to_acc(pack.v[k]);
 }
 
-/// Calls f(c, pack) for this thread's V-wide packs of the row, U packs loaded before any is used.
+/// The threads that take one row: the whole block (kThreads of them), or, for small
+/// vocabularies, one warp of a block of kWarpRowsPerBlock rows. Its reductions return the result
+/// to every thread of the group.
+constexpr int kWarpRowsPerBlock = 8;
+template <int kThreads>
+struct RowGroup {
+  static constexpr bool kWarp = kThreads == 32;
+  static constexpr int kRowsPerBlock = kWarp ? kWarpRowsPerBlock : 1;
+  static constexpr int kBlockThreads = kThreads * kRowsPerBlock;
+  using MaxSumReduce = std::conditional_t<kWarp, cub::WarpReduce<MaxSum>, cub::BlockReduce<MaxSum, kThreads>>;
+  using SumReduce = std::conditional_t<kWarp, cub::WarpReduce<float>, cub::BlockReduce<float, kThreads>>;
+  struct Storage {
+    typename MaxSumReduce::TempStorage max_sum[kRowsPerBlock];
+    typename SumReduce::TempStorage sum[kRowsPerBlock];
+    float broadcast[kRowsPerBlock];
+  };
+  Storage& storage;
+  __device__ int index() const { return kWarp ? threadIdx.x / 32 : 0; }
+  __device__ int rank() const { return kWarp ? threadIdx.x % 32 : threadIdx.x; }
+  __device__ int64_t row() const { return blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + index(); }
+  /// Makes rank 0's value every thread's.
+  __device__ float broadcast(float v) const {
+    if constexpr (kWarp) {
+      return __shfl_sync(0xffffffffu, v, 0);
+    } else {
+      if (threadIdx.x == 0) storage.broadcast[0] = v;
+      __syncthreads();
+      const float all = storage.broadcast[0];
+      __syncthreads();  // read by everyone before the next broadcast overwrites it
+      return all;
+    }
+  }
+  __device__ MaxSum max_sum(const MaxSum& v) const {
+    const MaxSum total = MaxSumReduce(storage.max_sum[index()]).Reduce(v, CombineMaxSum{});
+    return {broadcast(total.max), broadcast(total.sum)};
+  }
+  __device__ float sum(float v) const { return broadcast(SumReduce(storage.sum[index()]).Sum(v)); }
+};
+
+/// Calls f(c, pack) for this thread's V-wide packs of the row (the group's rank-th of every
+/// `threads` packs), U packs loaded before any is used.
 template <class T, int V, int U, class F>
-__device__ __forceinline__ void for_packs(const T* row, int vocab, F&& f) {
+__device__ __forceinline__ void for_packs(const T* row, int vocab, int rank, int threads, F&& f) {
   using P = Pack<T, V>;
-  const int stride = static_cast<int>(blockDim.x) * V;
-  int c = static_cast<int>(threadIdx.x) * V;
+  const int stride = threads * V;
+  int c = rank * V;
   for (; c + (U - 1) * stride < vocab; c += U * stride) {
     P packs[U];
 #pragma unroll
@@ -62,103 +103,106 @@ __device__ __forceinline__ void for_packs(const T* row, int vocab, F&& f) {
   for (; c < vocab; c += stride) f(c, *reinterpret_cast<const P*>(row + c));
 }
 
-// Small vocabularies (a classifier's 10 classes) get 64-thread blocks: with 512, a row of 10
-// logits kept 502 threads idle and the MLP's loss took 40 us for 4096 rows (ncu, H100).
-constexpr int kSmallRowThreads = 64;
+// Small vocabularies (a classifier's 10 classes) get a warp per row, 8 rows a block. With a
+// 512-thread block per row, a row of 10 logits kept 502 threads idle and the MLP's loss took
+// 40 us for 4096 rows; with 64 threads, 23 us (ncu, H100), most of it the 4096 blocks' turns at
+// the one counter that finds the last block.
+constexpr int kSmallRowThreads = 32;
 constexpr int kSmallVocab = 1024;
 
 template <class T, int V, int kThreadsPerRow>
-__global__ void __launch_bounds__(kThreadsPerRow) cross_entropy_forward_kernel(
+__global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross_entropy_forward_kernel(
     const T* logits, const void* targets, bool targets64, int vocab, int64_t ignore_index, float smoothing,
     bool mean_reduction, const float* count, float* row_loss, unsigned* counter, float* loss, bool accumulate,
     T* dlogits, int64_t rows, bool cache_row) {
   using P = Pack<T, V>;
-  using MaxSumReduce = cub::BlockReduce<MaxSum, kThreadsPerRow>;
-  using SumReduce = cub::BlockReduce<float, kThreadsPerRow>;
-  __shared__ typename MaxSumReduce::TempStorage max_sum_storage;
-  __shared__ typename SumReduce::TempStorage sum_storage;
-  __shared__ float shared_lse, shared_scale;
-  const int64_t r = blockIdx.x;
-  const T* row = logits + r * vocab;
-  const int64_t target = load_id(targets, targets64, r);
-  const bool counted = target != ignore_index && target >= 0 && target < vocab;
-  extern __shared__ __align__(16) unsigned char row_cache_bytes[];  // [vocab] T when cache_row
-  T* row_cache = reinterpret_cast<T*>(row_cache_bytes);
-  const bool cache = cache_row && dlogits;
+  using Group = RowGroup<kThreadsPerRow>;
+  __shared__ typename Group::Storage group_storage;
+  const Group group{group_storage};
+  const int64_t r = group.row();
+  // A warp-rows block's last rows may lie past the end; their warps skip to the final count.
+  if (!Group::kWarp || r < rows) {
+    const T* row = logits + r * vocab;
+    const int64_t target = load_id(targets, targets64, r);
+    const bool counted = target != ignore_index && target >= 0 && target < vocab;
+    extern __shared__ __align__(16) unsigned char row_cache_bytes[];  // [vocab] T when cache_row
+    T* row_cache = reinterpret_cast<T*>(row_cache_bytes);
+    const bool cache = cache_row && dlogits;  // block rows only (the launch asks for none in warp mode)
 
-  MaxSum acc{-INFINITY, 0.0f};
-  float row_sum = 0.0f;
-  for_packs<T, V, kLoadsInFlight>(row, vocab, [&](int c, const P& pack) {
-    // Each thread parks its own packs and later reads back only those: no barrier needed.
-    if (cache) *reinterpret_cast<P*>(row_cache + c) = pack;
-    float v[V];
-    unpack(pack, v);
-    float pack_max = v[0];
-#pragma unroll
-    for (int k = 1; k < V; ++k) pack_max = fmaxf(pack_max, v[k]);
-    if (pack_max > acc.max) {
-      acc.sum *= exp2_approx((acc.max - pack_max) * kLog2e);
-      acc.max = pack_max;
-    }
-    if (acc.max != -INFINITY) {  // else every logit so far is −inf and adds nothing
-      const float shift = acc.max * kLog2e;
-#pragma unroll
-      for (int k = 0; k < V; ++k) acc.sum += exp2_approx(fmaf(v[k], kLog2e, -shift));
-    }
-    if (smoothing > 0.0f) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) row_sum += v[k];
-    }
-  });
-  const MaxSum total = MaxSumReduce(max_sum_storage).Reduce(acc, CombineMaxSum{});
-  const float sum_all = smoothing > 0.0f ? SumReduce(sum_storage).Sum(row_sum) : 0.0f;
-  if (threadIdx.x == 0) {
-    const float lse = total.max + __logf(total.sum);
-    shared_lse = lse;
-    const float scale = mean_reduction ? 1.0f / *count : 1.0f;
-    shared_scale = counted ? scale : 0.0f;
-    float l = 0.0f;
-    if (counted) {
-      const float picked = to_acc(row[target]);
-      l = lse - (1.0f - smoothing) * picked - smoothing * sum_all / static_cast<float>(vocab);
-    }
-    row_loss[r] = l * scale;
-  }
-  __syncthreads();
-  if (dlogits) {
-    // d = (softmax − (1 − smoothing)·onehot − smoothing / V) · scale
-    const float shift = shared_lse * kLog2e, scale = shared_scale;
-    const float uniform_scaled = smoothing / static_cast<float>(vocab) * scale;
-    const float target_scaled = (1.0f - smoothing) * scale;
-    const int target_col = counted ? static_cast<int>(target) : -1;
-    T* out = dlogits + r * vocab;
-    for_packs<T, V, 1>(cache ? row_cache : row, vocab, [&](int c, const P& pack) {
-      float v[V], d[V];
+    MaxSum acc{-INFINITY, 0.0f};
+    float row_sum = 0.0f;
+    for_packs<T, V, kLoadsInFlight>(row, vocab, group.rank(), kThreadsPerRow, [&](int c, const P& pack) {
+      // Each thread parks its own packs and later reads back only those: no barrier needed.
+      if (cache) *reinterpret_cast<P*>(row_cache + c) = pack;
+      float v[V];
       unpack(pack, v);
+      float pack_max = v[0];
 #pragma unroll
-      for (int k = 0; k < V; ++k) d[k] = fmaf(exp2_approx(fmaf(v[k], kLog2e, -shift)), scale, -uniform_scaled);
-      const unsigned rel = static_cast<unsigned>(target_col - c);
-      if (rel < static_cast<unsigned>(V)) {
-#pragma unroll
-        for (int k = 0; k < V; ++k)
-          if (k == static_cast<int>(rel)) d[k] -= target_scaled;
+      for (int k = 1; k < V; ++k) pack_max = fmaxf(pack_max, v[k]);
+      if (pack_max > acc.max) {
+        acc.sum *= exp2_approx((acc.max - pack_max) * kLog2e);
+        acc.max = pack_max;
       }
-      P result;
+      if (acc.max != -INFINITY) {  // else every logit so far is −inf and adds nothing
+        const float shift = acc.max * kLog2e;
 #pragma unroll
-      for (int k = 0; k < V; ++k) result.v[k] = from_acc<T>(d[k]);
-      *reinterpret_cast<P*>(out + c) = result;
+        for (int k = 0; k < V; ++k) acc.sum += exp2_approx(fmaf(v[k], kLog2e, -shift));
+      }
+      if (smoothing > 0.0f) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) row_sum += v[k];
+      }
     });
+    const MaxSum total = group.max_sum(acc);
+    const float sum_all = smoothing > 0.0f ? group.sum(row_sum) : 0.0f;
+    const float lse = total.max + __logf(total.sum);
+    const float scale = counted ? (mean_reduction ? 1.0f / *count : 1.0f) : 0.0f;
+    if (group.rank() == 0) {
+      float l = 0.0f;
+      if (counted) {
+        const float picked = to_acc(row[target]);
+        l = lse - (1.0f - smoothing) * picked - smoothing * sum_all / static_cast<float>(vocab);
+      }
+      row_loss[r] = l * scale;
+    }
+    if (dlogits) {
+      // d = (softmax − (1 − smoothing)·onehot − smoothing / V) · scale
+      const float shift = lse * kLog2e;
+      const float uniform_scaled = smoothing / static_cast<float>(vocab) * scale;
+      const float target_scaled = (1.0f - smoothing) * scale;
+      const int target_col = counted ? static_cast<int>(target) : -1;
+      T* out = dlogits + r * vocab;
+      for_packs<T, V, 1>(cache ? row_cache : row, vocab, group.rank(), kThreadsPerRow, [&](int c, const P& pack) {
+        float v[V], d[V];
+        unpack(pack, v);
+#pragma unroll
+        for (int k = 0; k < V; ++k) d[k] = fmaf(exp2_approx(fmaf(v[k], kLog2e, -shift)), scale, -uniform_scaled);
+        const unsigned rel = static_cast<unsigned>(target_col - c);
+        if (rel < static_cast<unsigned>(V)) {
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            if (k == static_cast<int>(rel)) d[k] -= target_scaled;
+        }
+        P result;
+#pragma unroll
+        for (int k = 0; k < V; ++k) result.v[k] = from_acc<T>(d[k]);
+        *reinterpret_cast<P*>(out + c) = result;
+      });
+    }
   }
-  // The last row to finish adds the row losses in row order.
+  // The last block to finish adds the row losses in row order.
   __threadfence();
   __shared__ bool last;
+  __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
+  using TotalReduce = cub::BlockReduce<float, Group::kBlockThreads>;
+  __shared__ typename TotalReduce::TempStorage total_storage;
   float part = 0.0f;
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) part += __ldcg(&row_loss[i]);
-  const float sum = SumReduce(sum_storage).Sum(part);
+  const float sum = TotalReduce(total_storage).Sum(part);
   if (threadIdx.x == 0) {
     *loss = accumulate ? *loss + sum : sum;
     *counter = 0;
@@ -207,14 +251,18 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Cr
     using T = decltype(tag);
     auto launch = [&](auto vec, auto threads) {
       constexpr int V = decltype(vec)::value, kThreadsPerRow = decltype(threads)::value;
+      using Group = RowGroup<kThreadsPerRow>;
       auto kernel = cross_entropy_forward_kernel<T, V, kThreadsPerRow>;
-      // Park the row in shared memory when two blocks of it fit on a multiprocessor.
+      // Park a block row in shared memory when two blocks of it fit on a multiprocessor (warp
+      // rows are short enough to come back from L1).
       const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(T);
-      const bool cache_row = dlogits.defined() && row_bytes + 4096 <= shared_memory_per_multiprocessor() / 2;
+      const bool cache_row = !Group::kWarp && dlogits.defined() &&
+                             row_bytes + 4096 <= shared_memory_per_multiprocessor() / 2;
       const size_t smem = cache_row ? row_bytes : 0;
       if (smem > 48 * 1024)
         FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      kernel<<<static_cast<unsigned>(rows), kThreadsPerRow, smem, stream()>>>(
+      const auto blocks = static_cast<unsigned>((rows + Group::kRowsPerBlock - 1) / Group::kRowsPerBlock);
+      kernel<<<blocks, Group::kBlockThreads, smem, stream()>>>(
           logits.data<T>(), targets.data_ptr(), targets.dtype() == DType::I64, static_cast<int>(vocab), options.ignore_index,
           static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean, count.data<float>(),
           scratch.partials, scratch.counters, loss.data<float>(), accumulate,

@@ -29,8 +29,5 @@ struct LtGemm {
 };
 
 void run_gemm(const LtGemm& g);
-/// run_gemm, or false (nothing enqueued) when cuBLASLt has no algorithm for the configuration:
-/// some epilogues are not offered for every type and shape.
-bool try_run_gemm(const LtGemm& g);
 
 }  // namespace ft::cuda

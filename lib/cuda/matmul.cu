@@ -3,7 +3,6 @@
 // column-major order.
 #include <map>
 #include <mutex>
-#include <optional>
 #include <tuple>
 
 #include "lib/cuda/cublaslt.h"
@@ -51,11 +50,6 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
 }  // namespace
 
 void run_gemm(const LtGemm& g) {
-  FT_CHECK(try_run_gemm(g), "matmul: cuBLASLt found no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " dtype ",
-           dtype_name(g.dtype), " epilogue ", static_cast<int>(g.epilogue));
-}
-
-bool try_run_gemm(const LtGemm& g) {
   const cudaDataType_t type = cuda_type(g.dtype);
   const bool f64 = g.dtype == DType::F64;
   cublasLtMatmulDesc_t desc;
@@ -85,11 +79,11 @@ bool try_run_gemm(const LtGemm& g) {
 
   // The heuristic query costs host time; remember the answer per configuration.
   static std::mutex mutex;
-  static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> cache;  // nullopt: none offered
+  static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
   const uint32_t alignment = common_alignment({g.a, g.b, g.d});
   const AlgoKey key{static_cast<int>(g.dtype), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
                     static_cast<int>(g.epilogue), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
-  std::optional<cublasLtMatmulAlgo_t> algo;
+  cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
@@ -105,29 +99,22 @@ bool try_run_gemm(const LtGemm& g) {
       int found = 0;
       FT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, 1, &result, &found));
       cublasLtMatmulPreferenceDestroy(pref);
-      it = cache.emplace(key, found > 0 ? std::optional(result.algo) : std::nullopt).first;
+      FT_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " dtype ",
+               dtype_name(g.dtype), " epilogue ", static_cast<int>(g.epilogue));
+      it = cache.emplace(key, result.algo).first;
     }
     algo = it->second;
-  }
-  auto destroy = [&] {
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-    cublasLtMatmulDescDestroy(desc);
-  };
-  if (!algo) {
-    destroy();
-    return false;
   }
   const double alpha64 = 1.0, beta64 = g.accumulate ? 1.0 : 0.0;
   const float alpha32 = 1.0f, beta32 = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  const cublasStatus_t status = cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, g.d, ld, g.d,
-                                               ld, &*algo, workspace, workspace_bytes, stream());
-  destroy();
-  FT_CUBLAS_CHECK(status);
-  return true;
+  FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, g.d, ld, g.d, ld, &algo,
+                                 workspace, workspace_bytes, stream()));
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
 }
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,

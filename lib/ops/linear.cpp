@@ -9,27 +9,28 @@
 
 namespace ft {
 
-void check_linear_weight(const char* op, const Tensor& w, const Tensor& b, const Tensor& input, const char* input_name,
-                         int64_t in) {
-  check_defined(w, op, "weight");
-  FT_CHECK(w.dim() == 2 && w.size(1) == in, op, ": weight must be [OUT, ", in, "] for ", input_name, " ",
-           shape_str(input.shape()), ", got ", shape_str(w.shape()));
-  FT_CHECK(input.dtype() == w.dtype() && input.device() == w.device(), op, ": ", input_name, " is ",
-           dtype_name(input.dtype()), " on ", input.device().str(), ", weight is ", dtype_name(w.dtype()), " on ",
-           w.device().str());
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_defined(x, "linear", "x");
+  check_defined(w, "linear", "weight");
+  FT_CHECK(w.dim() == 2, "linear: weight must be [OUT, IN], got ", shape_str(w.shape()));
+  FT_CHECK(x.dim() >= 2 && x.size(-1) == w.size(1), "linear: x ", shape_str(x.shape()), " does not end in IN = ",
+           w.size(1), " of weight ", shape_str(w.shape()));
+  FT_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "linear: x is ", dtype_name(x.dtype()), " on ",
+           x.device().str(), ", weight is ", dtype_name(w.dtype()), " on ", w.device().str());
   if (b.defined())
-    FT_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == w.dtype() && b.device() == w.device(), op,
-             ": bias must be [", w.size(0), "] ", dtype_name(w.dtype()), " on ", w.device().str(), ", got ",
+    FT_CHECK(b.dim() == 1 && b.size(0) == w.size(0) && b.dtype() == w.dtype() && b.device() == w.device(),
+             "linear: bias must be [", w.size(0), "] ", dtype_name(w.dtype()), " on ", w.device().str(), ", got ",
              shape_str(b.shape()), " ", dtype_name(b.dtype()), " on ", b.device().str());
 }
 
-void check_linear(const Tensor& x, const Tensor& w, const Tensor& b, const char* op) {
-  check_defined(x, op, "x");
-  FT_CHECK(x.dim() >= 2, op, ": x must be [..., IN], got ", shape_str(x.shape()));
-  check_linear_weight(op, w, b, x, "x", x.size(-1));
+// cuBLASLt epilogues need f32/bf16, a bias to fuse, and 16-byte-aligned rows for the aux buffer.
+bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
+  const bool epilogue_act = act == Activation::None || act == Activation::ReLU || act == Activation::GELU;
+  return (x.dtype() == DType::BF16 || x.dtype() == DType::F32) && b.defined() && w.size(0) % 8 == 0 &&
+         x.numel() > 0 && epilogue_act;
 }
-
-namespace {
 
 Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
   const int64_t in = w.size(1), out_features = w.size(0);
@@ -56,13 +57,6 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
 }
 
 }  // namespace
-
-// cuBLASLt epilogues need f32/bf16, a bias to fuse, and 16-byte-aligned rows for the aux buffer.
-bool linear_epilogue_supported(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
-  const bool epilogue_act = act == Activation::None || act == Activation::ReLU || act == Activation::GELU;
-  return (x.dtype() == DType::BF16 || x.dtype() == DType::F32) && b.defined() && w.size(0) % 8 == 0 &&
-         x.numel() > 0 && epilogue_act;
-}
 
 Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   Tensor y = matmul(x, weight, false, true);
@@ -93,7 +87,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   LinearFusion fusion = linear_fusion();
   if (fusion == LinearFusion::Auto)
     fusion = linear_fusion_for(x.numel() / x.size(-1), weight.size(1), weight.size(0), act);
-  if (fusion == LinearFusion::Epilogue && linear_epilogue_supported(x, weight, bias, act))
+  if (fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act))
     return linear_fused(x, weight, bias, act);
   return bias_act(matmul(x, weight, false, true), bias, act);
 }

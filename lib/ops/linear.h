@@ -3,8 +3,9 @@
 // x: [..., IN], W: [OUT, IN], b: [OUT] or undefined; result [..., OUT], x's dtype.
 // Fused (CUDA, bf16/f32; activation None, ReLU or GELU): one cuBLASLt product whose epilogue adds the bias and applies the
 // activation; GELU saves the pre-activation as the epilogue's aux output for backward, which
-// computes dpre = dy·gelu'(pre) in one kernel, dx = dpre·W, and dW with the bias gradient in the
-// same product's BGRADB epilogue. Saves x, W and (GELU) the pre-activation, (ReLU) the output.
+// computes dpre = dy·act'(pre) and the bias gradient in one kernel, then dx = dpre·W and dW as
+// plain products (without an activation, dW's BGRADB epilogue reduces the bias gradient). Saves
+// x, W and (GELU) the pre-activation, (ReLU) the output.
 // Second fused strategy: the matmul primitive (no epilogue) followed by the fused bias_act
 // kernel (lib/ops/bias_act.h). Which fused strategy runs is chosen per shape by
 // linear_fusion_for(); set_linear_fusion() pins one (for tests and benchmarks).
@@ -35,24 +36,6 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, A
 /// `saved` is pre for GELU, y for ReLU, unused for None.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Activation act, const Tensor& saved,
                      const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
-/// For a linear whose input is gelu(pre) (pre [N, IN], saved by the GELU linear before it):
-/// dpre = (dy·W)∘gelu'(pre) in the product's DGELU epilogue, and dbias_in = Σ over N of dpre
-/// (the GELU linear's bias gradient; undefined when not wanted). Falls back to separate passes
-/// where cuBLASLt offers no such epilogue.
-void linear_backward_through_gelu(const Tensor& dy, const Tensor& weight, const Tensor& pre, const Tensor& dpre,
-                                  const Tensor& dbias_in);
 }  // namespace cuda
-
-/// Raises an ft::Error naming `op` unless x [..., IN], weight [OUT, IN] and bias [OUT] (or
-/// undefined) fit together, on one device in one dtype.
-void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op = "linear");
-/// The weight half of check_linear: weight [OUT, in] and bias [OUT] (or undefined) in the dtype
-/// and on the device of `input`, which the message calls input_name.
-void check_linear_weight(const char* op, const Tensor& weight, const Tensor& bias, const Tensor& input,
-                         const char* input_name, int64_t in);
-
-/// Whether the cuBLASLt epilogue path takes x·Wᵀ + b with this activation (CUDA, bf16 or f32,
-/// a bias, OUT a multiple of 8, something to multiply).
-bool linear_epilogue_supported(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
 
 }  // namespace ft
