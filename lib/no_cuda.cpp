@@ -85,7 +85,7 @@ void dropout_forward(const Tensor&, const Tensor&, const Tensor&, double, uint64
 }
 void dropout_backward(const Tensor&, double, uint64_t, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 bool norm_supported(int64_t) { return false; }
-void norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
+bool norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, const Tensor&,
                   const Tensor&, const Tensor&, const Tensor&, const NormEpilogue&) {
   unavailable();
 }

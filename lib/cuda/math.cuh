@@ -156,6 +156,23 @@ __device__ __forceinline__ void dropout_keep(uint64_t seed, uint64_t offset, uin
   }
 }
 
+/// keep[k] for elements [i, i + V) from packed keep bits (byte j holds elements 8j..8j+7, bit k
+/// for 8j + k), as dropout_keep drew them.
+template <int V>
+__device__ __forceinline__ void dropout_keep_from_bits(const uint8_t* bits, uint64_t i, bool (&keep)[V]) {
+  if constexpr (V % 8 == 0) {  // whole bytes: packs start at multiples of V
+#pragma unroll
+    for (int q = 0; q < V; q += 8) {
+      const unsigned byte = bits[(i + q) >> 3];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) keep[q + j] = (byte >> j) & 1u;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) keep[k] = (bits[(i + k) >> 3] >> ((i + k) & 7)) & 1u;
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int shift = 16; shift > 0; shift >>= 1) v += __shfl_xor_sync(0xffffffffu, v, shift);

@@ -62,6 +62,7 @@ struct Epilogue {
   float p = 0.0f, scale = 1.0f;
   uint64_t seed = 0;
   const int64_t* offset = nullptr;
+  uint8_t* mask = nullptr;  // keep bits: the forward writes them (V % 8 == 0), the backward reads
 };
 
 // kEpilogue is a compile-time switch: with the epilogue's code in the plain kernels, their
@@ -114,7 +115,20 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel
       for (int k = 0; k < V; ++k) s[p][k] = (s[p][k] - mean) * rstd * w[k] + b[k];
       if constexpr (kEpilogue) {
         bool keep[V];
-        if (epi.p > 0.0f) dropout_keep<V>(epi.seed, offset, static_cast<uint64_t>(r * cols + c), epi.p, keep);
+        if (epi.p > 0.0f) {
+          dropout_keep<V>(epi.seed, offset, static_cast<uint64_t>(r * cols + c), epi.p, keep);
+          if constexpr (V % 8 == 0) {
+            if (epi.mask) {
+#pragma unroll
+              for (int q = 0; q < V; q += 8) {
+                unsigned byte = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(keep[q + j]) << j;
+                epi.mask[(r * cols + c + q) >> 3] = static_cast<uint8_t>(byte);
+              }
+            }
+          }
+        }
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           if (epi.act != Activation::None) s[p][k] = activate(epi.act, s[p][k], kFastMath<T>);
@@ -176,7 +190,11 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
         float b[V] = {};
         if (bias) load_vec<T, V>(bias + c, b);
         bool keep[V];
-        if (epi.p > 0.0f) dropout_keep<V>(epi.seed, static_cast<uint64_t>(*epi.offset), static_cast<uint64_t>(r * cols + c), epi.p, keep);
+        if (epi.p > 0.0f) {
+          const uint64_t i = static_cast<uint64_t>(r * cols + c);
+          if (epi.mask) dropout_keep_from_bits<V>(epi.mask, i, keep);
+          else dropout_keep<V>(epi.seed, static_cast<uint64_t>(*epi.offset), i, epi.p, keep);
+        }
 #pragma unroll
         for (int k = 0; k < V; ++k) {
           float g = to_acc(gs[p].v[k]);
@@ -323,15 +341,21 @@ Epilogue device_epilogue(const NormEpilogue& e) {
   d.scale = e.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - e.dropout_p)) : 1.0f;
   d.seed = e.seed;
   d.offset = e.dropout_p > 0.0 ? e.offset.data<int64_t>() : nullptr;
+  d.mask = e.dropout_p > 0.0 && e.mask.defined() ? e.mask.data<uint8_t>() : nullptr;
   return d;
 }
 }  // namespace
 
-void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                   double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                   const NormEpilogue& epilogue) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   auto ptr = [](const Tensor& t) -> const void* { return t.defined() ? t.data_ptr() : nullptr; };
+  FT_CHECK(!epilogue.mask.defined() ||
+               (epilogue.mask.dtype() == DType::U8 && epilogue.mask.numel() >= (x.numel() + 7) / 8),
+           "norm forward: the dropout mask must hold ", (x.numel() + 7) / 8, " bytes (U8), got ",
+           epilogue.mask.numel(), " ", dtype_name(epilogue.mask.dtype()));
+  bool mask_written = false;
   with_norm_config(
       kind, x.dtype(), cols, {ptr(x), ptr(residual), ptr(weight), ptr(bias), ptr(sum), ptr(out)}, epilogue.active(),
       [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, auto epi, const Launch& launch) {
@@ -339,12 +363,14 @@ void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
         constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
         constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
         auto kernel = norm_forward_kernel<T, V, P, kR, kW, decltype(epi)::value>;
+        mask_written = decltype(epi)::value && V % 8 == 0 && epilogue.dropout_p > 0.0 && epilogue.mask.defined();
         kernel<<<grid_for(launch, rows, 64LL * multiprocessor_count()), launch.threads, 0, stream()>>>(
             x.data<T>(), static_cast<const T*>(ptr(residual)), weight.data<T>(), static_cast<const T*>(ptr(bias)),
             sum.defined() ? sum.data<T>() : nullptr, out.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
             rstd.data<float>(), rows, cols, static_cast<float>(eps), device_epilogue(epilogue));
         FT_CUDA_CHECK_LAUNCH("norm_forward_kernel");
       });
+  return mask_written;
 }
 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,

@@ -41,7 +41,7 @@ Tensor layer_norm_act_dropout(const Tensor& x, const Tensor& weight, const Tenso
   if (dropout_p > 0.0) check_philox_offset("layer_norm_act_dropout", x, offset);
   if (!norm_fused_ok(x)) return layer_norm_act_dropout_composite(x, weight, bias, act, dropout_p, seed, offset, eps);
   return norm_fused(NormKind::Layer, x, Tensor(), weight, bias, eps,
-                    NormEpilogue{.act = act, .dropout_p = dropout_p, .seed = seed, .offset = offset})
+                    NormEpilogue{.act = act, .dropout_p = dropout_p, .seed = seed, .offset = offset, .mask = Tensor()})
       .out;
 }
 

@@ -47,6 +47,10 @@ struct NormEpilogue {
   double dropout_p = 0.0;
   uint64_t seed = 0;
   Tensor offset;
+  /// The dropout's keep bits (U8, one byte per 8 consecutive elements, bit k for element 8j + k):
+  /// the forward writes them when defined and it can (norm_forward says), the backward then reads
+  /// them instead of drawing the Philox numbers again (a quarter of its instructions in the MLP).
+  Tensor mask;
   bool active() const { return act != Activation::None || dropout_p > 0.0; }
 };
 
@@ -54,8 +58,9 @@ namespace cuda {
 /// Whether the fused kernels take rows of this width (up to 8192; wider rows use the twin).
 bool norm_supported(int64_t cols);
 /// Normalizes rows of `x` (+ `residual`, stored to `sum`, when residual is defined). RMS skips the
-/// mean and the bias. mean is written for Layer only; rstd always (f32 [rows]).
-void norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+/// mean and the bias. mean is written for Layer only; rstd always (f32 [rows]). Returns whether
+/// the epilogue's dropout mask was written (packed bf16 rows of a multiple of 8 columns).
+bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                   double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                   const NormEpilogue& epilogue = {});
 /// From dy and the normalized input `x` (the sum, for the add forms) with its saved statistics:

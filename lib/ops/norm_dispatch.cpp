@@ -32,15 +32,21 @@ bool norm_fused_ok(const Tensor& x) {
 }
 
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
-                         const Tensor& bias, double eps, const NormEpilogue& epilogue) {
+                         const Tensor& bias, double eps, const NormEpilogue& requested) {
   const int64_t rows = x.numel() / x.size(-1);
+  // Training with dropout: the forward keeps the mask's bits for the backward (1 bit an element).
+  NormEpilogue epilogue = requested;
+  const bool training = needs_grad({&x, &residual, &weight, &bias});
+  if (training && epilogue.dropout_p > 0.0 && !epilogue.mask.defined())
+    epilogue.mask = Tensor::empty({(x.numel() + 7) / 8}, DType::U8, x.device());
   AddNormResult result;
   result.out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (residual.defined()) result.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = kind == NormKind::Layer ? Tensor::empty({rows}, DType::F32, x.device()) : Tensor();
   Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
-  cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd, epilogue);
-  if (!needs_grad({&x, &residual, &weight, &bias})) return result;
+  if (!cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd, epilogue))
+    epilogue.mask = Tensor();  // not written: the backward draws the mask again
+  if (!training) return result;
   // The sum is an add node (its gradient reaches x and residual unchanged); the norm reads the
   // sum, so gradients from both outputs meet there.
   Tensor normalized_input = x;
