@@ -156,14 +156,16 @@ __global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross
     const MaxSum total = group.max_sum(acc);
     const float sum_all = smoothing > 0.0f ? group.sum(row_sum) : 0.0f;
     const float lse = total.max + __logf(total.sum);
-    const float scale = counted ? (mean_reduction ? 1.0f / *count : 1.0f) : 0.0f;
+    // With every row ignored the mean is 0/0: an ignored row's 0 times 1/0 keeps that NaN.
+    const float mean_scale = mean_reduction ? 1.0f / *count : 1.0f;
+    const float scale = counted ? mean_scale : 0.0f;  // of this row's gradient
     if (group.rank() == 0) {
       float l = 0.0f;
       if (counted) {
         const float picked = to_acc(row[target]);
         l = lse - (1.0f - smoothing) * picked - smoothing * sum_all / static_cast<float>(vocab);
       }
-      row_loss[r] = l * scale;
+      row_loss[r] = l * mean_scale;
     }
     if (dlogits) {
       // d = (softmax − (1 − smoothing)·onehot − smoothing / V) · scale
