@@ -87,17 +87,6 @@ struct SwigluBackward {
   }
 };
 
-/// Runs `body(tag, vec)` with VEC = the 16-byte pack when the rows and pointers allow, else 1.
-template <class Body>
-void with_vector_width(DType dtype, const char* op, int64_t cols, std::initializer_list<const void*> pointers,
-                       Body&& body) {
-  dispatch_half_float(dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    if (packable<T>(cols, pointers)) body(tag, std::integral_constant<int, kPackSize<T>>{});
-    else body(tag, std::integral_constant<int, 1>{});
-  });
-}
-
 }  // namespace
 
 void bias_act_forward(const Tensor& x, const Tensor& bias, Activation act, const Tensor& y) {

@@ -137,6 +137,17 @@ void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* colu
   FT_CUDA_CHECK_LAUNCH("map_reduce_columns_kernel");
 }
 
+/// Runs `body(tag, vec)` with VEC = the 16-byte pack when the rows and pointers allow, else 1.
+template <class Body>
+void with_vector_width(DType dtype, const char* op, int64_t cols, std::initializer_list<const void*> pointers,
+                       Body&& body) {
+  dispatch_half_float(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    if (packable<T>(cols, pointers)) body(tag, std::integral_constant<int, kPackSize<T>>{});
+    else body(tag, std::integral_constant<int, 1>{});
+  });
+}
+
 template <int VEC, class Op>
 void launch_map(const Op& op, int64_t rows, int64_t cols) {
   map_kernel<VEC><<<elementwise_blocks(rows * (cols / VEC), kThreads), kThreads, 0, stream()>>>(op, rows, cols);
