@@ -25,6 +25,11 @@ constexpr int kBlockThreads = 256;  // warp mode: 8 rows per block
 // Warp-mode backward blocks per multiprocessor. On the H100 (GPT-2 shape, residual+LN fwd+bwd)
 // 2 blocks took 0.084 ms and 4 took 0.112: bounded to 64 registers, the backward spilled.
 constexpr int kNormBackwardBlocks = 2;
+// Warp-mode forward blocks per multiprocessor the registers must allow: 4 (64 registers) hold
+// the MLP's 4096 rows of 1024 (512 blocks, a row a warp) in one wave; with the LayerNorm + GELU +
+// Dropout epilogue the compiler took 72 registers, 3 blocks fitted, and a third of the blocks
+// ran as a second wave (17 us a launch on the H100).
+constexpr int kNormForwardBlocks = 4;
 
 // Most threads a launch can have: 8 warps in warp mode; in block mode cols / (V·kBlockPacks)
 // rounded up, at most 8192 / 8 = 1024 for unpacked rows and 256 for packed ones. Declared to
@@ -69,7 +74,7 @@ struct Epilogue {
 // registers grew (forward 64 -> 74, backward 118 -> 128) and residual + LayerNorm slowed from
 // 0.084 to 0.090 ms on the H100.
 template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
-__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>) norm_forward_kernel(const T* x, const T* residual, const T* weight, const T* bias, T* sum, T* out,
+__global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormForwardBlocks : 1) norm_forward_kernel(const T* x, const T* residual, const T* weight, const T* bias, T* sum, T* out,
                                     float* mean_out, float* rstd_out, int64_t rows, int64_t cols, float eps,
                                     Epilogue epi) {
   __shared__ float scratch[33];
