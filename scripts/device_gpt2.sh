@@ -28,7 +28,7 @@ resume=$([ $? -eq 0 ] && echo "exact (steps 21-30 identical)" || echo "FAILED (s
 
 timeout 150 $B/examples/ft-bench ops --only attention >"$logs/attention.log" 2>&1 || tail -5 "$logs/attention.log"
 timeout 90 python3 bench/peers/ops_torch.py --only attention >"$logs/attention-torch.log" 2>&1 || tail -5 "$logs/attention-torch.log"
-timeout 200 $B/examples/ft-bench gpt2 >"$logs/gpt2.log" 2>&1 || tail -5 "$logs/gpt2.log"
+timeout 240 $B/examples/ft-bench gpt2 --graph 1 >"$logs/gpt2.log" 2>&1 || tail -5 "$logs/gpt2.log"
 (cd bench/peers && timeout 150 python3 gpt2_torch.py) >"$logs/gpt2-torch.log" 2>&1 || tail -5 "$logs/gpt2-torch.log"
 
 {
@@ -42,7 +42,7 @@ grep '^RESULT attention=' "$logs/attention-torch.log" | sed 's/^RESULT /torch: /
 echo
 sed -n '/^kernels/,$p' "$logs/gpt2.log" | grep -v '^RESULT'
 grep '^RESULT gpt2' "$logs/gpt2-torch.log" | sed 's/^RESULT /peer: /'
-ours=$(sed -n 's/^RESULT gpt2 kernels=fused ms=\([0-9.]*\).*/\1/p' "$logs/gpt2.log")
+ours=$(sed -n 's/^RESULT gpt2 kernels=fused graph=[01] ms=\([0-9.]*\).*/\1/p' "$logs/gpt2.log")
 peer=$(sed -n 's/^RESULT gpt2 torch=compile ms=\([0-9.]*\).*/\1/p' "$logs/gpt2-torch.log")
 [ -n "$ours" ] && [ -n "$peer" ] &&
   awk -v o="$ours" -v p="$peer" 'BEGIN { printf "gpt2-124M: torch.compile %.2f ms, ours %.2f ms, torch / ours %.3fx\n", p, o, p / o }'

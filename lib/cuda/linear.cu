@@ -1,15 +1,16 @@
 // Fused linear: bias and activation ride in the cuBLASLt epilogue instead of separate passes.
 // Forward writes y once (and, for GELU, the pre-activation as aux). Backward, with an
 // activation: one pass (bias_act's backward kernel) turns dy into dpre and sums db down its
-// columns, then two plain products dx = dpre·W and dW = dpreᵀ·x. Without one: db from the
-// column kernel (lib/cuda/row_map.cuh), and the two products. Replaces the twin matmul + add + activation (3 launches
+// columns, then two plain products dx = dpre·W and dW = dpreᵀ·x. Without one: the two products,
+// dW's BGRADB epilogue reducing db. Replaces the twin matmul + add + activation (3 launches
 // forward, about 7 backward).
 //
 // Measured on the H100 for gpt2-124M's c_fc (16384 × 3072, bf16): the activation pass alone
 // plus BGRADB's own reduction kernel took 141 + 48 us; cuBLASLt's DGELU_BGRAD epilogue, which
 // would have folded the GELU's derivative into c_proj's input-gradient product, ran as a
-// separate epilogue kernel of 355 us; BGRADB's reduction kernel reached 1.6–2.0 TB/s on the bias
-// gradients of c_attn and c_proj (docs/performance.md).
+// separate epilogue kernel of 355 us. BGRADB's own reduction kernel and our column kernel took
+// the same time on GPT-2's bias gradients, and BGRADB 0.9 us less on the MLP's
+// (docs/performance.md).
 #include "lib/cuda/cublaslt.h"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
@@ -63,8 +64,6 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
     // act'(saved) is act'(pre) for GELU (saved = pre) and for ReLU (saved = y > 0 where pre > 0).
     dpre = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
     bias_act_backward(dy, saved, Tensor(), act, dpre, dbias);
-  } else if (dbias.defined()) {
-    reduce_middle(dy, dbias, 1, n, out);  // the column kernel (cuBLASLt's BGRADB ran its own, slower)
   }
   if (dx.defined()) {  // dxᵀ[in, n] = W_cm[in, out] · dpre_cm[out, n]
     LtGemm g;
@@ -93,7 +92,13 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
     g.trans_b = true;
     g.d = dweight.data_ptr();
     g.ldd = in;
+    if (dbias.defined() && act == Activation::None) {  // BGRADB: db = Σ over n of dy
+      g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+      g.bias = dbias.data_ptr();
+    }
     run_gemm(g);
+  } else if (dbias.defined() && act == Activation::None) {
+    reduce_middle(dy, dbias, 1, n, out);
   }
 }
 

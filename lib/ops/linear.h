@@ -4,7 +4,7 @@
 // Fused (CUDA, bf16/f32; activation None, ReLU or GELU): one cuBLASLt product whose epilogue adds the bias and applies the
 // activation; GELU saves the pre-activation as the epilogue's aux output for backward, which
 // computes dpre = dy·act'(pre) and the bias gradient in one kernel, then dx = dpre·W and dW as
-// plain products (without an activation, the column kernel sums the bias gradient). Saves
+// plain products (without an activation, dW's BGRADB epilogue sums the bias gradient). Saves
 // x, W and (GELU) the pre-activation, (ReLU) the output.
 // Second fused strategy: the matmul primitive (no epilogue) followed by the fused bias_act
 // kernel (lib/ops/bias_act.h). Which fused strategy runs is chosen per shape by
