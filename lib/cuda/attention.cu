@@ -6,22 +6,27 @@
 //   and sum per row) and the P·V product stay in registers: the probabilities' accumulator
 //   fragments are the A operand of the next mma (mma::accumulator_to_a). Saves the output and
 //   the log-sum-exp of each row, nothing else.
-// - backward, deterministic and without atomics, in two kernels that recompute the
-//   probabilities from the saved log-sum-exp:
-//   dq:  per query tile, over key tiles:  S = Q·Kᵀ, dP = dO·Vᵀ, dS = P∘(dP − Δ), dQ += dS·K.
-//   dkv: per key tile, over query tiles:  Sᵀ = K·Qᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dK += dSᵀ·Q,
-//   with Δ_i = dO_i·O_i from a small row kernel. Computing Sᵀ rather than S makes Pᵀ and dSᵀ
-//   arrive as A fragments of the dV and dK products, with no trip through shared memory.
-//   This recomputes S and dP once more than FlashAttention-2's atomic dQ does, and buys a
-//   bit-reproducible dQ (a resumed run replays the same losses).
+// - backward, one kernel after a small row kernel for Δ_i = dO_i·O_i. A block owns a 64-key
+//   tile and streams the query tiles, recomputing the probabilities from the saved
+//   log-sum-exp: Sᵀ = K·Qᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ), dK += dSᵀ·Q (Sᵀ rather
+//   than S makes Pᵀ and dSᵀ arrive as A fragments of the dV and dK products), and the key
+//   tile's share of the query tile's gradient, dS·K, from dSᵀ parked in shared memory. The
+//   shares of one query tile are added in a fixed order, from the key tile on the diagonal
+//   down to key tile 0, through an f32 buffer and a turn counter per query tile: the first
+//   share is stored, each later one waits for its turn and adds, and key tile 0 writes dQ in
+//   bf16. That is FlashAttention-2's 5 products per tile pair with a bit-reproducible dQ (its
+//   dQ is added with atomics in whatever order blocks arrive); the two-kernel form this
+//   replaced recomputed S and dP for dQ (7 products).
 // - dropout on the probabilities: element (b, h, i, j) is kept when
 //   philox::uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
 //   backward regenerates it.
 //
 // Every product is one of two shapes (scores: A·Bᵀ, A as fragments in registers and B row-major
-// in shared memory; accumulate: C += P·B with P in registers), so the three kernels share them.
-// Measured speed, and why it is below the issue's targets: docs/performance.md.
+// in shared memory; accumulate: C += P·B with P in registers), plus dS·K with both operands in
+// shared memory. Measured speed: docs/performance.md.
 #include <cuda_bf16.h>
+
+#include <cuda/atomic>
 
 #include <cmath>
 
@@ -41,10 +46,12 @@ constexpr int kTile = 64;      // keys per streamed tile; query rows per dq bloc
 
 /// A tile of rows × D bf16 in shared memory, row-major, its 16-byte chunks swizzled
 /// (chunk ^ row % 8): the 8 row addresses of an ldmatrix then fall on 8 different bank groups.
+/// Rows of fewer than 8 chunks (the 32-query dSᵀ tile at HS 128) swizzle within the row.
 template <int D>
 struct Tile {
+  static constexpr int kSwizzle = D / 8 < 8 ? D / 8 - 1 : 7;
   bf16* base;
-  __device__ bf16* at(int row, int chunk) const { return base + row * D + ((chunk ^ (row & 7)) << 3); }
+  __device__ bf16* at(int row, int chunk) const { return base + row * D + ((chunk ^ (row & kSwizzle)) << 3); }
 };
 
 struct Params {
@@ -56,6 +63,8 @@ struct Params {
   bf16 *dq, *dk, *dv;     // laid out as q, k, v (in)
   float* lse;             // [B·NH, T], natural log of Σ_j exp(scaled score)
   float* delta;           // [B·NH, T], dO_i·O_i
+  float* dq_sum;          // [B·NH, query tiles, rows × HS]: the shares of dQ added so far
+  int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
   int heads, tokens;
   bool causal;
   float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
@@ -200,12 +209,12 @@ __device__ __forceinline__ void apply_dropout(float (&s)[kM][kN][4], const Param
       for (int e = 0; e < 4; ++e) s[m][n][e] = mask.keep(index_of(m, n, e)) ? s[m][n][e] * p.dropout_scale : 0.0f;
 }
 
-/// Output tile of the warp (16 rows × D) as bf16 pairs; rows past T are dropped.
-template <int D>
+/// Output tile of the warp (16 rows × kCols) as bf16 pairs; rows past T are dropped.
+template <int kCols>
 __device__ __forceinline__ void store_rows(bf16* base, int64_t token_stride, int row0, int tokens,
-                                           const float (&acc)[D / 8][4], float scale0, float scale1) {
+                                           const float (&acc)[kCols / 8][4], float scale0, float scale1) {
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n)
+  for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + fragment_row(2 * half);
@@ -373,87 +382,109 @@ __global__ void attention_delta_kernel(const __grid_constant__ Params p, int64_t
   if (row < rows && lane == 0) p.delta[row] = sum;
 }
 
-/// Whether the backward kernels keep their two fixed A operands (Q and dO, or K and V) in
-/// registers across the loop, or read them from shared memory again each step: at HS 128 they
-/// would take 64 registers and the kernels spilled.
+/// Whether the backward kernel keeps its two fixed A operands (K and V) in registers across the
+/// loop, or reads them from shared memory again each step: at HS 128 they would take 64
+/// registers and the kernel spilled.
 template <int D>
 constexpr bool kHoldFragments = D <= 64;
 
-template <int D, bool kDropout>
-__global__ void __launch_bounds__(kAttnThreads) attention_dq_kernel(const __grid_constant__ Params p) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* const base = reinterpret_cast<bf16*>(smem);
-  const Tile<D> q_tile{base}, do_tile{base + kTile * D};
-  auto k_tile = [&](int buf) { return Tile<D>{base + (2 + buf) * kTile * D}; };
-  auto v_tile = [&](int buf) { return Tile<D>{base + (4 + buf) * kTile * D}; };
-  const int q0 = query_tile(p.causal) * kTile, warp = threadIdx.x / 32;
-  const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
-  const int all_tiles = (p.tokens + kTile - 1) / kTile;
-  const int key_tiles = p.causal ? q0 / kTile + 1 : all_tiles;
-  load_tile<D, kTile>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
-  load_tile<D, kTile>(do_tile, p.dout + out_base, p.out_strides.token, q0, p.tokens);
-  load_key_values<D>(k_tile(0), v_tile(0), p, in_base, 0);
-  mma::commit_copies();
+/// Query rows per backward step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators
+/// alone take 128 registers a thread.
+template <int D>
+constexpr int kBackwardQueryRows = D <= 64 ? 64 : 32;
 
-  const int row0 = q0 + warp * 16;
-  float lse2[2], delta[2];  // per row of the thread: log-sum-exp in the exp2 domain, and Δ
+/// The warp's tile of a query tile's dQ share: 16 rows × 64 columns. At HS 64 the 4 warps take
+/// the 4 row tiles of 64 queries; at HS 128 two row tiles of 32 queries × two column halves.
+template <int D>
+struct DqTile {
+  static constexpr int kRowTiles = kBackwardQueryRows<D> / 16;
+  static_assert(kRowTiles * (D / 64) == kAttnThreads / 32, "one 16 × 64 tile per warp");
+  __device__ static int row0() { return (threadIdx.x / 32 % kRowTiles) * 16; }
+  __device__ static int col0() { return (threadIdx.x / 32 / kRowTiles) * 64; }
+};
+
+/// acc = dS·K over the key tile for the warp's DqTile: dS read transposed out of the block's
+/// tile of dSᵀ (keys × queries, ldmatrix.trans gives the A fragments), K as the B operand as in
+/// accumulate().
+template <int D, int kRows>
+__device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t, Tile<D> k) {
+  const int lane = threadIdx.x % 32, q_chunk = DqTile<D>::row0() / 8, d_chunk = DqTile<D>::col0() / 8;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + fragment_row(2 * h);
-    const int64_t at = static_cast<int64_t>(head_index()) * p.tokens + row;
-    lse2[h] = row < p.tokens ? p.lse[at] * kLog2e : 0.0f;
-    delta[h] = row < p.tokens ? p.delta[at] : 0.0f;
-  }
-  uint32_t qf[1][D / 16][4], df[1][D / 16][4];
-  float acc[1][D / 8][4] = {};
-  for (int kt = 0; kt < key_tiles; ++kt) {
-    const int buf = kt & 1, k0 = kt * kTile;
-    advance_stage(kt + 1 < key_tiles, [&] { load_key_values<D>(k_tile(buf ^ 1), v_tile(buf ^ 1), p, in_base, k0 + kTile); });
-    if (kt == 0 || !kHoldFragments<D>) {
-      load_a<D, 1>(qf, q_tile, warp * 16);
-      load_a<D, 1>(df, do_tile, warp * 16);
+  for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < kTile / 16; ++ks) {
+    uint32_t af[4];
+    mma::load_matrix_x4_trans(af, ds_t.at(16 * ks + lane % 8 + (lane / 16) * 8, q_chunk + (lane / 8) % 2));
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4];
+      mma::load_matrix_x4_trans(bf, k.at(16 * ks + lane % 8 + ((lane / 8) % 2) * 8, d_chunk + 2 * np + lane / 16));
+      mma::mma_bf16(acc[2 * np], af, bf[0], bf[1]);
+      mma::mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
     }
-    float s[1][kTile / 8][4], dp[1][kTile / 8][4];
-    scores<D, 1, kTile>(s, qf, k_tile(buf), 0);
-    scores<D, 1, kTile>(dp, df, v_tile(buf), 0);
-    const bool edge = edge_tile(p, k0, q0);
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + fragment_row(e), col = k0 + fragment_col(n, e);
-        const bool hidden = edge && (col >= p.tokens || (p.causal && col > row));
-        s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[e / 2]));
-      }
-    if constexpr (kDropout)
-      apply_dropout(dp, p, [&](int, int n, int e) {
-        return probability_index(p.tokens, row0 + fragment_row(e), k0 + fragment_col(n, e));
-      });
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][n][e] *= dp[0][n][e] - delta[e / 2];  // dS = P∘(dP∘Z − Δ)
-    accumulate<D, 1, kTile>(acc, s, k_tile(buf), 0);
-    __syncthreads();
   }
-  store_rows<D>(p.dq + in_base, p.in.token, row0, p.tokens, acc[0], p.scale, p.scale);
 }
 
-/// Query rows per dkv step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators alone
-/// take 128 registers a thread.
-template <int D>
-constexpr int kDkvQueryRows = D <= 64 ? 64 : 32;
+// A block whose turn never comes would hang the GPU; after about a second of waiting it traps
+// instead (the launch then fails with an error). Blocks wait only on blocks of lower index,
+// which the hardware starts first, so a correct launch never gets near this.
+constexpr long long kMaxTurnSpins = 1LL << 24;
+
+/// Adds the block's share of query tile qt's dQ (key tile kt) in its turn: shares come from
+/// the key tile on the diagonal (turn 0, which stores) down to key tile 0 (which adds the last
+/// share and writes dQ in bf16, scaled). Every thread passes its accumulators; block-uniform.
+template <int D, int kRows>
+__device__ __forceinline__ void add_dq_share(const Params& p, int qt, int kt, int key_tiles, float (&dq)[8][4],
+                                             int64_t in_base) {
+  const int query_tiles = (p.tokens + kRows - 1) / kRows;
+  const int64_t slot = static_cast<int64_t>(head_index()) * query_tiles + qt;
+  const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kRows - 1) / kTile) : key_tiles - 1;
+  const int turn = diagonal - kt;
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turns(p.dq_turns[slot]);
+  // Each thread's 32 values as 8 float4s, laid out so that a warp's accesses are contiguous.
+  float4* sum = reinterpret_cast<float4*>(p.dq_sum + slot * kRows * D) + (threadIdx.x / 32) * 8 * 32 + threadIdx.x % 32;
+  if (turn > 0) {
+    if (threadIdx.x == 0) {
+      long long spins = 0;
+      while (turns.load(::cuda::memory_order_acquire) != turn) {
+        __nanosleep(64);
+        if (++spins > kMaxTurnSpins) __trap();
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float4 before = __ldcg(sum + n * 32);
+      dq[n][0] += before.x;
+      dq[n][1] += before.y;
+      dq[n][2] += before.z;
+      dq[n][3] += before.w;
+    }
+  }
+  if (kt == 0) {  // the last share: dQ is complete
+    store_rows<64>(p.dq + in_base + DqTile<D>::col0(), p.in.token, qt * kRows + DqTile<D>::row0(), p.tokens, dq,
+                   p.scale, p.scale);
+    return;
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n) __stcg(sum + n * 32, make_float4(dq[n][0], dq[n][1], dq[n][2], dq[n][3]));
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) turns.store(turn + 1, ::cuda::memory_order_release);
+}
 
 template <int D, bool kDropout>
-__global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __grid_constant__ Params p) {
-  constexpr int kRows = kDkvQueryRows<D>;
+__global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const __grid_constant__ Params p) {
+  constexpr int kRows = kBackwardQueryRows<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* const base = reinterpret_cast<bf16*>(smem);
   const Tile<D> k_tile{base}, v_tile{base + kTile * D};
   auto q_tile = [&](int buf) { return Tile<D>{base + 2 * kTile * D + buf * kRows * D}; };
   auto do_tile = [&](int buf) { return Tile<D>{base + 2 * kTile * D + (2 + buf) * kRows * D}; };
-  float* const row_stats = reinterpret_cast<float*>(base + 2 * kTile * D + 4 * kRows * D);  // [buf][lse2, Δ][kRows]
-  const int kt = blockIdx.x, k0 = kt * kTile, warp = threadIdx.x / 32;
+  const Tile<kRows> ds_tile{base + 2 * kTile * D + 4 * kRows * D};  // dSᵀ of the step, keys × queries
+  float* const row_stats = reinterpret_cast<float*>(ds_tile.base + kTile * kRows);  // [buf][lse2, Δ][kRows]
+  // Key tiles in reverse block order: a block waits for its turn only on blocks of lower index.
+  const int key_tiles = gridDim.x, kt = key_tiles - 1 - blockIdx.x, k0 = kt * kTile, warp = threadIdx.x / 32;
   const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
   const int64_t stat_base = static_cast<int64_t>(head_index()) * p.tokens;
   const int first = p.causal ? k0 / kRows : 0, query_tiles = (p.tokens + kRows - 1) / kRows;
@@ -507,11 +538,21 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dkv_kernel(const __gri
     scores<D, 1, kRows>(s, vf, do_tile(buf), 0);
     if constexpr (kDropout) apply_dropout(s, p, dropped_at);
 #pragma unroll
-    for (int n = 0; n < kRows / 8; ++n)
+    for (int n = 0; n < kRows / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[0][n][e] = dp[0][n][e] * (s[0][n][e] - delta[fragment_col(n, e)]);  // dSᵀ
+      // Parked in bf16, as the dK product's A operand rounds it, for the block's dS·K.
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(ds_tile.at(warp * 16 + fragment_row(2 * half), n) + fragment_col(0, 0)) =
+            mma::pack_bf16(s[0][n][2 * half], s[0][n][2 * half + 1]);
+    }
     accumulate<D, 1, kRows>(dk, s, q_tile(buf), 0);
-    __syncthreads();
+    __syncthreads();  // every warp's rows of dSᵀ are in place
+    float dq[8][4];
+    ds_times_k<D, kRows>(dq, ds_tile, k_tile);
+    add_dq_share<D, kRows>(p, qt, kt, key_tiles, dq, in_base);
+    __syncthreads();  // every warp is done with this step's buffers before the next prefetch refills them
   }
   store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk[0], p.scale, p.scale);
   store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv[0], 1.0f, 1.0f);
@@ -604,10 +645,17 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
     const unsigned delta_blocks = static_cast<unsigned>((rows + kDeltaRows - 1) / kDeltaRows);
     attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, rows);
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
-    launch(attention_dq_kernel<D, kDropout>, grid_for(shape, kTile), 6 * kTile * D * sizeof(bf16), p, "attention_dq_kernel");
-    constexpr int kRows = kDkvQueryRows<D>;
-    const size_t dkv_smem = (2 * kTile * D + 4 * kRows * D) * sizeof(bf16) + 4 * kRows * sizeof(float);
-    launch(attention_dkv_kernel<D, kDropout>, grid_for(shape, kTile), dkv_smem, p, "attention_dkv_kernel");
+    constexpr int kRows = kBackwardQueryRows<D>;
+    // The dQ shares' f32 sums and turn counters, per head and query tile; the sums need no
+    // clearing (the first share stores), the counters start at zero.
+    const int64_t slots = shape.batch * shape.heads * ((shape.tokens + kRows - 1) / kRows);
+    Tensor dq_sum = Tensor::empty({slots * kRows * D}, DType::F32, lse.device());
+    Tensor dq_turns = Tensor::empty({slots}, DType::I32, lse.device());
+    FT_CUDA_CHECK(cudaMemsetAsync(dq_turns.data_ptr(), 0, dq_turns.nbytes(), stream()));
+    p.dq_sum = dq_sum.data<float>();
+    p.dq_turns = dq_turns.data<int32_t>();
+    const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) + 4 * kRows * sizeof(float);
+    launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
   });
 }
 

@@ -251,6 +251,38 @@ TEST(AttentionFusedTest, DropoutGradientsMatchTwin) {
     }
 }
 
+// The backward adds each query tile's dQ shares through a turn counter, in a fixed order. At
+// the GPT-2 shape (with fewer batches) the blocks span several waves, so a block waits on
+// blocks that started well before it: a missed turn or a read of a half-written sum would
+// show as gradients that differ between two runs of the same inputs, or from the twin's.
+TEST(AttentionFusedTest, BackwardIsBitReproducibleAcrossWaves) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  struct Case {
+    int64_t batch, heads, tokens, head_size;
+    bool causal;
+  };
+  for (const Case& c : {Case{4, 12, 1024, 64, true}, Case{2, 12, 1024, 64, false}, Case{3, 8, 1000, 128, true}}) {
+    SCOPED_TRACE("HS " + std::to_string(c.head_size) + " T " + std::to_string(c.tokens) +
+                 (c.causal ? " causal" : ""));
+    const auto inputs = random_qkv({c.batch, c.heads, c.tokens, c.head_size}, gen);
+    const Tensor upstream = random_tensor({c.batch, c.heads, c.tokens, c.head_size}, DType::F64, kCPU, gen);
+    auto f = [&](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], c.causal); };
+    GradRun runs[2];
+    {
+      KernelModeGuard fused(KernelMode::Fused);
+      for (GradRun& run : runs) run = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
+    }
+    KernelModeGuard twin(KernelMode::Unfused);
+    const GradRun reference = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
+    for (size_t i = 0; i < 3; ++i) {
+      SCOPED_TRACE("gradient " + std::to_string(i));
+      EXPECT_EQ(runs[0].grads[i].to_vector(), runs[1].grads[i].to_vector()) << "two runs differ";
+      EXPECT_TRUE(all_close(runs[0].grads[i], reference.grads[i], 0.02)) << "fused vs twin";
+    }
+  }
+}
+
 TEST(AttentionFusedTest, RejectsBadInputs) {
   Generator gen = test_generator();
   const Tensor qkv = random_tensor({2, 5, 12}, DType::F32, kCPU, gen);
