@@ -33,18 +33,32 @@ Tensor GraphedStep::eager(const Tensor& inputs, const Tensor& targets) {
   return loss_;
 }
 
-Tensor GraphedStep::run(const Tensor& inputs, const Tensor& targets) {
-  auto same = [](const Tensor& a, const Tensor& b) {
-    return a.defined() && a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device();
+bool GraphedStep::fits(const Tensor& inputs, const Tensor& targets, Device device) const {
+  auto same = [device](const Tensor& fixed, const Tensor& t) {
+    return fixed.defined() && fixed.shape() == t.shape() && fixed.dtype() == t.dtype() && fixed.device() == device;
   };
+  return same(inputs_, inputs) && same(targets_, targets);
+}
+
+std::pair<Tensor, Tensor> GraphedStep::input_buffers(const Tensor& inputs, const Tensor& targets, Device device) {
+  if (!fits(inputs, targets, device)) {
+    auto fresh = [device](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), device); };
+    if (graph_) return {fresh(inputs), fresh(targets)};  // another shape than the captured one
+    inputs_ = fresh(inputs);
+    targets_ = fresh(targets);
+  }
+  return {inputs_, targets_};
+}
+
+Tensor GraphedStep::run(const Tensor& inputs, const Tensor& targets) {
   if (!inputs.is_cuda() || capture_failed_) return eager(inputs, targets);
-  if (!same(inputs_, inputs) || !same(targets_, targets)) {
+  if (!fits(inputs, targets, inputs.device())) {
     if (graph_) return eager(inputs, targets);  // another shape than the captured one
     inputs_ = Tensor::empty(inputs.shape(), inputs.dtype(), inputs.device());
     targets_ = Tensor::empty(targets.shape(), targets.dtype(), targets.device());
   }
-  inputs_.copy_(inputs);
-  targets_.copy_(targets);
+  if (inputs.data_ptr() != inputs_.data_ptr()) inputs_.copy_(inputs);
+  if (targets.data_ptr() != targets_.data_ptr()) targets_.copy_(targets);
   if (++calls_ <= eager_steps_ || !loss_.defined()) return eager(inputs_, targets_);
   if (!graph_) {
     // Whatever the first steps set up (optimizer state, scratch buffers) now exists outside

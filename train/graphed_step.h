@@ -1,6 +1,7 @@
 // One whole training step (zero_grad, forward, loss, backward, optimizer update with clipping)
 // replayed from a CUDA graph: after a few eager steps the step is captured once, on fixed input
-// buffers, and every later call copies its batch into those buffers and replays the graph.
+// buffers, and every later call copies its batch into those buffers and replays the graph. A
+// caller that uploads its batch straight into input_buffers() spares that copy.
 // The host then enqueues one graph launch per step instead of hundreds of kernels.
 //
 // What changes between steps is read from device memory by the captured kernels: the batch
@@ -15,6 +16,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "lib/runtime.h"
 #include "lib/tensor.h"
@@ -39,12 +41,19 @@ class GraphedStep {
   GraphedStep(Optimizer& optimizer, StepFn loss_fn);
   ~GraphedStep();
 
-  /// Runs one step; the loss returned lives in a buffer the next call overwrites.
+  /// Runs one step; the loss returned lives in a buffer the next call overwrites. Batches that
+  /// already are the fixed buffers are not copied.
   Tensor run(const Tensor& inputs, const Tensor& targets);
+  /// The fixed device buffers a batch shaped like these host tensors is replayed from (made on
+  /// first use), for the caller to upload into. A shape other than the captured one gets fresh
+  /// tensors (that batch runs eagerly).
+  std::pair<Tensor, Tensor> input_buffers(const Tensor& inputs, const Tensor& targets, Device device);
   bool replaying() const { return graph_ != nullptr; }
 
  private:
   Tensor eager(const Tensor& inputs, const Tensor& targets);
+  /// Whether the fixed buffers are (or can become) those of a batch like this one.
+  bool fits(const Tensor& inputs, const Tensor& targets, Device device) const;
 
   StepFn step_;
   std::function<void()> release_grads_;

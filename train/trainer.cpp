@@ -18,9 +18,19 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, LossFn loss_fn, Options op
 Tensor Trainer::step(const Tensor& inputs, const Tensor& targets) {
   optimizer_.set_lr(options_.schedule.at(global_step_));  // device state: read by a replay too
   ++global_step_;
-  if (!options_.graph || !inputs.is_cuda()) return training_step(optimizer_, loss_fn_)(inputs, targets);
+  if (!uses_graph(inputs.device())) return training_step(optimizer_, loss_fn_)(inputs, targets);
   if (!graphed_) graphed_ = std::make_unique<GraphedStep>(optimizer_, loss_fn_);
   return graphed_->run(inputs, targets);
+}
+
+std::pair<Tensor, Tensor> Trainer::upload(const Tensor& inputs, const Tensor& targets, Device device) {
+  if (!uses_graph(device)) return {inputs.to(device), targets.to(device)};
+  // Straight into the graph's fixed buffers: the replay then starts with no copy of its own.
+  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(optimizer_, loss_fn_);
+  auto buffers = graphed_->input_buffers(inputs, targets, device);
+  buffers.first.copy_(inputs);
+  buffers.second.copy_(targets);
+  return buffers;
 }
 
 EpochStats Trainer::train_epoch(BatchSampler& sampler, const Tensor& inputs, const Tensor& targets, Device device,
@@ -37,8 +47,7 @@ EpochStats Trainer::train_epoch(BatchSampler& sampler, const Tensor& inputs, con
   for (int64_t b = 0; b < steps; ++b) {
     const Tensor ids = sampler.batch_ids(b);
     batch_size = ids.numel();
-    const Tensor x = take_rows(inputs, ids, device);
-    const Tensor y = take_rows(targets, ids, device);
+    const auto [x, y] = upload(take_rows(inputs, ids, kCPU), take_rows(targets, ids, kCPU), device);
     timer.begin_step();
     const Tensor loss = step(x, y);
     timer.end_step();

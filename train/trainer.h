@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "layers/module.h"
 #include "optim/lr_schedule.h"
@@ -51,6 +52,10 @@ class Trainer {
   int64_t global_step() const { return global_step_; }
 
  private:
+  bool uses_graph(Device device) const { return options_.graph && device.is_cuda(); }
+  /// A host batch on the device: into the graph's fixed buffers when the step is replayed.
+  std::pair<Tensor, Tensor> upload(const Tensor& inputs, const Tensor& targets, Device device);
+
   Module& model_;
   Optimizer& optimizer_;
   LossFn loss_fn_;

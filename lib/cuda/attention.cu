@@ -63,7 +63,7 @@ struct Params {
   bf16 *dq, *dk, *dv;     // laid out as q, k, v (in)
   float* lse;             // [B·NH, T], natural log of Σ_j exp(scaled score)
   float* delta;           // [B·NH, T], dO_i·O_i
-  float* dq_sum;          // [B·NH, query tiles, rows × HS]: the shares of dQ added so far
+  float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
   int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
   int heads, tokens;
   bool causal;
@@ -425,52 +425,90 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
   }
 }
 
+/// A staged dQ share: the query tile's rows × HS in f32, each row padded by 8 floats so that a
+/// half-warp's 8-byte stores of accumulator pairs (4 rows × 4 column pairs) start on banks 8
+/// apart and never collide. The sums in global memory keep the same layout.
+template <int D>
+constexpr int kDqStride = D + 8;
+template <int D>
+constexpr int kDqShareFloats = kBackwardQueryRows<D> * kDqStride<D>;
+
+/// The warp's accumulators of a dQ share into the block's staging buffer, made visible to the
+/// bulk copy engine (the caller's barrier follows).
+template <int D>
+__device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = DqTile<D>::row0() + fragment_row(2 * half), col = DqTile<D>::col0() + fragment_col(n, 0);
+      *reinterpret_cast<float2*>(staged + row * kDqStride<D> + col) = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
+    }
+  mma::fence_shared_for_bulk();
+}
+
 // A block whose turn never comes would hang the GPU; after about a second of waiting it traps
 // instead (the launch then fails with an error). Blocks wait only on blocks of lower index,
 // which the hardware starts first, so a correct launch never gets near this.
 constexpr long long kMaxTurnSpins = 1LL << 24;
 
-/// Adds the block's share of query tile qt's dQ (key tile kt) in its turn: shares come from
-/// the key tile on the diagonal (turn 0, which stores) down to key tile 0 (which adds the last
-/// share and writes dQ in bf16, scaled). Every thread passes its accumulators; block-uniform.
-template <int D, int kRows>
-__device__ __forceinline__ void add_dq_share(const Params& p, int qt, int kt, int key_tiles, float (&dq)[8][4],
-                                             int64_t in_base) {
-  const int query_tiles = (p.tokens + kRows - 1) / kRows;
-  const int64_t slot = static_cast<int64_t>(head_index()) * query_tiles + qt;
-  const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kRows - 1) / kTile) : key_tiles - 1;
-  const int turn = diagonal - kt;
-  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turns(p.dq_turns[slot]);
-  // Each thread's 32 values as 8 float4s, laid out so that a warp's accesses are contiguous.
-  float4* sum = reinterpret_cast<float4*>(p.dq_sum + slot * kRows * D) + (threadIdx.x / 32) * 8 * 32 + threadIdx.x % 32;
-  if (turn > 0) {
-    if (threadIdx.x == 0) {
+/// Thread 0's side of the ordered dQ sums of one head. The shares of a query tile come from the
+/// key tile on the diagonal (turn 0, a bulk store) down to key tile 0 (bulk adds); each waits
+/// for its turn and passes the turn on once its bulk copy is complete. A share staged in step t
+/// is issued at the start of step t + 1 and completed at the start of step t + 2: the bulk
+/// copies are tracked on the same scoreboard as the cp.async prefetches (the SASS waits on SB0
+/// for both), so a copy issued just before a prefetch wait would stall the block on its round
+/// trip to L2; a step later it is long done.
+struct DqShares {
+  float* sums;   // the head's query tiles, kDqShareFloats each
+  int* turns;    // the head's query tiles' turn counters
+  int in_flight = -1, in_flight_turn = 0;  // the query tile whose turn is still to be passed on
+
+  /// Waits for the share in flight (a step old) and passes its turn on.
+  __device__ void complete() {
+    mma::wait_bulk();  // also frees the staging buffer the copy read
+    if (in_flight < 0) return;
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[in_flight])
+        .store(in_flight_turn + 1, ::cuda::memory_order_release);
+    in_flight = -1;
+  }
+  /// Adds the share of query tile qt staged in shared memory, in its turn (0 stores).
+  __device__ void issue(const float* staged, int qt, int turn, bool last, int floats) {
+    float* sum = sums + static_cast<int64_t>(qt) * floats;
+    const unsigned bytes = static_cast<unsigned>(floats) * sizeof(float);
+    if (turn == 0) {
+      mma::bulk_store(sum, staged, bytes);
+    } else {
+      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(turns[qt]);
       long long spins = 0;
-      while (turns.load(::cuda::memory_order_acquire) != turn) {
-        __nanosleep(64);
+      while (counter.load(::cuda::memory_order_acquire) != turn) {
+        __nanosleep(32);
         if (++spins > kMaxTurnSpins) __trap();
       }
+      mma::fence_before_bulk();
+      mma::bulk_add(sum, staged, bytes);
     }
-    __syncthreads();
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float4 before = __ldcg(sum + n * 32);
-      dq[n][0] += before.x;
-      dq[n][1] += before.y;
-      dq[n][2] += before.z;
-      dq[n][3] += before.w;
-    }
+    mma::commit_bulk();
+    if (!last) in_flight = qt, in_flight_turn = turn;
   }
-  if (kt == 0) {  // the last share: dQ is complete
-    store_rows<64>(p.dq + in_base + DqTile<D>::col0(), p.in.token, qt * kRows + DqTile<D>::row0(), p.tokens, dq,
-                   p.scale, p.scale);
-    return;
-  }
+};
+
+/// dQ in bf16, scaled, from the f32 sums of its shares: D / 8 threads per row, 8 columns each.
+template <int D>
+__global__ void attention_dq_finish_kernel(const __grid_constant__ Params p, int64_t rows) {
+  constexpr int kLanes = D / 8, kRows = kBackwardQueryRows<D>;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, row = i / kLanes;
+  if (row >= rows) return;
+  const int lane = static_cast<int>(i % kLanes);
+  const int64_t bh = row / p.tokens;
+  const int t = static_cast<int>(row % p.tokens), query_tiles = (p.tokens + kRows - 1) / kRows;
+  const float* sum = p.dq_sum + ((bh * query_tiles + t / kRows) * kRows + t % kRows) * kDqStride<D> + lane * 8;
+  float v[8];
+  const float4 lo = __ldcs(reinterpret_cast<const float4*>(sum)), hi = __ldcs(reinterpret_cast<const float4*>(sum) + 1);
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 #pragma unroll
-  for (int n = 0; n < 8; ++n) __stcg(sum + n * 32, make_float4(dq[n][0], dq[n][1], dq[n][2], dq[n][3]));
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) turns.store(turn + 1, ::cuda::memory_order_release);
+  for (int k = 0; k < 8; ++k) v[k] *= p.scale;
+  store_pack<bf16, 8>(p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + t * p.in.token + lane * 8, v);
 }
 
 template <int D, bool kDropout>
@@ -483,11 +521,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
   auto do_tile = [&](int buf) { return Tile<D>{base + 2 * kTile * D + (2 + buf) * kRows * D}; };
   const Tile<kRows> ds_tile{base + 2 * kTile * D + 4 * kRows * D};  // dSᵀ of the step, keys × queries
   float* const row_stats = reinterpret_cast<float*>(ds_tile.base + kTile * kRows);  // [buf][lse2, Δ][kRows]
+  float* const dq_stage = row_stats + 4 * kRows;  // two staged dQ shares, used in alternate steps
   // Key tiles in reverse block order: a block waits for its turn only on blocks of lower index.
   const int key_tiles = gridDim.x, kt = key_tiles - 1 - blockIdx.x, k0 = kt * kTile, warp = threadIdx.x / 32;
   const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
   const int64_t stat_base = static_cast<int64_t>(head_index()) * p.tokens;
   const int first = p.causal ? k0 / kRows : 0, query_tiles = (p.tokens + kRows - 1) / kRows;
+  DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<D>,
+                  p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
   auto load_queries = [&](int qt, int buf) {
     load_tile<D, kRows>(q_tile(buf), p.q + in_base, p.in.token, qt * kRows, p.tokens);
     load_tile<D, kRows>(do_tile(buf), p.dout + out_base, p.out_strides.token, qt * kRows, p.tokens);
@@ -506,9 +547,16 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
   const int key0 = k0 + warp * 16;  // the warp's first key (rows of Sᵀ)
   uint32_t kf[1][D / 16][4], vf[1][D / 16][4];
   float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
+  auto staged_share = [&](int qt) { return dq_stage + (qt & 1) * kDqShareFloats<D>; };
+  auto issue_share = [&](int qt) {  // thread 0
+    const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kRows - 1) / kTile) : key_tiles - 1;
+    shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<D>);
+  };
   for (int qt = first; qt < query_tiles; ++qt) {
     const int buf = (qt - first) & 1;
+    if (threadIdx.x == 0) shares.complete();
     advance_stage(qt + 1 < query_tiles, [&] { load_queries(qt + 1, buf ^ 1); });
+    if (threadIdx.x == 0 && qt > first) issue_share(qt - 1);
     if (qt == first || !kHoldFragments<D>) {
       load_a<D, 1>(kf, k_tile, warp * 16);
       load_a<D, 1>(vf, v_tile, warp * 16);
@@ -549,10 +597,17 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
     }
     accumulate<D, 1, kRows>(dk, s, q_tile(buf), 0);
     __syncthreads();  // every warp's rows of dSᵀ are in place
-    float dq[8][4];
-    ds_times_k<D, kRows>(dq, ds_tile, k_tile);
-    add_dq_share<D, kRows>(p, qt, kt, key_tiles, dq, in_base);
-    __syncthreads();  // every warp is done with this step's buffers before the next prefetch refills them
+    {
+      float dq[8][4];
+      ds_times_k<D, kRows>(dq, ds_tile, k_tile);
+      stage_dq_share<D>(staged_share(qt), dq);
+    }
+    __syncthreads();  // the share is staged, and every warp is done with this step's buffers
+  }
+  if (threadIdx.x == 0) {  // the last share; the bulk copies must finish before the block ends
+    shares.complete();
+    issue_share(query_tiles - 1);
+    shares.complete();
   }
   store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk[0], p.scale, p.scale);
   store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv[0], 1.0f, 1.0f);
@@ -647,15 +702,19 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     constexpr int kRows = kBackwardQueryRows<D>;
     // The dQ shares' f32 sums and turn counters, per head and query tile; the sums need no
-    // clearing (the first share stores), the counters start at zero.
+    // clearing (the first share is stored), the counters start at zero.
     const int64_t slots = shape.batch * shape.heads * ((shape.tokens + kRows - 1) / kRows);
-    Tensor dq_sum = Tensor::empty({slots * kRows * D}, DType::F32, lse.device());
+    Tensor dq_sum = Tensor::empty({slots * int64_t{kDqShareFloats<D>}}, DType::F32, lse.device());
     Tensor dq_turns = Tensor::empty({slots}, DType::I32, lse.device());
     FT_CUDA_CHECK(cudaMemsetAsync(dq_turns.data_ptr(), 0, dq_turns.nbytes(), stream()));
     p.dq_sum = dq_sum.data<float>();
     p.dq_turns = dq_turns.data<int32_t>();
-    const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) + 4 * kRows * sizeof(float);
+    const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) +
+                        (4 * kRows + 2 * kDqShareFloats<D>) * sizeof(float);
     launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
+    const unsigned finish_blocks = static_cast<unsigned>((rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
+    attention_dq_finish_kernel<D><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, rows);
+    FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
   });
 }
 

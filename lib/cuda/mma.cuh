@@ -1,6 +1,7 @@
-// Tensor-core building blocks for the tiled kernels (sm_80 and later): asynchronous 16-byte
-// copies into shared memory, ldmatrix fragment loads, and the bf16 m16n8k16 mma.sync with f32
-// accumulators. Thin wrappers over PTX, so the kernels read as tile algebra.
+// Tensor-core building blocks for the tiled kernels (sm_80 and later, the bulk copies sm_90):
+// asynchronous 16-byte copies into shared memory, bulk copies out of it, ldmatrix fragment
+// loads, and the bf16 m16n8k16 mma.sync with f32 accumulators. Thin wrappers over PTX, so the
+// kernels read as tile algebra.
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16", per lane l, g = l / 4, q = l % 4):
 //   A (16x16, row-major): a0 = (g, 2q..2q+1), a1 = (g+8, 2q..), a2 = (g, 2q+8..), a3 = (g+8, 2q+8..)
@@ -32,6 +33,28 @@ template <int pending>
 __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
+
+/// Hopper's bulk copy engine (sm_90): one thread moves `bytes` (a multiple of 16, both ends
+/// 16-byte aligned) from shared to global memory asynchronously, as a plain store or as an f32
+/// add done at L2. Shared memory written by ordinary stores needs fence_shared_for_bulk() in
+/// each writing thread (and a barrier) first.
+__device__ __forceinline__ void bulk_store(float* dst, const float* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(shared_address(src)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_add(float* dst, const float* src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(shared_address(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void commit_bulk() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until the thread's committed bulk copies are complete: their writes are done and
+/// visible to it, and their shared-memory sources may be written again.
+__device__ __forceinline__ void wait_bulk() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_shared_for_bulk() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/// Orders the thread's earlier ordinary memory operations (an acquire) before its later bulk copies.
+__device__ __forceinline__ void fence_before_bulk() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 /// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* row) {

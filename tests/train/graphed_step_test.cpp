@@ -5,6 +5,7 @@
 // eagerly, and on the CPU nothing is captured.
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "layers/activation.h"
@@ -33,7 +34,9 @@ struct RunResult {
 
 // A small MLP with every kind of op the mlp workload has (the fused linear, LayerNorm, GELU,
 // dropout, cross-entropy) and AdamW with clipping, trained `steps` steps on fixed batches.
-RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at = -1) {
+// With `upload`, batches go from the host straight into the graph's fixed input buffers (as
+// Trainer does) instead of being copied there by run().
+RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at = -1, bool upload = false) {
   PhiloxCounter::on(device).set(0);
   Generator gen(11);
   Sequential model;
@@ -58,8 +61,14 @@ RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at =
   RunResult r;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t rows = s == odd_batch_at ? 24 : 32;
-    const Tensor x = Tensor::randn({rows, 48}, data, DType::F32, device);
-    const Tensor y = random_ids({rows}, 10, DType::I64, device, data);
+    const Tensor x_host = Tensor::randn({rows, 48}, data, DType::F32, kCPU);
+    const Tensor y_host = random_ids({rows}, 10, DType::I64, kCPU, data);
+    Tensor x = x_host.to(device), y = y_host.to(device);
+    if (upload) {
+      std::tie(x, y) = graphed.input_buffers(x_host, y_host, device);
+      x.copy_(x_host);
+      y.copy_(y_host);
+    }
     optimizer.set_lr(3e-3 * (1.0 - 0.05 * static_cast<double>(s)));  // changes every step
     const Tensor loss = graph ? graphed.run(x, y) : one_step(x, y);
     r.losses.push_back(loss.item());
@@ -88,6 +97,15 @@ TEST(GraphedStepTest, AnotherBatchShapeRunsEagerlyAndStillMatches) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   KernelModeGuard guard(KernelMode::Fused);
   const RunResult eager = train(kCUDA, false, 7, 5), replayed = train(kCUDA, true, 7, 5);
+  EXPECT_TRUE(replayed.replayed);
+  EXPECT_EQ(replayed.losses, eager.losses);
+  EXPECT_EQ(replayed.params, eager.params);
+}
+
+TEST(GraphedStepTest, BatchesUploadedIntoTheInputBuffersMatchEagerSteps) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  KernelModeGuard guard(KernelMode::Fused);
+  const RunResult eager = train(kCUDA, false, 8, 5), replayed = train(kCUDA, true, 8, 5, /*upload=*/true);
   EXPECT_TRUE(replayed.replayed);
   EXPECT_EQ(replayed.losses, eager.losses);
   EXPECT_EQ(replayed.params, eager.params);
