@@ -1,10 +1,14 @@
 #include "lib/autograd.h"
 
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "lib/error.h"
 #include "lib/ops/elementwise.h"
+#include "lib/runtime.h"
 
 namespace ft {
 
@@ -163,10 +167,39 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
 
 }  // namespace
 
+namespace {
+
+/// The cached ones of a seed (CUDA only; never made during a capture, whose allocations the
+/// graph owns). Nothing writes to them: a leaf seeded this way copies its gradient, since the
+/// cache still holds the tensor (accumulate_into_leaf).
+std::mutex unit_seeds_mutex;
+std::map<std::tuple<int, int, int, Shape>, Tensor>& unit_seeds() {
+  static auto* seeds = new std::map<std::tuple<int, int, int, Shape>, Tensor>();  // outlives static teardown
+  return *seeds;
+}
+
+Tensor unit_seed(const Shape& shape, DType dtype, Device device) {
+  if (!device.is_cuda() || capturing()) return Tensor::full(shape, 1.0, dtype, device);
+  std::lock_guard<std::mutex> lock(unit_seeds_mutex);
+  Tensor& seed = unit_seeds()[{static_cast<int>(device.type), device.index, static_cast<int>(dtype), shape}];
+  if (!seed.defined()) seed = Tensor::full(shape, 1.0, dtype, device);
+  return seed;
+}
+
+}  // namespace
+
+bool is_unit_seed(const Tensor& g) {
+  if (!g.defined() || !g.is_cuda()) return false;
+  std::lock_guard<std::mutex> lock(unit_seeds_mutex);
+  const auto it = unit_seeds().find({static_cast<int>(g.device().type), g.device().index, static_cast<int>(g.dtype()),
+                                     g.shape()});
+  return it != unit_seeds().end() && it->second.impl() == g.impl();
+}
+
 Tensor seed_gradient(const Tensor& root, const Tensor& grad, const char* op) {
   if (!grad.defined()) {
     FT_CHECK(root.numel() == 1, op, ": a gradient is needed for a non-scalar tensor of shape ", shape_str(root.shape()));
-    return Tensor::full(root.shape(), 1.0, root.dtype(), root.device());
+    return unit_seed(root.shape(), root.dtype(), root.device());
   }
   FT_CHECK(grad.shape() == root.shape(), op, ": gradient of shape ", shape_str(grad.shape()), " for a tensor of shape ",
            shape_str(root.shape()));

@@ -65,8 +65,13 @@ Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs
 Tensor record_adding(const char* name, Tensor output, const std::vector<Tensor>& inputs, AddingBackwardFn backward);
 
 /// The gradient backward starts from: `grad` checked against root's shape, or ones for a
-/// one-element root when grad is undefined.
+/// one-element root when grad is undefined. On CUDA those ones are a cached constant (made
+/// outside any graph capture), so a replayed training step runs no fill kernel for its seed.
 Tensor seed_gradient(const Tensor& root, const Tensor& grad, const char* op);
+
+/// True when g is that cached unit seed, i.e. exactly 1: a loss op whose backward only scales
+/// gradients it computed in forward by the upstream value (the fused cross-entropies) skips it.
+bool is_unit_seed(const Tensor& g);
 
 /// Runs backward from root with the given gradient.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);

@@ -21,6 +21,7 @@ CapturedGraph::CapturedGraph(const std::function<void()>&) { FT_FAIL("CapturedGr
 CapturedGraph::~CapturedGraph() = default;
 void CapturedGraph::replay() { FT_FAIL("CapturedGraph: built without CUDA"); }
 void synchronize() {}
+bool capturing() { return false; }
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
 size_t peak_memory() { return 0; }

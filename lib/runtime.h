@@ -13,6 +13,10 @@ bool cuda_available();
 /// (an out-of-range index, say). Explicit reads such as item() and to(CPU) call it.
 void synchronize();
 
+/// True while work enqueued on the compute stream is being captured into a CUDA graph (what is
+/// allocated then belongs to the graph and must not be kept past it).
+bool capturing();
+
 /// Bytes of device memory the library's tensors hold now (the pool's used memory, not its reserve).
 size_t device_memory_in_use();
 /// Restarts the high-water mark of device_memory_in_use() at the current value.

@@ -463,6 +463,7 @@ struct DqShares {
   float* sums;   // the head's query tiles, kDqShareFloats each
   int* turns;    // the head's query tiles' turn counters
   int in_flight = -1, in_flight_turn = 0;  // the query tile whose turn is still to be passed on
+  int seen = -1;  // a turn counter read ahead (peek), so its round trip overlaps the step's waits
 
   /// Waits for the share in flight (a step old) and passes its turn on.
   __device__ void complete() {
@@ -472,7 +473,12 @@ struct DqShares {
         .store(in_flight_turn + 1, ::cuda::memory_order_release);
     in_flight = -1;
   }
-  /// Adds the share of query tile qt staged in shared memory, in its turn (0 stores).
+  /// Starts reading query tile qt's turn counter; issue() uses the value.
+  __device__ void peek(int qt) {
+    seen = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[qt]).load(::cuda::memory_order_relaxed);
+  }
+  /// Adds the share of query tile qt staged in shared memory, in its turn (0 stores; a later
+  /// turn waits until the counter, read by peek() and again while it is short, reaches it).
   __device__ void issue(const float* staged, int qt, int turn, bool last, int floats) {
     float* sum = sums + static_cast<int64_t>(qt) * floats;
     const unsigned bytes = static_cast<unsigned>(floats) * sizeof(float);
@@ -481,10 +487,14 @@ struct DqShares {
     } else {
       ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(turns[qt]);
       long long spins = 0;
-      while (counter.load(::cuda::memory_order_acquire) != turn) {
+      while (seen != turn) {
         __nanosleep(32);
         if (++spins > kMaxTurnSpins) __trap();
+        seen = counter.load(::cuda::memory_order_relaxed);
       }
+      // The previous share's bulk copy was complete before its turn was passed on, and this
+      // copy starts only once that turn is seen (a control dependency); the fence orders the
+      // read of the counter before the bulk copy engine's access.
       mma::fence_before_bulk();
       mma::bulk_add(sum, staged, bytes);
     }
@@ -554,7 +564,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
   };
   for (int qt = first; qt < query_tiles; ++qt) {
     const int buf = (qt - first) & 1;
-    if (threadIdx.x == 0) shares.complete();
+    if (threadIdx.x == 0) {
+      shares.complete();
+      if (qt > first) shares.peek(qt - 1);
+    }
     advance_stage(qt + 1 < query_tiles, [&] { load_queries(qt + 1, buf ^ 1); });
     if (threadIdx.x == 0 && qt > first) issue_share(qt - 1);
     if (qt == first || !kHoldFragments<D>) {
@@ -606,6 +619,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
   }
   if (threadIdx.x == 0) {  // the last share; the bulk copies must finish before the block ends
     shares.complete();
+    shares.peek(query_tiles - 1);
     issue_share(query_tiles - 1);
     shares.complete();
   }

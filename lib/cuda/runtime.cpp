@@ -213,6 +213,13 @@ void synchronize() {
   if (cuda_available()) cuda::check_device_errors();
 }
 
+bool capturing() {
+  if (!cuda_available()) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FT_CUDA_CHECK(cudaStreamIsCapturing(cuda::stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 namespace runtime {
 
 void* allocate(size_t bytes, Device device) {

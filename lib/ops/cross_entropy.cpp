@@ -63,7 +63,7 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Cr
     FT_CHECK(!*consumed, "cross_entropy (fused): backward ran twice through one forward; its gradient is scaled in "
                          "place, so retain_graph is not supported here");
     *consumed = true;
-    cuda::scale_by_upstream(dlogits, cast(g, DType::F32));
+    if (!is_unit_seed(g)) cuda::scale_by_upstream(dlogits, cast(g, DType::F32));
     return std::vector<Tensor>{dlogits};
   });
 }

@@ -58,9 +58,11 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     FT_CHECK(!*consumed, "linear_cross_entropy (fused): backward ran twice through one forward; its gradients are "
                          "scaled in place, so retain_graph is not supported here");
     *consumed = true;
-    Tensor upstream = cast(g, DType::F32);
-    if (dx.defined()) cuda::scale_by_upstream(dx, upstream);
-    if (dw.defined()) cuda::scale_by_upstream(dw, upstream);
+    if (!is_unit_seed(g)) {
+      const Tensor upstream = cast(g, DType::F32);
+      if (dx.defined()) cuda::scale_by_upstream(dx, upstream);
+      if (dw.defined()) cuda::scale_by_upstream(dw, upstream);
+    }
     return std::vector<Tensor>{dx, dw};
   });
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/autograd.h"
 #include "lib/ops/cross_entropy.h"
 #include "tests/lib/fused_test_util.h"
 #include "tests/lib/test_util.h"
@@ -427,6 +428,32 @@ TEST(CrossEntropyFusedVsTwinTest, FusedModeRecordsFewerNodesOnCudaOnly) {
     else
       EXPECT_EQ(sizes[1], sizes[0]);
   }
+}
+
+// backward() with no gradient starts from a cached ones tensor, which the fused kernel may leave
+// unapplied: its gradients must equal those of an explicit upstream of exactly 1 (which goes
+// through the scaling) bit for bit, and an explicit ones tensor is not mistaken for the seed.
+TEST(CrossEntropyFusedVsTwinTest, ImplicitSeedGivesTheGradientOfAnExplicitOne) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  KernelModeGuard guard(KernelMode::Fused);
+  Generator gen = test_generator();
+  const Tensor logits = random_tensor({64, 10}, DType::F64, kCPU, gen);
+  const Tensor targets = fresh_copy(random_ids({64}, 10, DType::I64, kCPU, gen), DType::I64, kCUDA);
+  std::vector<double> grads[2];
+  for (int explicit_one = 0; explicit_one < 2; ++explicit_one) {
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the second backward() reuses the cached seed
+      const Tensor leaf = fresh_leaf(logits, DType::BF16, kCUDA);
+      const Tensor loss = cross_entropy(leaf, targets);
+      const Tensor one = Tensor::full(loss.shape(), 1.0, loss.dtype(), kCUDA);
+      EXPECT_FALSE(is_unit_seed(one));
+      if (explicit_one) loss.backward(one);
+      else loss.backward();
+      grads[explicit_one] = leaf.grad().to_vector();
+    }
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+  const Tensor loss = cross_entropy(fresh_leaf(logits, DType::BF16, kCUDA), targets);
+  EXPECT_TRUE(is_unit_seed(seed_gradient(loss, Tensor(), "test")));
 }
 
 // f64 has no fused kernel: on CUDA in fused mode it runs the twin and still matches the CPU.
