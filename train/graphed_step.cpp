@@ -52,11 +52,8 @@ std::pair<Tensor, Tensor> GraphedStep::input_buffers(const Tensor& inputs, const
 
 Tensor GraphedStep::run(const Tensor& inputs, const Tensor& targets) {
   if (!inputs.is_cuda() || capture_failed_) return eager(inputs, targets);
-  if (!fits(inputs, targets, inputs.device())) {
-    if (graph_) return eager(inputs, targets);  // another shape than the captured one
-    inputs_ = Tensor::empty(inputs.shape(), inputs.dtype(), inputs.device());
-    targets_ = Tensor::empty(targets.shape(), targets.dtype(), targets.device());
-  }
+  if (graph_ && !fits(inputs, targets, inputs.device())) return eager(inputs, targets);  // not the captured shape
+  input_buffers(inputs, targets, inputs.device());  // (re)made for this shape while nothing is captured
   if (inputs.data_ptr() != inputs_.data_ptr()) inputs_.copy_(inputs);
   if (targets.data_ptr() != targets_.data_ptr()) targets_.copy_(targets);
   if (++calls_ <= eager_steps_ || !loss_.defined()) return eager(inputs_, targets_);

@@ -13,10 +13,11 @@
 //   tile's share of the query tile's gradient, dS·K, from dSᵀ parked in shared memory. The
 //   shares of one query tile are added in a fixed order, from the key tile on the diagonal
 //   down to key tile 0, through an f32 buffer and a turn counter per query tile: the first
-//   share is stored, each later one waits for its turn and adds, and key tile 0 writes dQ in
-//   bf16. That is FlashAttention-2's 5 products per tile pair with a bit-reproducible dQ (its
-//   dQ is added with atomics in whatever order blocks arrive); the two-kernel form this
-//   replaced recomputed S and dP for dQ (7 products).
+//   share is stored, each later one waits for its turn and adds (the bulk copy engine does the
+//   adds), and a small kernel writes dQ in bf16 from the sums. That is FlashAttention-2's 5
+//   products per tile pair with a bit-reproducible dQ (its dQ is added with atomics in whatever
+//   order blocks arrive); the two-kernel form this replaced recomputed S and dP for dQ (7
+//   products).
 // - dropout on the probabilities: element (b, h, i, j) is kept when
 //   philox::uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
 //   backward regenerates it.
@@ -42,7 +43,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kAttnThreads = 128;  // 4 warps, 16 rows of a 64-row tile each
-constexpr int kTile = 64;      // keys per streamed tile; query rows per dq block; keys per dkv block
+constexpr int kTile = 64;  // keys per streamed tile (forward) and per backward block
 
 /// A tile of rows × D bf16 in shared memory, row-major, its 16-byte chunks swizzled
 /// (chunk ^ row % 8): the 8 row addresses of an ldmatrix then fall on 8 different bank groups.
@@ -244,7 +245,7 @@ __device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) 
   return (static_cast<uint64_t>(head_index()) * tokens + i) * tokens + j;
 }
 
-// Blocks of the causal forward and dq take query tiles from the last (the most key tiles) down,
+// Blocks of the causal forward take query tiles from the last (the most key tiles) down,
 // so the longest blocks start first and the short ones fill the tail.
 __device__ __forceinline__ int query_tile(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
 

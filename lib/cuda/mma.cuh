@@ -53,7 +53,8 @@ __device__ __forceinline__ void commit_bulk() { asm volatile("cp.async.bulk.comm
 /// visible to it, and their shared-memory sources may be written again.
 __device__ __forceinline__ void wait_bulk() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_shared_for_bulk() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/// Orders the thread's earlier ordinary memory operations (an acquire) before its later bulk copies.
+/// Orders the thread's earlier ordinary memory accesses (a read of a turn counter) before its
+/// later bulk copies.
 __device__ __forceinline__ void fence_before_bulk() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 /// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
