@@ -19,15 +19,18 @@ Tensor Trainer::step(const Tensor& inputs, const Tensor& targets) {
   optimizer_.set_lr(options_.schedule.at(global_step_));  // device state: read by a replay too
   ++global_step_;
   if (!uses_graph(inputs.device())) return training_step(optimizer_, loss_fn_)(inputs, targets);
+  return graphed().run(inputs, targets);
+}
+
+GraphedStep& Trainer::graphed() {
   if (!graphed_) graphed_ = std::make_unique<GraphedStep>(optimizer_, loss_fn_);
-  return graphed_->run(inputs, targets);
+  return *graphed_;
 }
 
 std::pair<Tensor, Tensor> Trainer::upload(const Tensor& inputs, const Tensor& targets, Device device) {
   if (!uses_graph(device)) return {inputs.to(device), targets.to(device)};
   // Straight into the graph's fixed buffers: the replay then starts with no copy of its own.
-  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(optimizer_, loss_fn_);
-  auto buffers = graphed_->input_buffers(inputs, targets, device);
+  auto buffers = graphed().input_buffers(inputs, targets, device);
   buffers.first.copy_(inputs);
   buffers.second.copy_(targets);
   return buffers;

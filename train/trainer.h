@@ -53,6 +53,7 @@ class Trainer {
 
  private:
   bool uses_graph(Device device) const { return options_.graph && device.is_cuda(); }
+  GraphedStep& graphed();  // made on first use
   /// A host batch on the device: into the graph's fixed buffers when the step is replayed.
   std::pair<Tensor, Tensor> upload(const Tensor& inputs, const Tensor& targets, Device device);
 
