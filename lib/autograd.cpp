@@ -73,9 +73,23 @@ void accumulate(Tensor& slot, const Tensor& grad) {
   else slot = add(slot, grad);
 }
 
+// leaf.grad (a GradBuffer view) += grad, or = grad while the view still holds zeros.
+void add_into_view(TensorImpl& leaf, const Tensor& grad) {
+  accumulate_into(leaf.grad, grad, /*overwrite=*/leaf.grad_zeroed);
+  leaf.grad_zeroed = false;
+}
+
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   FT_CHECK(grad.shape() == leaf.shape, "backward: gradient of shape ", shape_str(grad.shape()),
            " for a leaf of shape ", shape_str(leaf.shape));
+  if (leaf.grad_is_view) {
+    if (grad.impl() == leaf.grad.impl()) {  // the op wrote into the view itself (grad_target)
+      leaf.grad_zeroed = false;
+      return;
+    }
+    add_into_view(leaf, grad);
+    return;
+  }
   if (!leaf.grad.defined()) {
     // A gradient nobody else holds (a fresh buffer from the op's backward) is taken as it is,
     // as PyTorch's AccumulateGrad does; anything shared is copied, so later in-place updates
@@ -93,29 +107,56 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   leaf.grad.assign_(add(leaf.grad, grad.dtype() == leaf.dtype ? grad : grad.to(leaf.dtype)));
 }
 
-
 using LeafSink = std::function<void(TensorImpl& leaf, const Tensor& grad)>;
 
-void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, const LeafSink& sink) {
+// The node whose backward run_backward is calling, for grad_target (null elsewhere).
+thread_local const Node* node_in_backward = nullptr;
+
+class NodeInBackward {
+ public:
+  explicit NodeInBackward(const Node* node) : previous_(node_in_backward) { node_in_backward = node; }
+  ~NodeInBackward() { node_in_backward = previous_; }
+  NodeInBackward(const NodeInBackward&) = delete;
+  NodeInBackward& operator=(const NodeInBackward&) = delete;
+
+ private:
+  const Node* previous_;
+};
+
+void fire_grad_ready(TensorImpl& leaf) {
+  for (const auto& hook : leaf.grad_ready_hooks) hook();
+}
+
+// with_targets: a run_backward, which offers grad_target to ops and calls gradient-ready hooks;
+// ft::gradients does neither (it must not touch any leaf's gradient).
+void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, const LeafSink& sink,
+                   bool with_targets) {
   NoGradGuard no_grad;
   if (!root.grad_fn()) {
     FT_CHECK(root.requires_grad(), "backward: the tensor does not require grad and has no history");
     sink(*root.impl(), grad);
+    if (with_targets) fire_grad_ready(*root.impl());
     return;
   }
-  // Count, for every node, how many edges point at it, so it runs only after all its users.
+  // Count, for every node, how many edges point at it, so it runs only after all its users; and
+  // for every leaf, so its gradient-ready hooks run after its last contribution.
   std::unordered_map<Node*, int> pending_users;
+  std::unordered_map<TensorImpl*, int> pending_leaf_edges;
   std::vector<Node*> stack{root.grad_fn().get()};
   std::unordered_set<Node*> seen{root.grad_fn().get()};
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     for (const Edge& e : node->edges) {
+      if (e.leaf) pending_leaf_edges[e.leaf.get()]++;
       if (!e.node) continue;
       pending_users[e.node.get()]++;
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
   }
+  auto leaf_edge_done = [&](TensorImpl& leaf) {
+    if (--pending_leaf_edges[&leaf] == 0 && with_targets) fire_grad_ready(leaf);
+  };
   std::unordered_map<Node*, Tensor> grads;
   grads[root.grad_fn().get()] = grad;
   std::vector<std::shared_ptr<Node>> ready{root.grad_fn()};
@@ -125,8 +166,10 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
     Tensor g = std::move(grads[node.get()]);
     grads.erase(node.get());
     if (!g.defined()) {  // reached, but no gradient flowed into it: pass the nothing along
-      for (const Edge& e : node->edges)
+      for (const Edge& e : node->edges) {
+        if (e.leaf) leaf_edge_done(*e.leaf);
         if (e.node && --pending_users[e.node.get()] == 0) ready.push_back(e.node);
+      }
       continue;
     }
     FT_CHECK(node->backward, "backward: the graph through '", node->name,
@@ -141,20 +184,32 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
         grads.erase(slot);
       }
     }
-    std::vector<Tensor> input_grads = pending.defined() ? node->adding(g, pending) : node->backward(g);
+    std::vector<Tensor> input_grads;
+    {
+      NodeInBackward current(with_targets ? node.get() : nullptr);
+      input_grads = pending.defined() ? node->adding(g, pending) : node->backward(g);
+    }
     FT_CHECK(input_grads.size() == node->edges.size(), "backward of ", node->name, " returned ",
              input_grads.size(), " gradients for ", node->edges.size(), " inputs");
     FT_CHECK(!pending.defined() || input_grads[0].defined(), "backward of ", node->name,
              " dropped the pending gradient of its first input");
     if (!retain_graph) node->backward = nullptr, node->adding = nullptr;  // frees the saved tensors now
+    // Views the op wrote itself are no longer zeros, whatever order the other inputs come in.
+    for (size_t i = 0; i < node->edges.size(); ++i) {
+      TensorImpl* leaf = node->edges[i].leaf.get();
+      if (leaf && leaf->grad_is_view && input_grads[i].defined() && input_grads[i].impl() == leaf->grad.impl())
+        leaf->grad_zeroed = false;
+    }
     for (size_t i = 0; i < node->edges.size(); ++i) {
       const Edge& e = node->edges[i];
       if (!e.active() || !input_grads[i].defined()) {
+        if (e.leaf) leaf_edge_done(*e.leaf);
         if (e.node && --pending_users[e.node.get()] == 0) ready.push_back(e.node);
         continue;
       }
       if (e.leaf) {
         sink(*e.leaf, input_grads[i]);
+        leaf_edge_done(*e.leaf);
       } else {
         FT_CHECK(input_grads[i].shape() == e.node->output_shape, "backward of ", node->name, ": gradient ", i,
                  " has shape ", shape_str(input_grads[i].shape()), ", expected ", shape_str(e.node->output_shape));
@@ -207,7 +262,70 @@ Tensor seed_gradient(const Tensor& root, const Tensor& grad, const char* op) {
 }
 
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
-  walk_backward(root, grad, retain_graph, accumulate_into_leaf);
+  walk_backward(root, grad, retain_graph, accumulate_into_leaf, /*with_targets=*/true);
+}
+
+GradTarget grad_target(size_t input) {
+  const Node* node = node_in_backward;
+  if (!node || input >= node->edges.size()) return {};
+  TensorImpl* leaf = node->edges[input].leaf.get();
+  if (!leaf || !leaf->grad_is_view) return {};
+  // Overwriting is only safe when no other input of this op is the same leaf.
+  int uses = 0;
+  for (const Edge& e : node->edges) uses += e.leaf.get() == leaf;
+  return {leaf->grad, leaf->grad_zeroed && uses == 1};
+}
+
+GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device) {
+  if (!wanted) return {};
+  const GradTarget target = grad_target(input);
+  if (target.view.defined() && target.view.dtype() == DType::F32 && target.view.is_cuda())
+    return GradOutput(target.view, !target.overwrite, /*is_view=*/true);
+  return GradOutput(Tensor::empty(shape, dtype, device));
+}
+
+void attach_grad_view(const Tensor& leaf, const Tensor& view) {
+  check_defined(leaf, "attach_grad_view", "leaf");
+  check_defined(view, "attach_grad_view", "view");
+  FT_CHECK(leaf.requires_grad() && !leaf.grad_fn(), "attach_grad_view: the tensor must be a leaf that requires grad");
+  FT_CHECK(!leaf.impl()->grad_is_view, "attach_grad_view: the tensor already has a gradient view (one GradBuffer, "
+           "i.e. one optimizer, per parameter)");
+  FT_CHECK(view.shape() == leaf.shape() && is_floating(view.dtype()) && view.device() == leaf.device(),
+           "attach_grad_view: view ", shape_str(view.shape()), " ", dtype_name(view.dtype()), " on ",
+           view.device().str(), " for a leaf ", shape_str(leaf.shape()), " on ", leaf.device().str());
+  TensorImpl* impl = leaf.impl();
+  impl->grad = view;
+  impl->grad_is_view = true;
+  impl->grad_zeroed = true;
+}
+
+void detach_grad_view(const Tensor& leaf) {
+  check_defined(leaf, "detach_grad_view", "leaf");
+  TensorImpl* impl = leaf.impl();
+  if (!impl->grad_is_view) return;
+  impl->grad = Tensor();
+  impl->grad_is_view = false;
+  impl->grad_zeroed = false;
+}
+
+void add_into_grad_view(const Tensor& leaf, const Tensor& grad) {
+  check_defined(leaf, "add_into_grad_view", "leaf");
+  check_defined(grad, "add_into_grad_view", "gradient");
+  FT_CHECK(leaf.impl()->grad_is_view, "add_into_grad_view: the tensor has no gradient view");
+  FT_CHECK(grad.shape() == leaf.shape(), "add_into_grad_view: gradient ", shape_str(grad.shape()), " for a leaf ",
+           shape_str(leaf.shape()));
+  add_into_view(*leaf.impl(), grad);
+}
+
+void add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
+  check_defined(leaf, "add_grad_ready_hook", "leaf");
+  FT_CHECK(leaf.requires_grad() && !leaf.grad_fn(), "add_grad_ready_hook: the tensor must be a leaf that requires grad");
+  leaf.impl()->grad_ready_hooks.push_back(std::move(hook));
+}
+
+void clear_grad_ready_hooks(const Tensor& leaf) {
+  check_defined(leaf, "clear_grad_ready_hooks", "leaf");
+  leaf.impl()->grad_ready_hooks.clear();
 }
 
 std::vector<Tensor> gradients(const Tensor& root, const Tensor& grad, const std::vector<Tensor>& leaves,
@@ -228,7 +346,7 @@ std::vector<Tensor> gradients(const Tensor& root, const Tensor& grad, const std:
              shape_str(leaf.shape));
     Tensor& slot = out[it->second];
     slot = slot.defined() ? add(slot, g) : g;
-  });
+  }, /*with_targets=*/false);
   return out;
 }
 

@@ -3,6 +3,11 @@
 // backward() walks the nodes reachable from the root in topological order, sums the
 // gradients that reach a node from several uses, accumulates (+=) into leaves' .grad(), and
 // frees each node's saved tensors once it has run (unless retain_graph is asked for).
+//
+// Leaves attached to a GradBuffer (lib/grad_buffer.h) keep their gradient in a view of a flat
+// buffer: backward adds into that view in place, and a fused op's backward may write into it
+// itself (grad_target). Once per backward, after a leaf's last contribution, autograd calls the
+// leaf's gradient-ready hooks: what data-parallel buckets listen to.
 #pragma once
 #include <functional>
 #include <memory>
@@ -75,6 +80,55 @@ bool is_unit_seed(const Tensor& g);
 
 /// Runs backward from root with the given gradient.
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+/// Where a backward function may put input i's gradient itself: the persistent gradient view of
+/// the leaf that input is (a GradBuffer view, in the buffer's dtype: f32 on CUDA), or undefined
+/// (the input is not such a leaf, or this is not a run_backward, e.g. ft::gradients). A backward
+/// that writes its gradient there returns `view` itself for that input; autograd then adds
+/// nothing more. When `overwrite` is true the view holds zeros and nothing has been added since,
+/// so the op may write its gradient (beta = 0) instead of adding it (beta = 1).
+struct GradTarget {
+  Tensor view;
+  bool overwrite = false;
+};
+/// Only valid inside a backward function that run_backward is calling (a thread-local of the walk).
+GradTarget grad_target(size_t input);
+
+/// Where a fused CUDA backward puts a parameter's gradient: `tensor`, overwritten, or, when
+/// `accumulate`, added into (tensor is then an f32 GradBuffer view).
+struct GradOutput {
+  Tensor tensor;
+  bool accumulate = false;
+  /// tensor is a GradBuffer view: what the op does not write already holds zeros (or the
+  /// earlier contributions), so a sparse gradient touches only the rows it reaches.
+  bool view = false;
+  GradOutput() = default;
+  GradOutput(Tensor t, bool add = false, bool is_view = false)  // NOLINT: a plain tensor is overwritten
+      : tensor(std::move(t)), accumulate(add), view(is_view) {}
+  bool defined() const { return tensor.defined(); }
+};
+/// The output for input i of the running backward when `wanted`: its grad_target view when that
+/// is f32 on CUDA (accumulate unless the view holds zeros), else a fresh tensor of that shape,
+/// dtype and device. Returning `.tensor` from the backward then does the right thing either way.
+GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device);
+
+/// Makes `view` (same shape as leaf, a floating dtype, same device) the persistent gradient of
+/// leaf: backward adds into it in place from now on. The view is assumed to hold zeros.
+void attach_grad_view(const Tensor& leaf, const Tensor& view);
+/// Undoes attach_grad_view: the leaf's gradient is dropped and later backwards take fresh ones.
+void detach_grad_view(const Tensor& leaf);
+/// leaf.grad() += grad (or = grad when the view is zeroed), converting the dtype, in one kernel;
+/// for a leaf with a gradient view. Marks the view as no longer zeroed.
+void add_into_grad_view(const Tensor& leaf, const Tensor& grad);
+
+/// Calls `hook` once per backward (run_backward) that reaches `leaf`, after its last
+/// contribution: the walk counts the edges into the leaf in the reachable graph (a weight used
+/// twice, like GPT-2's tied embedding, has two) and calls the hook when the last one has been
+/// delivered, including contributions a fused op wrote into grad_target itself. On CUDA the
+/// gradient is then complete in stream order (what is enqueued after the call sees it). A leaf
+/// the backward does not reach gets no call.
+void add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
+void clear_grad_ready_hooks(const Tensor& leaf);
 
 /// The gradients of root with respect to the given leaves, as torch.autograd.grad returns them:
 /// no leaf's .grad() is read or written, and a gradient the backward produced is returned as it

@@ -37,6 +37,7 @@ void* allocate(size_t bytes, Device device) {
 }
 void release(void* ptr, Device) { std::free(ptr); }
 void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) { std::memcpy(dst, src, bytes); }
+void zero_bytes(void* dst, Device, size_t bytes) { std::memset(dst, 0, bytes); }
 }  // namespace runtime
 
 namespace cuda {
@@ -48,10 +49,12 @@ void binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, const Broadca
 void compare(CompareOp, const Tensor&, const Tensor&, const Tensor&, const BroadcastPlan&) { unavailable(); }
 void where(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const BroadcastPlan&) { unavailable(); }
 void cast(const Tensor&, const Tensor&) { unavailable(); }
+void accumulate(const Tensor&, const Tensor&, bool, const Tensor&) { unavailable(); }
 void fill(const Tensor&, double) { unavailable(); }
 void arange(const Tensor&) { unavailable(); }
 void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
 void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
+void column_sums(const Tensor&, int64_t, int64_t, const GradOutput&) { unavailable(); }
 void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool) {
   unavailable();
 }
@@ -69,11 +72,11 @@ void linear_forward(const Tensor&, const Tensor&, const Tensor&, Activation, con
   FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
 }
 void linear_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&,
-                     const Tensor&, const Tensor&) {
+                     const GradOutput&, const GradOutput&) {
   FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
 }
 void bias_act_forward(const Tensor&, const Tensor&, Activation, const Tensor&) { unavailable(); }
-void bias_act_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&) {
+void bias_act_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const GradOutput&) {
   unavailable();
 }
 void swiglu_forward(const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, const Tensor&) { unavailable(); }
@@ -91,7 +94,7 @@ bool norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const T
   unavailable();
 }
 void norm_backward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const Tensor&, const Tensor&, const NormEpilogue&, const Tensor&, const Tensor&) {
+                   const GradOutput&, const GradOutput&, const NormEpilogue&, const Tensor&, const Tensor&) {
   unavailable();
 }
 void cross_entropy_count(const Tensor&, int64_t, int64_t, const Tensor&) { unavailable(); }
@@ -101,7 +104,7 @@ void cross_entropy_forward(const Tensor&, const Tensor&, const CrossEntropyOptio
 }
 void scale_by_upstream(const Tensor&, const Tensor&) { unavailable(); }
 void token_position_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
-void token_position_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void token_position_backward(const Tensor&, const Tensor&, const GradOutput&, const GradOutput&) { unavailable(); }
 bool attention_supported(int64_t) { return false; }
 void attention_forward(const AttentionShape&, const AttentionInputs&, void*, HeadStrides, const Tensor&, bool, double,
                        uint64_t, const Tensor&) {

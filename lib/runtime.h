@@ -58,6 +58,8 @@ void release(void* ptr, Device device);
 /// Copies bytes between any two devices; returns once the destination is readable by the host
 /// when the destination is the CPU, otherwise stays asynchronous on the compute stream.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+/// Sets bytes to zero (CUDA: one memset on the compute stream, asynchronous and capturable).
+void zero_bytes(void* dst, Device device, size_t bytes);
 }  // namespace runtime
 
 }  // namespace ft

@@ -237,11 +237,22 @@ void Tensor::set_grad(const Tensor& grad) const {
   check_defined(*this, "set_grad", "tensor");
   FT_CHECK(!grad.defined() || grad.shape() == shape(), "set_grad: gradient shape ", shape_str(grad.shape()),
            " for a tensor of shape ", shape_str(shape()));
-  impl_->grad = grad;
+  if (!impl_->grad_is_view) {
+    impl_->grad = grad;
+    return;
+  }
+  if (grad.defined()) impl_->grad.copy_(grad);
+  else impl_->grad.fill_(0.0);
+  impl_->grad_zeroed = !grad.defined();
 }
 void Tensor::zero_grad() const {
   check_defined(*this, "zero_grad", "tensor");
-  impl_->grad = Tensor();
+  if (!impl_->grad_is_view) {
+    impl_->grad = Tensor();
+    return;
+  }
+  impl_->grad.fill_(0.0);
+  impl_->grad_zeroed = true;
 }
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<Node> none;

@@ -4,6 +4,7 @@
 // cost nothing. Ops that would need strides (transpose, narrow of an inner dimension) copy.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
@@ -106,9 +107,13 @@ class Tensor {
   // ---- autograd
   Tensor& requires_grad_(bool on = true);
   bool requires_grad() const;
-  /// The accumulated gradient of a leaf, or an undefined tensor before any backward.
+  /// The accumulated gradient of a leaf, or an undefined tensor before any backward. A leaf
+  /// attached to a GradBuffer always has one: its view of the flat buffer (f32 on CUDA).
   Tensor grad() const;
+  /// Replaces the gradient; a leaf with a gradient view gets the values copied into the view
+  /// (zeros for an undefined grad).
   void set_grad(const Tensor& grad) const;
+  /// Drops the gradient, or zeroes the view of a leaf attached to a GradBuffer.
   void zero_grad() const;
   /// Runs backward from this tensor. A scalar needs no gradient; others need one of their shape.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
@@ -140,6 +145,14 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // set on results of differentiable ops
   Tensor grad;                    // accumulated gradient of a leaf
+  // A leaf attached to a GradBuffer: `grad` is its persistent view of the flat buffer, and
+  // backward adds into it in place instead of replacing it.
+  bool grad_is_view = false;
+  // The view holds zeros: nothing was added since the buffer was zeroed, so the next
+  // contribution may be written instead of added (a host flag that follows stream order).
+  bool grad_zeroed = false;
+  // Called once per backward, after the leaf's last gradient contribution (autograd.h).
+  std::vector<std::function<void()>> grad_ready_hooks;
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);

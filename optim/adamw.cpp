@@ -10,21 +10,15 @@
 
 namespace ft {
 
-namespace {
-DType master_dtype(const Tensor& p) { return p.dtype() == DType::F64 ? DType::F64 : DType::F32; }
-}  // namespace
-
 AdamW::AdamW(std::vector<Tensor> params, Options options)
-    : Optimizer(std::move(params), options.lr, options.policy), options_(std::move(options)) {
-  NoGradGuard no_grad;
-  for (const Tensor& p : params_) {
-    Slot s;
-    const DType md = master_dtype(p);
-    s.master = p.dtype() == md ? p.detach() : cast(p.detach(), md);
-    s.m = Tensor::zeros(p.shape(), md, p.device());
-    s.v = Tensor::zeros(p.shape(), md, p.device());
-    s.decay = options_.decays ? options_.decays(p) : p.dim() >= 2;
-    slots_.push_back(std::move(s));
+    : Optimizer(std::move(params), options.lr, options.policy),
+      options_(std::move(options)),
+      m_flats_(allocate_state()),
+      v_flats_(allocate_state()) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    slots_.push_back(Slot{master(i), state_view(m_flats_, i), state_view(v_flats_, i),
+                          options_.decays ? options_.decays(p) : p.dim() >= 2});
   }
 }
 
@@ -53,7 +47,7 @@ void AdamW::load_state(const std::map<std::string, Tensor>& state) {
       slot->copy_(it->second.to(slot->device()));
     }
     // A parameter that is its own master was just overwritten; a separate master refreshes it.
-    if (!params_[i].shares_storage(slots_[i].master)) params_[i].copy_(slots_[i].master);
+    if (!own_master(i)) params_[i].copy_(slots_[i].master);
   }
   for (auto [name, slot] : {std::pair<const char*, const Tensor*>{"applied", &state_.applied}, {"skipped", &state_.skipped}}) {
     auto it = state.find(name);
@@ -63,16 +57,13 @@ void AdamW::load_state(const std::map<std::string, Tensor>& state) {
   }
 }
 
-void AdamW::update(const std::vector<size_t>& with_grad) {
-  std::vector<const Tensor*> masters;
-  for (const Slot& s : slots_) masters.push_back(&s.master);
-  if (fused_update(with_grad, masters)) {
+void AdamW::update() {
+  if (fused_update()) {
     std::vector<multi_tensor::ParamSlots> slots;
-    for (size_t i : with_grad) {
+    for (size_t i = 0; i < params_.size(); ++i) {
       const Slot& s = slots_[i];
       const Tensor& p = params_[i];
-      slots.push_back({p.grad(), p, p.shares_storage(s.master) ? Tensor() : s.master, s.m, s.v, s.decay,
-                       static_cast<int32_t>(i)});
+      slots.push_back({p.grad(), p, own_master(i) ? Tensor() : s.master, s.m, s.v, s.decay, static_cast<int32_t>(i)});
     }
     multi_tensor::adamw(slots,
                         {options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
@@ -80,7 +71,7 @@ void AdamW::update(const std::vector<size_t>& with_grad) {
                         state_);
     return;
   }
-  for (size_t i : with_grad) update_twin(i);
+  for (size_t i = 0; i < params_.size(); ++i) update_twin(i);
 }
 
 void AdamW::update_twin(size_t i) {
@@ -103,7 +94,7 @@ void AdamW::update_twin(size_t i) {
   store_unless_skipped(s.m, m, keep);
   store_unless_skipped(s.v, v, keep);
   store_unless_skipped(s.master, master, keep);
-  if (!p.shares_storage(s.master)) p.copy_(cast(s.master, p.dtype()));
+  if (!own_master(i)) p.copy_(cast(s.master, p.dtype()));
 }
 
 }  // namespace ft

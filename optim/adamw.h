@@ -1,5 +1,6 @@
 // AdamW (decoupled weight decay). Parameters stored in bf16 get an f32 master copy, so small
-// updates are not lost to rounding; the bf16 copy is written from it.
+// updates are not lost to rounding; the bf16 copy is written from it. The master weights and
+// both moments are flat buffers laid out like the gradients (optim/optimizer.h).
 //
 // Fused (CUDA, f32/bf16): one multi-tensor kernel chain reads gradient, master and both moments
 // once and writes the moments, the master and the bf16 copy, with the clip factor, the skip
@@ -40,15 +41,16 @@ class AdamW : public Optimizer {
   void load_state(const std::map<std::string, Tensor>& state);
 
  private:
-  void update(const std::vector<size_t>& with_grad) override;
+  void update() override;
   void update_twin(size_t i);
 
   struct Slot {
     Tensor master;  // f32 (f64 for f64 params); the parameter itself when already that dtype
-    Tensor m, v;
+    Tensor m, v;    // views of m_flats_ and v_flats_
     bool decay = true;
   };
   Options options_;
+  std::vector<Tensor> m_flats_, v_flats_;
   std::vector<Slot> slots_;
 };
 

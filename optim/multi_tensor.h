@@ -27,8 +27,8 @@ void scale(const std::vector<Tensor>& tensors, const Tensor& factor);
 /// x = 0 for every tensor.
 void zero(const std::vector<Tensor>& tensors);
 
-/// One parameter's slots for the optimizer kernels. `master` is f32 when the parameter is bf16,
-/// undefined when the parameter (f32) is its own master.
+/// One parameter's slots for the optimizer kernels. `grad` is f32 (its GradBuffer view), `master`
+/// f32 when the parameter is bf16, undefined when the parameter (f32) is its own master.
 struct ParamSlots {
   Tensor grad, param, master, first, second;  // `second` unused by SGD
   bool decay = true;

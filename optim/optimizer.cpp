@@ -68,21 +68,58 @@ void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, 
 
 }  // namespace
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy)
-    : params_(std::move(params)), policy_(policy), lr_(lr) {
-  FT_CHECK(!params_.empty(), "Optimizer: no parameters");
-  for (const Tensor& p : params_) {
+namespace {
+
+// The parameters an optimizer takes: the trainable leaves (frozen ones have nothing to update).
+std::vector<Tensor> trainable(const std::vector<Tensor>& params) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) {
     check_defined(p, "Optimizer", "parameter");
-    FT_CHECK(p.requires_grad() && !p.grad_fn(), "Optimizer: parameters must be leaf tensors that require grad");
-    FT_CHECK(p.device() == params_.front().device(), "Optimizer: parameters on different devices (",
-             p.device().str(), " and ", params_.front().device().str(), ")");
+    FT_CHECK(!p.grad_fn(), "Optimizer: parameters must be leaf tensors, not results of an op");
+    FT_CHECK(p.device() == params.front().device(), "Optimizer: parameters on different devices (",
+             p.device().str(), " and ", params.front().device().str(), ")");
+    if (p.requires_grad()) out.push_back(p);
   }
+  FT_CHECK(!out.empty(), "Optimizer: no trainable parameters among the ", params.size(), " given");
+  return out;
+}
+
+// Makes a parameter stored in its master dtype live in the master buffer: its storage becomes
+// the view's (values copied first), keeping the tensor's identity for the model that holds it.
+void move_into(const Tensor& param, const Tensor& view) {
+  view.copy_(param.detach());
+  TensorImpl* impl = param.impl();
+  impl->storage = view.impl()->storage;
+  impl->byte_offset = view.impl()->byte_offset;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy)
+    : params_(trainable(params)), policy_(policy), grads_(params_), lr_(lr) {
   FT_CHECK(policy_.max_grad_norm >= 0, "Optimizer: max_grad_norm must be >= 0, got ", policy_.max_grad_norm);
   const DType dtype = state_dtype_for(params_);
   const Device device = params_.front().device();
   auto scalar = [&](double v) { return Tensor::full({1}, v, dtype, device); };
   state_ = StepState{scalar(lr), scalar(0), scalar(0), scalar(std::numeric_limits<double>::quiet_NaN()), scalar(1),
                      scalar(1)};
+  NoGradGuard no_grad;
+  master_flats_ = allocate_state();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    masters_.push_back(state_view(master_flats_, i));
+    if (params_[i].dtype() == masters_[i].dtype()) move_into(params_[i], masters_[i]);
+    else masters_[i].copy_(params_[i].detach());
+  }
+}
+
+std::vector<Tensor> Optimizer::allocate_state() const {
+  std::vector<Tensor> flats;
+  for (size_t g = 0; g < grads_.layout().groups().size(); ++g) flats.push_back(grads_.layout().allocate(g));
+  return flats;
+}
+
+Tensor Optimizer::state_view(const std::vector<Tensor>& flats, size_t i) const {
+  return grads_.layout().view(flats.at(grads_.layout().slot(i).group), i);
 }
 
 void Optimizer::set_lr(double lr) {
@@ -105,9 +142,9 @@ void Optimizer::set_skipped_steps(int64_t skipped) {
   state_.skipped.fill_(static_cast<double>(skipped));
 }
 
-bool Optimizer::fused_update(const std::vector<size_t>& with_grad, const std::vector<const Tensor*>& masters) const {
+bool Optimizer::fused_update() const {
   std::vector<Tensor> touched;
-  for (size_t i : with_grad) touched.insert(touched.end(), {params_[i].grad(), params_[i], *masters[i]});
+  for (size_t i = 0; i < params_.size(); ++i) touched.insert(touched.end(), {params_[i].grad(), params_[i], masters_[i]});
   return use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype());
 }
 
@@ -129,26 +166,21 @@ void Optimizer::store_unless_skipped(const Tensor& slot, const Tensor& updated, 
 int64_t Optimizer::applied_steps() const { return static_cast<int64_t>(state_.applied.item()); }
 int64_t Optimizer::skipped_steps() const { return static_cast<int64_t>(state_.skipped.item()); }
 
-void Optimizer::zero_grad() {
-  for (const Tensor& p : params_) p.zero_grad();
-}
+void Optimizer::zero_grad() { grads_.zero(); }
 
 void Optimizer::step() {
   NoGradGuard no_grad;
   ++step_count_;
-  std::vector<size_t> with_grad;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].grad().defined()) with_grad.push_back(i);
-  if (with_grad.empty()) return;
-  // The norm is only taken when something reads it; the update then needs no separate pass.
+  // The norm is only taken when something reads it; the update then needs no separate pass. It
+  // reads the flat buffers whole (their gaps hold zeros), not one tensor per parameter.
   const bool need_norm = policy_.max_grad_norm > 0 || policy_.skip_nonfinite;
-  const std::vector<Tensor> grads = need_norm ? gradients(params_) : std::vector<Tensor>{};
-  if (fused_for(grads.empty() ? std::vector<Tensor>{params_[with_grad.front()]} : grads, state_dtype()))
+  const std::vector<Tensor> grads = need_norm ? grads_.flats() : std::vector<Tensor>{};
+  if (fused_for(grads.empty() ? std::vector<Tensor>{params_.front()} : grads, state_dtype()))
     multi_tensor::settle_step(grads, state_, policy_);
   else
     settle_step_twin(grads, state_, policy_);
   norm_computed_ = need_norm;
-  update(with_grad);
+  update();
 }
 
 Tensor grad_norm(const std::vector<Tensor>& params) {

@@ -1,4 +1,14 @@
-// Optimizer interface: owns per-parameter state and updates parameters from their .grad().
+// Optimizer interface: owns the gradients and per-parameter state of the trainable parameters,
+// and updates the parameters from their gradients.
+//
+// Storage is flat (lib/flat_layout.h): the gradients are a GradBuffer (one f32 buffer per dtype
+// on CUDA, each parameter's .grad() a view of it), and the master weights and every optimizer
+// moment are buffers of the same layout, so one element offset names one parameter element in
+// all of them and a contiguous range is a shard. A parameter stored in its master dtype (f32, or
+// f64) lives in the master buffer itself: its storage becomes a view of it (tensor identity is
+// kept); a bf16 parameter keeps its own storage, written from its f32 master after each update.
+// Frozen parameters (requires_grad false) are left out: no gradient, no state. Build the
+// optimizer after freezing and after Module::to, which replace what it points at.
 //
 // Every step begins the same way, on the device and without a host read: the global gradient
 // norm (when clipping or non-finite skipping needs it), the clip factor, and whether this step
@@ -11,6 +21,7 @@
 #pragma once
 #include <vector>
 
+#include "lib/grad_buffer.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -37,13 +48,17 @@ struct StepState {
 
 class Optimizer {
  public:
+  /// Takes the trainable parameters among `params` (frozen ones are skipped; at least one must
+  /// be trainable), attaches their gradient views and allocates the master weights.
   Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy);
   virtual ~Optimizer() = default;
-  /// Applies one update from the parameters' current gradients (parameters without one are
-  /// skipped). Reads nothing back from the device.
+  /// Applies one update from the gradients accumulated since zero_grad(). Reads nothing back
+  /// from the device.
   void step();
-  /// Drops every parameter's gradient.
+  /// Every gradient = 0: one memset per flat buffer, capturable.
   void zero_grad();
+  /// The flat gradient storage: its layout is also the layout of every state buffer.
+  const GradBuffer& grad_buffer() const { return grads_; }
   double lr() const { return lr_; }
   /// Sets the learning rate of the next step (a device write, enqueued; call it outside a
   /// captured region so that each replay reads the value current at its launch).
@@ -62,16 +77,26 @@ class Optimizer {
   Tensor last_grad_norm() const { return norm_computed_ ? state_.grad_norm.reshape({}) : Tensor(); }
   const StepPolicy& policy() const { return policy_; }
   const StepState& step_state() const { return state_; }
+  /// The trainable parameters it updates, in the order given.
   const std::vector<Tensor>& params() const { return params_; }
+  /// The master weights, one flat buffer per gradient group, laid out like grad_buffer().
+  const std::vector<Tensor>& master_buffers() const { return master_flats_; }
 
  protected:
-  /// The update of the parameters that have a gradient, reading state_ (lr, applied, keep, clip).
-  virtual void update(const std::vector<size_t>& with_grad) = 0;
+  /// The update of every parameter, reading state_ (lr, applied, keep, clip).
+  virtual void update() = 0;
+  /// A zeroed state buffer per gradient group, in the gradients' dtype (f32, or f64), for moments.
+  std::vector<Tensor> allocate_state() const;
+  /// Parameter i's view of one of allocate_state()'s buffers.
+  Tensor state_view(const std::vector<Tensor>& flats, size_t i) const;
+  /// Parameter i's master weights (the parameter itself when it is stored in its master dtype).
+  const Tensor& master(size_t i) const { return masters_[i]; }
+  bool own_master(size_t i) const { return params_[i].shares_storage(masters_[i]); }
   /// The dtype of the optimizer's state: f64 when any parameter is f64, else f32.
   DType state_dtype() const { return state_.lr.dtype(); }
-  /// The update's dispatch: fused mode, and the fused kernels take every parameter with a
-  /// gradient, its gradient and its master (masters[i]).
-  bool fused_update(const std::vector<size_t>& with_grad, const std::vector<const Tensor*>& masters) const;
+  /// The update's dispatch: fused mode, and the fused kernels take every parameter, its gradient
+  /// and its master.
+  bool fused_update() const;
   /// A step-state scalar in the dtype of a master (the twins' arithmetic).
   static Tensor scalar_as(const Tensor& scalar, DType dtype);
   /// The twins' skip: a [1] mask, true when this step is applied; undefined without the
@@ -83,8 +108,10 @@ class Optimizer {
   std::vector<Tensor> params_;
   StepPolicy policy_;
   StepState state_;
+  GradBuffer grads_;
 
  private:
+  std::vector<Tensor> master_flats_, masters_;
   double lr_;
   int64_t step_count_ = 0;
   bool norm_computed_ = false;

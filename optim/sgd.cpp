@@ -10,30 +10,24 @@ namespace ft {
 
 SGD::SGD(std::vector<Tensor> params, Options options)
     : Optimizer(std::move(params), options.lr, options.policy), options_(options) {
-  NoGradGuard no_grad;
-  for (const Tensor& p : params_) {
-    Slot s;
-    s.master = p.dtype() == DType::BF16 ? cast(p.detach(), DType::F32) : p.detach();
-    if (options_.momentum != 0.0) s.momentum = Tensor::zeros(p.shape(), s.master.dtype(), p.device());
-    slots_.push_back(std::move(s));
-  }
+  if (options_.momentum != 0.0) momentum_flats_ = allocate_state();
+  for (size_t i = 0; i < params_.size(); ++i)
+    slots_.push_back(Slot{master(i), momentum_flats_.empty() ? Tensor() : state_view(momentum_flats_, i)});
 }
 
-void SGD::update(const std::vector<size_t>& with_grad) {
-  std::vector<const Tensor*> masters;
-  for (const Slot& s : slots_) masters.push_back(&s.master);
-  if (fused_update(with_grad, masters)) {
+void SGD::update() {
+  if (fused_update()) {
     std::vector<multi_tensor::ParamSlots> slots;
-    for (size_t i : with_grad) {
+    for (size_t i = 0; i < params_.size(); ++i) {
       const Slot& s = slots_[i];
       const Tensor& p = params_[i];
-      slots.push_back({p.grad(), p, p.shares_storage(s.master) ? Tensor() : s.master, s.momentum, Tensor(), true,
+      slots.push_back({p.grad(), p, own_master(i) ? Tensor() : s.master, s.momentum, Tensor(), true,
                        static_cast<int32_t>(i)});
     }
     multi_tensor::sgd(slots, {options_.momentum, options_.weight_decay}, state_);
     return;
   }
-  for (size_t i : with_grad) update_twin(i);
+  for (size_t i = 0; i < params_.size(); ++i) update_twin(i);
 }
 
 void SGD::update_twin(size_t i) {
@@ -51,7 +45,7 @@ void SGD::update_twin(size_t i) {
   const Tensor keep = keep_mask(md);
   if (momentum.defined()) store_unless_skipped(s.momentum, momentum, keep);
   store_unless_skipped(s.master, master, keep);
-  if (!p.shares_storage(s.master)) p.copy_(cast(s.master, p.dtype()));
+  if (!own_master(i)) p.copy_(cast(s.master, p.dtype()));
 }
 
 }  // namespace ft

@@ -20,14 +20,15 @@ class SGD : public Optimizer {
   const Options& options() const { return options_; }
 
  private:
-  void update(const std::vector<size_t>& with_grad) override;
+  void update() override;
   void update_twin(size_t i);
 
   struct Slot {
     Tensor master;    // the parameter itself when f32/f64, an f32 copy of a bf16 one
-    Tensor momentum;  // zeros until the first step (then buf = g + wd·p, as with no history)
+    Tensor momentum;  // a view of momentum_flats_ (zeros until the first step); undefined without momentum
   };
   Options options_;
+  std::vector<Tensor> momentum_flats_;
   std::vector<Slot> slots_;
 };
 

@@ -20,8 +20,10 @@ StepFn training_step(Optimizer& optimizer, StepFn loss_fn) {
 GraphedStep::GraphedStep(StepFn step, std::function<void()> release_grads, int64_t eager_steps)
     : step_(std::move(step)), release_grads_(std::move(release_grads)), eager_steps_(eager_steps) {}
 
+// The gradients live in the optimizer's persistent flat buffer, zeroed inside each step: there is
+// nothing to release around the capture.
 GraphedStep::GraphedStep(Optimizer& optimizer, StepFn loss_fn)
-    : GraphedStep(training_step(optimizer, std::move(loss_fn)), [&optimizer] { optimizer.zero_grad(); }) {}
+    : GraphedStep(training_step(optimizer, std::move(loss_fn)), [] {}) {}
 
 GraphedStep::~GraphedStep() = default;
 

@@ -100,7 +100,7 @@ void bias_act_forward(const Tensor& x, const Tensor& bias, Activation act, const
 }
 
 void bias_act_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Activation act, const Tensor& dx,
-                       const Tensor& dbias) {
+                       const GradOutput& dbias) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   const void* b = bias.defined() ? bias.data_ptr() : nullptr;
   with_vector_width(x.dtype(), "bias_act backward", cols, {dy.data_ptr(), x.data_ptr(), b, dx.data_ptr()},
@@ -109,7 +109,7 @@ void bias_act_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Ac
                       constexpr int V = decltype(vec)::value;
                       BiasActBackward<T, V> op{dy.data<T>(), x.data<T>(), static_cast<const T*>(b), dx.data<T>(),
                                                cols, act};
-                      launch_map_reduce_columns<V, T>(op, rows, cols, dbias.defined() ? dbias.data<T>() : nullptr);
+                      launch_map_reduce_columns<V, T>(op, rows, cols, grad_sink<T>(dbias));
                     });
 }
 

@@ -10,7 +10,11 @@ namespace ft::cuda {
 /// D[m, n] = op(A)[m, k] · op(B)[k, n] (column-major, lda/ldb/ldd the leading dims), repeated
 /// over `batch` matrices with the given element strides (stride_b 0 shares B).
 struct LtGemm {
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // of A and B, and of D unless out_dtype says otherwise
+  /// D's dtype when it differs from A and B's: f32 sums of bf16 products (weight gradients
+  /// written straight into their f32 GradBuffer views). A BGRAD epilogue's vector then is f32 too.
+  DType out_dtype = DType::F32;
+  bool mixed_output = false;
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;
   int64_t lda = 0;
@@ -29,5 +33,8 @@ struct LtGemm {
 };
 
 void run_gemm(const LtGemm& g);
+/// run_gemm, except that a configuration cuBLASLt has no algorithm for returns false (nothing
+/// enqueued) instead of throwing: for epilogues that have a plain fallback.
+bool try_run_gemm(const LtGemm& g);
 
 }  // namespace ft::cuda

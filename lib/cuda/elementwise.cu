@@ -38,6 +38,37 @@ __global__ void cast_kernel(const void* x, DType from, void* out, DType to, int6
     store_any(out, to, i, load_any(x, from, i));
 }
 
+// Gradient accumulation into f32 views: 4 elements a thread, the source converted as read.
+template <class S>
+__global__ void accumulate_kernel(const S* src, float* dst, int64_t n, bool overwrite, const float* scale) {
+  const float factor = scale ? *scale : 1.0f;
+  const int64_t packs = n / 4, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < packs; q += stride) {
+    float s[4], d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    load_pack<S, 4>(src + 4 * q, s);
+    if (!overwrite) load_pack<float, 4>(dst + 4 * q, d);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) d[k] += s[k] * factor;
+    store_pack<float, 4>(dst + 4 * q, d);
+  }
+  for (int64_t i = 4 * packs + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = (overwrite ? 0.0f : dst[i]) + to_acc(src[i]) * factor;
+}
+
+// Any other pairing (f64 destinations, unaligned views): element by element.
+__global__ void accumulate_any_kernel(const void* src, DType from, void* dst, DType to, int64_t n, bool overwrite,
+                                      const float* scale) {
+  const double factor = scale ? *scale : 1.0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (to == DType::F32) {  // f32 arithmetic, as the packed kernel does
+      float* d = static_cast<float*>(dst);
+      d[i] = (overwrite ? 0.0f : d[i]) + static_cast<float>(load_any(src, from, i)) * static_cast<float>(factor);
+    } else {
+      store_any(dst, to, i, (overwrite ? 0.0 : load_any(dst, to, i)) + load_any(src, from, i) * factor);
+    }
+  }
+}
+
 __global__ void fill_kernel(void* out, DType dtype, int64_t n, double value, bool arange) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     store_any(out, dtype, i, arange ? static_cast<double>(i) : value);
@@ -106,6 +137,25 @@ void cast(const Tensor& x, const Tensor& out) {
   cast_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(x.data_ptr(), x.dtype(), out.data_ptr(),
                                                                           out.dtype(), n);
   FT_CUDA_CHECK_LAUNCH("cast_kernel");
+}
+
+void accumulate(const Tensor& src, const Tensor& dst, bool overwrite, const Tensor& scale) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const float* factor = scale.defined() ? scale.data<float>() : nullptr;
+  const auto aligned = [](const Tensor& t, size_t bytes) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0; };
+  const bool packed = dst.dtype() == DType::F32 && aligned(dst, 16) &&
+                      ((src.dtype() == DType::F32 && aligned(src, 16)) || (src.dtype() == DType::BF16 && aligned(src, 8)));
+  const unsigned blocks = elementwise_blocks((n + 3) / 4, kThreads);
+  if (packed && src.dtype() == DType::BF16) {
+    accumulate_kernel<<<blocks, kThreads, 0, stream()>>>(src.data<__nv_bfloat16>(), dst.data<float>(), n, overwrite, factor);
+  } else if (packed) {
+    accumulate_kernel<<<blocks, kThreads, 0, stream()>>>(src.data<float>(), dst.data<float>(), n, overwrite, factor);
+  } else {
+    accumulate_any_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(
+        src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), n, overwrite, factor);
+  }
+  FT_CUDA_CHECK_LAUNCH("accumulate_kernel");
 }
 
 void fill(const Tensor& out, double value) {

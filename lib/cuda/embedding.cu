@@ -8,6 +8,8 @@
 // is summed in f32 instead of by thousands of bf16 atomic adds.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "lib/cuda/grad_sink.cuh"
+#include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/embedding.h"
@@ -52,7 +54,7 @@ constexpr int kRunChunkPacks = 4;  // packs per lane per pass over a run: bounds
 /// rows in position order into that id's row.
 template <class T, int VEC>
 __global__ void token_runs_kernel(const T* grad, const int32_t* keys, const int32_t* order, int64_t n, int64_t cols,
-                                  T* table_grad) {
+                                  GradSink<T> table_grad) {
   const int64_t start = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   if (start >= n || (start > 0 && keys[start] == keys[start - 1])) return;
   const int lane = threadIdx.x % 32;
@@ -77,7 +79,14 @@ __global__ void token_runs_kernel(const T* grad, const int32_t* keys, const int3
 #pragma unroll
     for (int p = 0; p < kRunChunkPacks; ++p) {
       const int64_t c = c0 + (p * 32 + lane) * VEC;
-      if (c < cols) store_vec<T, VEC>(table_grad + static_cast<int64_t>(id) * cols + c, acc[p]);
+      if (c >= cols) continue;
+      const int64_t at = static_cast<int64_t>(id) * cols + c;
+      if (table_grad.f32) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) table_grad.store(at + k, acc[p][k]);
+      } else {
+        store_vec<T, VEC>(table_grad.out + at, acc[p]);
+      }
     }
   }
 }
@@ -113,16 +122,21 @@ void token_position_forward(const Tensor& ids, const Tensor& tokens, const Tenso
                         });
 }
 
-void token_position_backward(const Tensor& grad, const Tensor& ids, const Tensor& tokens_grad,
-                             const Tensor& positions_grad) {
+void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOutput& tokens_grad,
+                             const GradOutput& positions_grad) {
   const int64_t n = ids.numel(), batch = ids.size(0), steps = ids.size(1);
-  const int64_t vocab = tokens_grad.size(0), cols = tokens_grad.size(1);
+  const int64_t vocab = tokens_grad.tensor.size(0), cols = tokens_grad.tensor.size(1);
   FT_CHECK(n < (int64_t{1} << 31), "token_position_embedding: ", n, " ids exceed the 32-bit sort");
-  // Positions: the sum over the batch for the first T rows, zeros past them.
-  FT_CUDA_CHECK(cudaMemsetAsync(positions_grad.data_ptr(), 0, positions_grad.nbytes(), stream()));
-  reduce_middle(grad, positions_grad, 1, batch, steps * cols);
+  // A fresh gradient gets zeros where nothing reaches; a GradBuffer view already holds them (or
+  // the earlier contributions it keeps), so only the reached rows are touched.
+  auto zero_fresh = [](const GradOutput& g) {
+    if (!g.view) FT_CUDA_CHECK(cudaMemsetAsync(g.tensor.data_ptr(), 0, g.tensor.nbytes(), stream()));
+  };
+  // Positions: the sum over the batch for the first T rows.
+  zero_fresh(positions_grad);
+  column_sums(grad, batch, steps * cols, GradOutput(positions_grad.tensor.narrow(0, 0, steps), positions_grad.accumulate));
   // Tokens: sort (id, position) pairs, then one f32 sum per run of equal ids.
-  FT_CUDA_CHECK(cudaMemsetAsync(tokens_grad.data_ptr(), 0, tokens_grad.nbytes(), stream()));
+  zero_fresh(tokens_grad);
   Tensor sort = Tensor::empty({4 * n}, DType::I32, grad.device());
   int32_t* keys_in = sort.data<int32_t>();
   int32_t *order_in = keys_in + n, *keys = keys_in + 2 * n, *order = keys_in + 3 * n;
@@ -136,12 +150,12 @@ void token_position_backward(const Tensor& grad, const Tensor& ids, const Tensor
   Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes)}, DType::U8, grad.device());
   FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, keys_in, keys, order_in, order,
                                                 static_cast<int>(n), 0, key_bits(vocab), stream()));
-  with_embedding_config(grad.dtype(), cols, {grad.data_ptr(), tokens_grad.data_ptr()}, [&](auto tag, auto vec) {
+  with_embedding_config(grad.dtype(), cols, {grad.data_ptr(), tokens_grad.tensor.data_ptr()}, [&](auto tag, auto vec) {
     using T = decltype(tag);
     constexpr int V = decltype(vec)::value;
     constexpr int kWarps = kThreads / 32;
     token_runs_kernel<T, V><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(
-        grad.data<T>(), keys, order, n, cols, tokens_grad.data<T>());
+        grad.data<T>(), keys, order, n, cols, grad_sink<T>(tokens_grad));
     FT_CUDA_CHECK_LAUNCH("token_runs_kernel");
   });
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "lib/autograd.h"
 #include "lib/ops/elementwise_math.h"
 #include "lib/ops/reduce.h"
 #include "lib/tensor.h"
@@ -18,6 +19,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, co
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
 void cast(const Tensor& x, const Tensor& out);
+/// dst (f32/f64) = (overwrite ? 0 : dst) + scale · src, src converted as read (lib/ops/elementwise.h).
+void accumulate(const Tensor& src, const Tensor& dst, bool overwrite, const Tensor& scale);
 void fill(const Tensor& out, double value);
 void arange(const Tensor& out);
 
@@ -25,6 +28,8 @@ void arange(const Tensor& out);
 void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, int64_t cols);
 /// x viewed as [outer, mid, inner]: out[o, i] = sum over m of x[o, m, i] (deterministic order).
 void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mid, int64_t inner);
+/// out (f32/bf16 [cols], or an f32 view added into) = column sums of x [rows, cols] (f32/bf16).
+void column_sums(const Tensor& x, int64_t rows, int64_t cols, const GradOutput& out);
 
 /// C[b] = op(A[b]) @ op(B[b]) for `batch` row-major matrices (b_batched false: one shared B);
 /// C[b] += ... when accumulate.

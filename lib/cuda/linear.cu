@@ -57,7 +57,7 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, A
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Activation act, const Tensor& saved,
-                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                     const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias) {
   const int64_t n = x.size(0), in = x.size(1), out = weight.size(0);
   Tensor dpre = dy;
   if (act != Activation::None) {
@@ -82,6 +82,10 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
   if (dweight.defined()) {  // dWᵀ[in, out] = x_cm[in, n] · dpre_cmᵀ[n, out]
     LtGemm g;
     g.dtype = dy.dtype();
+    // Into an f32 gradient view: cuBLASLt sums in f32 and writes (or, beta = 1, adds) f32.
+    g.mixed_output = dweight.tensor.dtype() != dy.dtype();
+    g.out_dtype = dweight.tensor.dtype();
+    g.accumulate = dweight.accumulate;
     g.m = in;
     g.n = out;
     g.k = n;
@@ -90,15 +94,24 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
     g.b = dpre.data_ptr();
     g.ldb = out;
     g.trans_b = true;
-    g.d = dweight.data_ptr();
+    g.d = dweight.tensor.data_ptr();
     g.ldd = in;
-    if (dbias.defined() && act == Activation::None) {  // BGRADB: db = Σ over n of dy
-      g.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-      g.bias = dbias.data_ptr();
+    // BGRADB (db = Σ over n of dy, in D's dtype) overwrites: it serves a db that is written, the
+    // column kernel one that is added to, or one cuBLASLt has no such algorithm for.
+    bool bias_done = false;
+    if (dbias.defined() && act == Activation::None && !dbias.accumulate &&
+        dbias.tensor.dtype() == (g.mixed_output ? g.out_dtype : g.dtype)) {
+      LtGemm with_bias = g;
+      with_bias.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+      with_bias.bias = dbias.tensor.data_ptr();
+      bias_done = try_run_gemm(with_bias);
     }
-    run_gemm(g);
+    if (!bias_done) {
+      run_gemm(g);
+      if (dbias.defined() && act == Activation::None) column_sums(dy, n, out, dbias);
+    }
   } else if (dbias.defined() && act == Activation::None) {
-    reduce_middle(dy, dbias, 1, n, out);
+    column_sums(dy, n, out, dbias);
   }
 }
 

@@ -50,7 +50,14 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
 }  // namespace
 
 void run_gemm(const LtGemm& g) {
+  FT_CHECK(try_run_gemm(g), "matmul: cuBLASLt found no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " dtype ",
+           dtype_name(g.dtype), g.mixed_output ? " into " : "", g.mixed_output ? dtype_name(g.out_dtype) : "",
+           " epilogue ", static_cast<int>(g.epilogue));
+}
+
+bool try_run_gemm(const LtGemm& g) {
   const cudaDataType_t type = cuda_type(g.dtype);
+  const cudaDataType_t out_type = cuda_type(g.mixed_output ? g.out_dtype : g.dtype);
   const bool f64 = g.dtype == DType::F64;
   cublasLtMatmulDesc_t desc;
   FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, f64 ? CUDA_R_64F : CUDA_R_32F));
@@ -68,7 +75,7 @@ void run_gemm(const LtGemm& g) {
   cublasLtMatrixLayout_t la, lb, ld;
   FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
   FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g.m, g.n, g.ldd));
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, out_type, g.m, g.n, g.ldd));
   if (g.batch > 1) {
     set_layout_batch(la, g.batch, g.stride_a);
     set_layout_batch(lb, g.batch, g.stride_b);
@@ -81,7 +88,7 @@ void run_gemm(const LtGemm& g) {
   static std::mutex mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
   const uint32_t alignment = common_alignment({g.a, g.b, g.d});
-  const AlgoKey key{static_cast<int>(g.dtype), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
+  const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.mixed_output ? g.out_dtype : g.dtype), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
                     static_cast<int>(g.epilogue), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
   cublasLtMatmulAlgo_t algo;
   {
@@ -97,10 +104,16 @@ void run_gemm(const LtGemm& g) {
         FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment)));
       cublasLtMatmulHeuristicResult_t result;
       int found = 0;
-      FT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, 1, &result, &found));
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, 1, &result, &found);
       cublasLtMatmulPreferenceDestroy(pref);
-      FT_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " dtype ",
-               dtype_name(g.dtype), " epilogue ", static_cast<int>(g.epilogue));
+      if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(desc);
+        return false;
+      }
       it = cache.emplace(key, result.algo).first;
     }
     algo = it->second;
@@ -115,6 +128,7 @@ void run_gemm(const LtGemm& g) {
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);
   cublasLtMatmulDescDestroy(desc);
+  return true;
 }
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,

@@ -11,6 +11,7 @@
 // their backward chains.
 #include <algorithm>
 
+#include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/layer_norm.h"
@@ -260,7 +261,8 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 // warp order: deterministic, with 8 warps' loads in flight per column group instead of one
 // thread's.
 template <class T>
-__global__ void sum_partials_kernel(const float* partials, int blocks, int64_t cols, T* dweight, T* dbias) {
+__global__ void sum_partials_kernel(const float* partials, int blocks, int64_t cols, GradSink<T> dweight,
+                                    GradSink<T> dbias) {
   __shared__ float by_warp[8][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = blockIdx.x * 32LL + lane;
@@ -285,9 +287,9 @@ __global__ void sum_partials_kernel(const float* partials, int blocks, int64_t c
 #pragma unroll
   for (int w = 0; w < 8; ++w) total += by_warp[w][lane];
   if (j < cols) {
-    if (dweight) dweight[j] = from_acc<T>(total);
-  } else if (dbias) {
-    dbias[j - cols] = from_acc<T>(total);
+    if (dweight.any()) dweight.store(j, total);
+  } else if (dbias.any()) {
+    dbias.store(j - cols, total);
   }
 }
 
@@ -379,7 +381,7 @@ bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
 }
 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                   const Tensor& rstd, const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias,
                    const NormEpilogue& epilogue, const Tensor& bias, const Tensor& addend) {
   const int64_t cols = x.size(-1), rows = x.numel() / cols;
   FT_CHECK(!addend.defined() || (addend.shape() == x.shape() && addend.dtype() == x.dtype()),
@@ -416,8 +418,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined()) {
           sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(
-              scratch.partials, static_cast<int>(blocks), cols, dweight.defined() ? dweight.data<T>() : nullptr,
-              dbias.defined() ? dbias.data<T>() : nullptr);
+              scratch.partials, static_cast<int>(blocks), cols, grad_sink<T>(dweight), grad_sink<T>(dbias));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
         }
       });

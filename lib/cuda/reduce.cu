@@ -96,4 +96,12 @@ void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mi
   FT_CUDA_CHECK_LAUNCH("reduce_middle_kernel");
 }
 
+void column_sums(const Tensor& x, int64_t rows, int64_t cols, const GradOutput& out) {
+  with_vector_width(x.dtype(), "column sums", cols, {x.data_ptr(), out.tensor.data_ptr()}, [&](auto tag, auto vec) {
+    using T = decltype(tag);
+    constexpr int V = decltype(vec)::value;
+    launch_map_reduce_columns<V, T>(ColumnLoad<T, V>{x.data<T>(), cols}, rows, cols, grad_sink<T>(out));
+  });
+}
+
 }  // namespace ft::cuda

@@ -15,6 +15,7 @@
 #pragma once
 #include <algorithm>
 
+#include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 
@@ -53,7 +54,7 @@ constexpr int kColumnBlockThreads = 512;
 
 template <int VEC, class T, class Op>
 __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
-                                          T* column_sums) {
+                                          GradSink<T> column_sums) {
   // threadIdx.x picks the column group, threadIdx.y the row lane: the lanes of a block walk its
   // rows interleaved, so blockDim.y loads per column group are in flight instead of one.
   const int64_t tile_cols = static_cast<int64_t>(blockDim.x) * VEC;
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_ker
       for (int k = 0; k < VEC; ++k) acc[k] += sums[k];
     }
   }
-  if (column_sums == nullptr) return;
+  if (!column_sums.any()) return;
   // The row lanes' sums, added in lane order: lanes 1.. park theirs in shared memory.
   extern __shared__ float lane_sums[];  // [blockDim.y - 1][tile_cols]
   const int64_t local = static_cast<int64_t>(threadIdx.x) * VEC;
@@ -96,13 +97,13 @@ __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_ker
   if (!last) return;
   __threadfence();
   const int64_t c1 = min(cols, c0 + tile_cols);
-  for (int64_t c = c0 + thread; c < c1; c += threads) column_sums[c] = from_acc<T>(sum_rows(partials, gridDim.y, cols, c));
+  for (int64_t c = c0 + thread; c < c1; c += threads) column_sums.store(c, sum_rows(partials, gridDim.y, cols, c));
   if (thread == 0) counters[blockIdx.x] = 0;
 }
 
-/// Launches op over [rows, cols]. With column_sums defined, also writes their column sums.
+/// Launches op over [rows, cols]. With column_sums given, also stores their column sums there.
 template <int VEC, class T, class Op>
-void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* column_sums) {
+void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, GradSink<T> column_sums) {
   // 2 blocks of ~512 threads per SM (the kernel's launch bounds guarantee both fit). The last
   // block of a column tile adds every row block's partials while the rest of the GPU waits, so
   // the tiles are cut narrow enough that each tail adds at most ~kTailRows partial rows and the
@@ -120,7 +121,7 @@ void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* colu
   const int row_lanes = std::max(1, std::min(32, kColumnBlockThreads / tile_threads));
   const int64_t tile_cols = static_cast<int64_t>(tile_threads) * VEC;
   const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
-  const size_t smem = column_sums ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
+  const size_t smem = column_sums.any() ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
   // Each row lane takes at least kMinLaneRows rows: a narrow tensor (a classifier's 10 columns
   // over 4096 rows) spread over every SM took 9.8 us on the H100, mostly 264 blocks' turns at the
   // tile's counter and the tail adding their partials.
@@ -129,7 +130,7 @@ void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, T* colu
       1, std::min<int64_t>({rows, 65535, target_blocks / col_tiles, (rows + row_lanes * kMinLaneRows - 1) /
                                                                          (row_lanes * kMinLaneRows)}));
   ColumnScratch scratch{nullptr, nullptr};
-  if (column_sums) scratch = column_scratch(row_blocks, cols, col_tiles);
+  if (column_sums.any()) scratch = column_scratch(row_blocks, cols, col_tiles);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_blocks));
   dim3 block(static_cast<unsigned>(tile_threads), static_cast<unsigned>(row_lanes));
   map_reduce_columns_kernel<VEC, T><<<grid, block, smem, stream()>>>(op, rows, cols, scratch.partials,

@@ -255,5 +255,14 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   else if (src_device.is_cpu()) FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // src may be pageable and temporary
 }
 
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  FT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda::stream()));
+}
+
 }  // namespace runtime
 }  // namespace ft

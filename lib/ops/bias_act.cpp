@@ -37,9 +37,9 @@ Tensor bias_act(const Tensor& x, const Tensor& bias, Activation act) {
   return record("bias_act", y, {x, bias}, [sx = x.detach(), sb = bias.defined() ? bias.detach() : Tensor(), act,
                                            want_bias](const Tensor& g) {
     Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
-    Tensor db = want_bias ? Tensor::empty(sb.shape(), sb.dtype(), sb.device()) : Tensor();
+    const GradOutput db = grad_output(1, want_bias, sb.shape(), sb.dtype(), sb.device());
     cuda::bias_act_backward(g, sx, sb, act, dx, db);
-    return std::vector<Tensor>{dx, db};
+    return std::vector<Tensor>{dx, db.tensor};
   });
 }
 

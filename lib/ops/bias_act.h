@@ -10,6 +10,7 @@
 // Twins: add + the activation's primitives; silu, mul (and narrow for the split form).
 #pragma once
 #include "lib/ops/activation.h"
+#include "lib/autograd.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -24,9 +25,9 @@ Tensor swiglu_composite(const Tensor& a, const Tensor& b);
 namespace cuda {
 /// y = act(x + bias) over rows of C; bias may be undefined.
 void bias_act_forward(const Tensor& x, const Tensor& bias, Activation act, const Tensor& y);
-/// dx = dy·act'(x + bias); dbias (when defined) = column sums of dx.
+/// dx = dy·act'(x + bias); dbias (when defined) = column sums of dx (or += into an f32 view).
 void bias_act_backward(const Tensor& dy, const Tensor& x, const Tensor& bias, Activation act, const Tensor& dx,
-                       const Tensor& dbias);
+                       const GradOutput& dbias);
 /// y[r, j] = silu(a[r·in_stride + j])·b[b_offset + r·in_stride + j] for j < width. Separate
 /// inputs: in_stride = width, b_offset = 0. Split form: a = b = ab [rows, 2H], in_stride = 2H,
 /// b_offset = H (da and db likewise in backward).

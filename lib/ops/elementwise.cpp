@@ -304,6 +304,39 @@ Tensor cast(const Tensor& x, DType dtype) {
   return record("cast", out, {x}, [from = x.dtype()](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
 }
 
+void accumulate_into(const Tensor& dst, const Tensor& src, bool overwrite, const Tensor& scale) {
+  check_defined(dst, "accumulate_into", "destination");
+  check_defined(src, "accumulate_into", "source");
+  FT_CHECK(dst.numel() == src.numel() && dst.device() == src.device() && is_floating(src.dtype()) &&
+               (dst.dtype() == DType::F32 || dst.dtype() == DType::F64),
+           "accumulate_into: ", shape_str(src.shape()), " ", dtype_name(src.dtype()), " on ", src.device().str(),
+           " into ", shape_str(dst.shape()), " ", dtype_name(dst.dtype()), " on ", dst.device().str(),
+           " (the destination must be f32 or f64 with as many elements, on the same device)");
+  FT_CHECK(!scale.defined() || (scale.numel() == 1 && scale.dtype() == DType::F32 && scale.device() == dst.device()),
+           "accumulate_into: the scale must be one f32 element on ", dst.device().str());
+  if (dst.numel() == 0) return;
+  if (dst.is_cuda()) {
+    cuda::accumulate(src, dst, overwrite, scale);
+    return;
+  }
+  const double factor = scale.defined() ? scale.item() : 1.0;
+  cpu::dispatch_floating(dst.dtype(), "accumulate_into", [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    cpu::dispatch_floating(src.dtype(), "accumulate_into", [&](auto src_tag) {
+      using S = decltype(src_tag);
+      const S* in = src.data<S>();
+      D* out = dst.data<D>();
+      const int64_t n = dst.numel();
+#pragma omp parallel for if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) {
+        using A = cpu::acc_t<D>;
+        const A v = static_cast<A>(cpu::load(in, i)) * static_cast<A>(factor);
+        cpu::store(out, i, overwrite ? v : cpu::load(out, i) + v);
+      }
+    });
+  });
+}
+
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

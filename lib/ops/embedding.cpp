@@ -38,10 +38,10 @@ Tensor token_position_embedding(const Tensor& ids, const Tensor& tokens, const T
   return record("token_position_embedding", out, {Tensor(), tokens, positions},
                 [saved_ids = ids.detach(), token_shape = tokens.shape(), position_shape = positions.shape()](
                     const Tensor& g) {
-                  Tensor dtokens = Tensor::empty(token_shape, g.dtype(), g.device());
-                  Tensor dpositions = Tensor::empty(position_shape, g.dtype(), g.device());
+                  const GradOutput dtokens = grad_output(1, true, token_shape, g.dtype(), g.device());
+                  const GradOutput dpositions = grad_output(2, true, position_shape, g.dtype(), g.device());
                   cuda::token_position_backward(g, saved_ids, dtokens, dpositions);
-                  return std::vector<Tensor>{Tensor(), dtokens, dpositions};
+                  return std::vector<Tensor>{Tensor(), dtokens.tensor, dpositions.tensor};
                 });
 }
 

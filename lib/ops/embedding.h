@@ -9,6 +9,7 @@
 // gradient is an atomic scatter-add, in the gradient's dtype).
 // An id outside [0, V) is an ft::Error (on CUDA, raised at the next synchronizing read).
 #pragma once
+#include "lib/autograd.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -18,10 +19,11 @@ Tensor token_position_embedding_composite(const Tensor& ids, const Tensor& token
 
 namespace cuda {
 void token_position_forward(const Tensor& ids, const Tensor& tokens, const Tensor& positions, const Tensor& out);
-/// tokens_grad [V, C] and positions_grad [P, C] are fully written (rows no id or position
-/// reaches get zeros).
-void token_position_backward(const Tensor& grad, const Tensor& ids, const Tensor& tokens_grad,
-                             const Tensor& positions_grad);
+/// tokens_grad [V, C] and positions_grad [P, C]: fully written (rows no id or position reaches
+/// get zeros), or, as f32 GradBuffer views, added into (or written, when they hold zeros) only
+/// where an id or a position reaches.
+void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOutput& tokens_grad,
+                             const GradOutput& positions_grad);
 }  // namespace cuda
 
 }  // namespace ft

@@ -19,6 +19,7 @@
 // Twin: layer_norm_composite, activate, dropout_composite.
 #pragma once
 #include "lib/ops/activation.h"
+#include "lib/autograd.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -64,12 +65,12 @@ bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
                   double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                   const NormEpilogue& epilogue = {});
 /// From dy and the normalized input `x` (the sum, for the add forms) with its saved statistics:
-/// dx (overwritten), and dweight, dbias (when defined; overwritten). With an epilogue, dy is the
+/// dx (overwritten), and dweight, dbias (when defined; overwritten, or added into f32 views). With an epilogue, dy is the
 /// gradient of its output and `bias` (the norm's, or undefined) is needed to recompute act's input.
 /// A defined `addend` (x's shape and dtype) is added into dx in the same pass: the gradient that
 /// x's other uses (the residual stream) have already contributed.
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                   const Tensor& rstd, const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias,
                    const NormEpilogue& epilogue = {}, const Tensor& bias = Tensor(), const Tensor& addend = Tensor());
 }  // namespace cuda
 

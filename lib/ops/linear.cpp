@@ -49,10 +49,11 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
                 [x2, w = w.detach(), saved, act, gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
                   Tensor dy = g.reshape({x2.size(0), w.size(0)});
                   Tensor dx = gx ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
-                  Tensor dw = gw ? Tensor::empty(w.shape(), w.dtype(), w.device()) : Tensor();
-                  Tensor db = gb ? Tensor::empty({w.size(0)}, w.dtype(), w.device()) : Tensor();
+                  // Straight into the parameters' f32 gradient views when they have them.
+                  const GradOutput dw = grad_output(1, gw, w.shape(), w.dtype(), w.device());
+                  const GradOutput db = grad_output(2, gb, {w.size(0)}, w.dtype(), w.device());
                   cuda::linear_backward(dy, x2, w, act, saved, dx, dw, db);
-                  return std::vector<Tensor>{gx ? dx.reshape(x_shape) : Tensor(), dw, db};
+                  return std::vector<Tensor>{gx ? dx.reshape(x_shape) : Tensor(), dw.tensor, db.tensor};
                 });
 }
 

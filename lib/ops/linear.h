@@ -12,6 +12,7 @@
 // Twin: matmul + add + activation primitives.
 #pragma once
 #include "lib/ops/activation.h"
+#include "lib/autograd.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -32,10 +33,11 @@ namespace cuda {
 /// y = act(x·Wᵀ + b) for x [N, IN]; pre receives x·Wᵀ + b when act is GELU (else unused).
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& y,
                     const Tensor& pre);
-/// From dy [N, OUT]: dx [N, IN], dW [OUT, IN], db [OUT] (each undefined when not wanted).
+/// From dy [N, OUT]: dx [N, IN], dW [OUT, IN], db [OUT] (each undefined when not wanted; dW and
+/// db overwritten, or added into f32 views: cuBLASLt writes dW in f32 with beta = 1).
 /// `saved` is pre for GELU, y for ReLU, unused for None.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Activation act, const Tensor& saved,
-                     const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                     const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias);
 }  // namespace cuda
 
 }  // namespace ft

@@ -58,11 +58,16 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     FT_CHECK(!*consumed, "linear_cross_entropy (fused): backward ran twice through one forward; its gradients are "
                          "scaled in place, so retain_graph is not supported here");
     *consumed = true;
-    if (!is_unit_seed(g)) {
-      const Tensor upstream = cast(g, DType::F32);
-      if (dx.defined()) cuda::scale_by_upstream(dx, upstream);
-      if (dw.defined()) cuda::scale_by_upstream(dw, upstream);
+    const Tensor upstream = is_unit_seed(g) ? Tensor() : cast(g, DType::F32).reshape({1});
+    if (dx.defined() && upstream.defined()) cuda::scale_by_upstream(dx, upstream);
+    // dW was summed over the chunks during forward; an f32 gradient view takes it (scaled) in
+    // one pass, and no bf16 gradient is handed to autograd to add.
+    const GradTarget w_target = dw.defined() ? grad_target(1) : GradTarget{};
+    if (w_target.view.defined() && w_target.view.is_cuda()) {
+      accumulate_into(w_target.view, dw, w_target.overwrite, upstream);
+      return std::vector<Tensor>{dx, w_target.view};
     }
+    if (dw.defined() && upstream.defined()) cuda::scale_by_upstream(dw, upstream);
     return std::vector<Tensor>{dx, dw};
   });
 }

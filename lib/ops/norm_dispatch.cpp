@@ -64,13 +64,13 @@ AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual,
                               sb = epilogue.active() && bias.defined() ? bias.detach() : Tensor(), mean, rstd, want_w,
                               want_b, epilogue](const Tensor& g, const Tensor& pending) {
                                Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
-                               Tensor dw = want_w ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
-                               Tensor db = want_b ? Tensor::empty(sw.shape(), sw.dtype(), sw.device()) : Tensor();
+                               const GradOutput dw = grad_output(1, want_w, sw.shape(), sw.dtype(), sw.device());
+                               const GradOutput db = grad_output(2, want_b, sw.shape(), sw.dtype(), sw.device());
                                const bool fits = pending.defined() && pending.dtype() == sx.dtype();
                                cuda::norm_backward(kind, g, sx, sw, mean, rstd, dx, dw, db, epilogue, sb,
                                                    fits ? pending : Tensor());
                                if (pending.defined() && !fits) dx = add(dx, pending.to(sx.dtype()));
-                               return std::vector<Tensor>{dx, dw, db};
+                               return std::vector<Tensor>{dx, dw.tensor, db.tensor};
                              });
   return result;
 }

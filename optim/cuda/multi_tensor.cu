@@ -143,7 +143,8 @@ struct WorkingCopy {
   }
 };
 
-// Lists: 0 grad (P), 1 param (P), 2 m, 3 v [, 4 master (f32) when P is bf16].
+// Lists: 0 grad (f32, a view of the flat gradient buffer), 1 param (P), 2 m, 3 v [, 4 master
+// (f32) when P is bf16].
 template <class P, int DEPTH>
 struct AdamWOp {
   float beta1, beta2, eps, weight_decay;
@@ -151,7 +152,7 @@ struct AdamWOp {
   WorkingCopy<P> copy;
   __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, float&) const {
     if (*step.keep == 0.0f) return;
-    const P* g = static_cast<const P*>(table.addresses[0][tensor]);
+    const float* g = static_cast<const float*>(table.addresses[0][tensor]);
     P* param = static_cast<P*>(table.addresses[1][tensor]);
     float* m = static_cast<float*>(table.addresses[2][tensor]);
     float* v = static_cast<float*>(table.addresses[3][tensor]);
@@ -182,14 +183,14 @@ struct AdamWOp {
   }
 };
 
-// Lists: 0 grad (P), 1 param (P), 2 momentum [, 3 master (f32) when P is bf16].
+// Lists: 0 grad (f32), 1 param (P), 2 momentum [, 3 master (f32) when P is bf16].
 template <class P, int DEPTH>
 struct SGDOp {
   float momentum, weight_decay;
   StepScalars step;
   __device__ void operator()(const ChunkTable<DEPTH>& table, int tensor, int64_t begin, int64_t count, float&) const {
     if (*step.keep == 0.0f) return;
-    const P* g = static_cast<const P*>(table.addresses[0][tensor]);
+    const float* g = static_cast<const float*>(table.addresses[0][tensor]);
     P* param = static_cast<P*>(table.addresses[1][tensor]);
     float* buf = static_cast<float*>(table.addresses[2][tensor]);
     float* master = DEPTH == 4 ? static_cast<float*>(table.addresses[DEPTH - 1][tensor]) : reinterpret_cast<float*>(param);
@@ -284,8 +285,8 @@ void split_by_dtype(const std::vector<ParamSlots>& slots, AddressesF32&& address
                "fused optimizer: parameter ", s.id, "'s master weights and moments must be f32 on CUDA with ",
                s.param.numel(), " elements");
     }
-    FT_CHECK(s.grad.dtype() == s.param.dtype(), "fused optimizer: parameter ", s.id, " has ", dtype_name(s.param.dtype()),
-             " data but a ", dtype_name(s.grad.dtype()), " gradient");
+    FT_CHECK(s.grad.is_cuda() && s.grad.dtype() == DType::F32, "fused optimizer: parameter ", s.id,
+             "'s gradient must be f32 on CUDA (a GradBuffer view), got ", dtype_name(s.grad.dtype()));
     FT_CHECK(s.grad.numel() == s.param.numel(), "fused optimizer: parameter ", s.id, " has ", s.param.numel(),
              " elements but its gradient ", s.grad.numel());
     if (s.param.dtype() == DType::BF16) {

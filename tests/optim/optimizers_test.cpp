@@ -52,7 +52,10 @@ TEST(AdamW, MatchesReferenceOverStepsWithDecayOnlyOnMatrices) {
   }
 }
 
-TEST(AdamW, SkipsParametersWithoutGradient) {
+// Gradients are persistent (a GradBuffer view, zero until a backward reaches the parameter): a
+// parameter nothing reached gets a zero gradient, which moves neither it nor, without decay, its
+// value (1-D parameters do not decay by default).
+TEST(AdamW, AZeroGradientLeavesAnUndecayedParameterUnchanged) {
   Generator gen(3);
   Tensor w = Tensor::randn({4}, gen, DType::F32);
   w.requires_grad_();
@@ -111,9 +114,12 @@ TEST(Optimizer, GradNormIsTheGlobalL2Norm) {
   EXPECT_NEAR(grad_norm({a, b}).item(), std::sqrt(sq), 1e-5);
 }
 
-TEST(Optimizer, RejectsNonLeafOrFrozenParameters) {
+TEST(Optimizer, RejectsNonLeafOrOnlyFrozenParameters) {
   Tensor frozen = Tensor::full({2}, 1.0);
   EXPECT_THROW(AdamW({frozen}, AdamW::Options{}), Error);
+  Tensor leaf = Tensor::full({2}, 1.0);
+  leaf.requires_grad_();
+  EXPECT_THROW(AdamW({leaf * 2.0}, AdamW::Options{}), Error);
 }
 
 TEST(LRSchedule, WarmupThenCosineToMin) {

@@ -1,0 +1,62 @@
+// Flat storage for a list of tensors: where each one sits in one 1-D buffer per group.
+//
+// The gradients (GradBuffer), the optimizers' master weights and moments, and later the
+// data-parallel buckets and ZeRO-1 shards all use one layout, so the same element offset names
+// the same parameter element in every buffer: a contiguous range of one buffer is a bucket or a
+// shard of all of them.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "lib/tensor.h"
+
+namespace ft {
+
+class FlatLayout {
+ public:
+  /// Each tensor starts at a multiple of this many elements (256 bytes of f32): every view is
+  /// aligned for 16-byte vector loads, cuBLASLt and the multi-tensor kernels, and a shard
+  /// boundary rounded to it never splits such a group. The gap elements are zero and unused.
+  static constexpr int64_t kAlign = 64;
+
+  /// One flat buffer: the tensors of one dtype (a group key) on one device, in list order.
+  struct Group {
+    DType dtype;
+    Device device;
+    int64_t size = 0;             // elements, gaps included (a multiple of kAlign)
+    std::vector<size_t> members;  // indices into the tensor list
+  };
+  /// Where tensor i lives: elements [offset, offset + numel) of group `group`.
+  struct Slot {
+    size_t group = 0;
+    int64_t offset = 0;
+    Shape shape;
+    int64_t numel() const { return shape_numel(shape); }
+  };
+
+  FlatLayout() = default;
+  /// tensors[i] goes to the group of (dtypes[i], tensors[i].device()); groups are ordered by first
+  /// appearance, and tensors within a group by their index.
+  FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes);
+
+  size_t size() const { return slots_.size(); }
+  const std::vector<Group>& groups() const { return groups_; }
+  const Slot& slot(size_t i) const { return slots_.at(i); }
+
+  /// A zeroed buffer for group g: [groups()[g].size] of `dtype` (default: the group's) on its device.
+  Tensor allocate(size_t g) const;
+  Tensor allocate(size_t g, DType dtype) const;
+  /// Tensor i's view (its shape) into `flat`, a buffer of its group from allocate().
+  Tensor view(const Tensor& flat, size_t i) const;
+  /// Elements [begin, end) of group g that rank `rank` of `world` owns: the group cut into
+  /// `world` contiguous ranges of equal size rounded up to kAlign (the last ones may be shorter
+  /// or empty). A parameter may straddle two shards; its elements are updated independently.
+  std::pair<int64_t, int64_t> shard(size_t g, int rank, int world) const;
+
+ private:
+  std::vector<Group> groups_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace ft

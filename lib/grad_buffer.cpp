@@ -1,0 +1,36 @@
+#include "lib/grad_buffer.h"
+
+#include "lib/autograd.h"
+#include "lib/error.h"
+#include "lib/runtime.h"
+
+namespace ft {
+
+DType GradBuffer::grad_dtype(const Tensor& param) { return param.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+
+GradBuffer::GradBuffer(const std::vector<Tensor>& leaves) : leaves_(leaves) {
+  std::vector<DType> dtypes;
+  for (const Tensor& leaf : leaves_) {
+    check_defined(leaf, "GradBuffer", "leaf");
+    FT_CHECK(leaf.requires_grad() && !leaf.grad_fn(), "GradBuffer: every tensor must be a leaf that requires grad");
+    FT_CHECK(is_floating(leaf.dtype()), "GradBuffer: a leaf of dtype ", dtype_name(leaf.dtype()));
+    dtypes.push_back(grad_dtype(leaf));
+  }
+  layout_ = FlatLayout(leaves_, dtypes);
+  for (size_t g = 0; g < layout_.groups().size(); ++g) flats_.push_back(layout_.allocate(g));
+  for (size_t i = 0; i < leaves_.size(); ++i) {
+    views_.push_back(layout_.view(flats_[layout_.slot(i).group], i));
+    attach_grad_view(leaves_[i], views_.back());
+  }
+}
+
+GradBuffer::~GradBuffer() {
+  for (const Tensor& leaf : leaves_) detach_grad_view(leaf);
+}
+
+void GradBuffer::zero() {
+  for (const Tensor& flat : flats_) runtime::zero_bytes(flat.data_ptr(), flat.device(), flat.nbytes());
+  for (const Tensor& leaf : leaves_) leaf.impl()->grad_zeroed = true;
+}
+
+}  // namespace ft

@@ -1,0 +1,45 @@
+// Persistent gradient storage: the gradients of a list of trainable leaves live in one flat
+// buffer per dtype (FlatLayout), and each leaf's .grad() is its view of it for as long as the
+// GradBuffer lives. Backward adds into the views in place (autograd.h), nothing is allocated per
+// step, and zeroing is one memset per buffer, inside a captured step like any other kernel.
+//
+// The gradient dtype is f64 for f64 leaves and f32 for every other (bf16 parameters on CUDA get
+// f32 gradients: what the optimizer's f32 master weights want, and what data-parallel
+// all-reduces sum without losing bits).
+#pragma once
+#include <vector>
+
+#include "lib/flat_layout.h"
+#include "lib/tensor.h"
+
+namespace ft {
+
+class GradBuffer {
+ public:
+  GradBuffer() = default;
+  /// Attaches a zeroed view to every leaf (each must require grad and have no view yet); a
+  /// gradient a leaf held before is dropped.
+  explicit GradBuffer(const std::vector<Tensor>& leaves);
+  ~GradBuffer();
+  GradBuffer(const GradBuffer&) = delete;
+  GradBuffer& operator=(const GradBuffer&) = delete;
+
+  /// The gradient dtype of a parameter: f64 for f64, else f32.
+  static DType grad_dtype(const Tensor& param);
+
+  /// Every gradient = 0: one memset per flat buffer (asynchronous on CUDA, capturable).
+  void zero();
+  const FlatLayout& layout() const { return layout_; }
+  /// Group g's flat buffer (a contiguous range of it is a bucket or a shard).
+  const Tensor& flat(size_t g) const { return flats_.at(g); }
+  const std::vector<Tensor>& flats() const { return flats_; }
+  /// Leaf i's gradient view.
+  const Tensor& grad(size_t i) const { return views_.at(i); }
+  const std::vector<Tensor>& leaves() const { return leaves_; }
+
+ private:
+  std::vector<Tensor> leaves_, views_, flats_;
+  FlatLayout layout_;
+};
+
+}  // namespace ft
