@@ -37,7 +37,7 @@ Tensor bias_act(const Tensor& x, const Tensor& bias, Activation act) {
   return record("bias_act", y, {x, bias}, [sx = x.detach(), sb = bias.defined() ? bias.detach() : Tensor(), act,
                                            want_bias](const Tensor& g) {
     Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
-    const GradOutput db = grad_output(1, want_bias, sb.shape(), sb.dtype(), sb.device());
+    const GradOutput db = want_bias ? grad_output(1, true, sb.shape(), sb.dtype(), sb.device()) : GradOutput();
     cuda::bias_act_backward(g, sx, sb, act, dx, db);
     return std::vector<Tensor>{dx, db.tensor};
   });

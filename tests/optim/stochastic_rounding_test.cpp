@@ -47,7 +47,7 @@ Stepped step_bf16(int64_t n, bool stochastic, double lr, double applied, uint64_
   multi_tensor::ParamSlots slots;
   slots.master = values(1.0);
   slots.param = cast(slots.master, DType::BF16);
-  slots.grad = cast(values(1.0), DType::BF16);
+  slots.grad = values(1.0);  // gradients are f32 (GradBuffer views)
   slots.first = Tensor::zeros({n}, DType::F32, kCUDA);
   slots.second = Tensor::zeros({n}, DType::F32, kCUDA);
   auto scalar = [](double v) { return Tensor::full({1}, v, DType::F32, kCUDA); };
