@@ -232,5 +232,20 @@ TEST(Layers, LinearAndLayerNormForwardMatchTheirOps) {
             layer_norm(x, Tensor::full({6}, 1.0), Tensor::zeros({6})).to_vector());
 }
 
+// GPT builds its Linears with init = false and draws its own weights after them: the skipped
+// uniform draws must still be reserved, or every later draw (and so every seed's model) moves.
+TEST(Layers, LinearWithoutInitReservesTheDrawsItSkips) {
+  for (bool bias : {true, false}) {
+    Generator drawn(21), skipped(21);
+    Linear a(Linear::Options{.in = 7, .out = 5, .bias = bias}, drawn);
+    Linear b(Linear::Options{.in = 7, .out = 5, .bias = bias, .init = false}, skipped);
+    EXPECT_EQ(skipped.offset(), drawn.offset());
+    EXPECT_EQ(b.weight().shape(), a.weight().shape());
+    EXPECT_EQ(b.bias().defined(), bias);
+    EXPECT_TRUE(b.weight().requires_grad());
+    EXPECT_EQ(Tensor::randn({9}, skipped).to_vector(), Tensor::randn({9}, drawn).to_vector());
+  }
+}
+
 }  // namespace
 }  // namespace ft
