@@ -15,10 +15,11 @@ namespace ft {
 namespace {
 
 // GPT-2's initialization: N(0, 0.02²) weights, zero biases; projections that write into the
-// residual stream scaled by 1/√(2L) so the stream's variance does not grow with depth.
+// residual stream scaled by 1/√(2L) so the stream's variance does not grow with depth. The
+// Linears are built with init = false, so their own uniform draws are reserved but never made.
 void init_linear(Linear& layer, Generator& gen, double std) {
-  layer.weight().copy_(Tensor::randn(layer.weight().shape(), gen) * std);
-  if (layer.bias().defined()) layer.bias().copy_(Tensor::zeros(layer.bias().shape()));
+  layer.weight().assign_(Tensor::normal(layer.weight().shape(), gen, std));
+  if (layer.bias().defined()) layer.bias().fill_(0.0);
 }
 
 }  // namespace
@@ -28,13 +29,18 @@ GPTBlock::GPTBlock(const GPTConfig& config, Generator& gen) : config_(config) {
   FT_CHECK(c % config.heads == 0, "GPT: channels ", c, " must divide into ", config.heads, " heads");
   ln1_w_ = register_parameter("ln_1.weight", Tensor::full({c}, 1.0));
   ln1_b_ = register_parameter("ln_1.bias", Tensor::zeros({c}));
-  qkv_ = register_module("attn.c_attn", std::make_shared<Linear>(Linear::Options{.in = c, .out = 3 * c}, gen));
-  attn_proj_ = register_module("attn.c_proj", std::make_shared<Linear>(Linear::Options{.in = c, .out = c}, gen));
+  qkv_ = register_module("attn.c_attn",
+                         std::make_shared<Linear>(Linear::Options{.in = c, .out = 3 * c, .init = false}, gen));
+  attn_proj_ = register_module("attn.c_proj",
+                               std::make_shared<Linear>(Linear::Options{.in = c, .out = c, .init = false}, gen));
   ln2_w_ = register_parameter("ln_2.weight", Tensor::full({c}, 1.0));
   ln2_b_ = register_parameter("ln_2.bias", Tensor::zeros({c}));
-  fc_ = register_module("mlp.c_fc", std::make_shared<Linear>(
-                                        Linear::Options{.in = c, .out = 4 * c, .activation = Activation::GELU}, gen));
-  mlp_proj_ = register_module("mlp.c_proj", std::make_shared<Linear>(Linear::Options{.in = 4 * c, .out = c}, gen));
+  fc_ = register_module("mlp.c_fc", std::make_shared<Linear>(Linear::Options{.in = c, .out = 4 * c,
+                                                                             .activation = Activation::GELU,
+                                                                             .init = false},
+                                                             gen));
+  mlp_proj_ = register_module("mlp.c_proj",
+                              std::make_shared<Linear>(Linear::Options{.in = 4 * c, .out = c, .init = false}, gen));
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
   init_linear(*qkv_, gen, 0.02);
   init_linear(*attn_proj_, gen, residual_std);

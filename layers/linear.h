@@ -12,6 +12,10 @@ class Linear : public Module {
     int64_t out = 0;
     bool bias = true;
     Activation activation = Activation::None;
+    /// false: weight and bias are allocated but left unset, for a model with its own scheme to
+    /// write (GPT). Their draws are still reserved from gen, so whatever gen draws next is the
+    /// same either way and a seed keeps naming the same model.
+    bool init = true;
   };
   /// Weights uniform in ±1/√in (PyTorch's default), drawn from gen.
   Linear(Options options, Generator& gen);

@@ -1,5 +1,5 @@
-// Module: named parameters and children, train/eval mode, and a name -> tensor state dict,
-// written the libtorch way (register_parameter / register_module).
+// Module: named parameters (trainable or frozen) and children, train/eval mode, and a
+// name -> tensor state dict, written the libtorch way (register_parameter / register_module).
 #pragma once
 #include <map>
 #include <memory>
@@ -11,6 +11,17 @@
 
 namespace ft {
 
+/// What load_state_dict did with each name: `loaded` were copied; `missing` are parameters the
+/// state lacks, `unexpected` are state entries no parameter has, and each `mismatched` entry
+/// reads "name: got [a, b], expected [c, d]". Every list is sorted by name.
+struct LoadReport {
+  std::vector<std::string> loaded, missing, unexpected, mismatched;
+  /// True when every parameter was loaded and nothing was left over.
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  /// One line per non-empty problem list, e.g. "2 missing: a, b" (empty when ok()).
+  std::string str() const;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -18,14 +29,29 @@ class Module {
   virtual Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
 
-  /// All parameters, children's included, in registration order.
+  /// All parameters, frozen ones and children's included, in registration order.
   std::vector<Tensor> parameters() const;
   /// Same, with dotted names ("0.weight", "fc.bias").
   std::vector<std::pair<std::string, Tensor>> named_parameters(const std::string& prefix = "") const;
+  /// The parameters that require a gradient (what an optimizer should get), in the same order.
+  std::vector<Tensor> trainable_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_trainable_parameters(const std::string& prefix = "") const;
+
+  /// Freezes (false) or unfreezes (true) every parameter, children's included. Flips
+  /// requires_grad on the existing tensors, so an optimizer or graph holding them sees the
+  /// change; freezing also drops the parameter's .grad().
+  void set_trainable(bool trainable);
+  /// The same for the parameter with dotted name `name`, or for every parameter under the
+  /// prefix `name + "."` (a child module, e.g. "h.0.attn"). A name matching nothing is an ft::Error.
+  void set_trainable(const std::string& name, bool trainable);
+
+  /// Every parameter, frozen or trainable, detached (sharing storage), by dotted name.
   std::map<std::string, Tensor> state_dict() const;
-  /// Copies values (shape must match) into the parameters named in `state`; unknown or missing
-  /// names are an ft::Error.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
+  /// Copies values in place (dtype converted, any device) into the parameters named in `state`.
+  /// Strict: anything missing, unexpected or mis-shaped throws one ft::Error listing all of
+  /// them, and nothing is loaded. Non-strict: every entry matching a parameter in name and
+  /// shape is loaded and the rest is reported, never thrown.
+  LoadReport load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -35,9 +61,11 @@ class Module {
   /// building the optimizer).
   void to(Device device, DType dtype);
   int64_t parameter_count() const;
+  int64_t trainable_parameter_count() const;
 
  protected:
-  Tensor& register_parameter(const std::string& name, Tensor tensor);
+  /// Adds `tensor` as a parameter, requiring grad when trainable and not when frozen.
+  Tensor& register_parameter(const std::string& name, Tensor tensor, bool trainable = true);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     children_.emplace_back(name, module);

@@ -12,7 +12,6 @@
 #include "lib/ops/elementwise.h"
 #include "lib/ops/random.h"
 #include "lib/ops/shape_ops.h"
-#include "lib/philox.h"
 #include "lib/runtime.h"
 
 namespace ft {
@@ -93,16 +92,14 @@ Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, Device devi
 Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, Device device) {
   FT_CHECK(is_floating(dtype), "randn: expected a floating dtype, got ", dtype_name(dtype));
   // Drawn on the host so every device sees the same values; used for initialization only.
-  const int64_t n = shape_numel(shape);
-  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * n));
-  Tensor host = empty(shape, DType::F64, kCPU);
-  double* p = host.data<double>();
-  for (int64_t i = 0; i < n; ++i) {
-    double u1 = philox::uniform(gen.seed(), offset, static_cast<uint64_t>(2 * i));
-    double u2 = philox::uniform(gen.seed(), offset, static_cast<uint64_t>(2 * i + 1));
-    p[i] = std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * M_PI * u2);
-  }
-  return host.to(dtype).to(device);
+  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * shape_numel(shape)));
+  return philox_normal(shape, gen.seed(), offset, dtype).to(device);
+}
+
+Tensor Tensor::normal(const Shape& shape, Generator& gen, double std, DType dtype, Device device) {
+  FT_CHECK(is_floating(dtype), "normal: expected a floating dtype, got ", dtype_name(dtype));
+  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * shape_numel(shape)));
+  return philox_normal(shape, gen.seed(), offset, dtype, std).to(device);
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {

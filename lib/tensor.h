@@ -66,6 +66,9 @@ class Tensor {
   static Tensor rand(const Shape& shape, Generator& gen, DType dtype = DType::F32, Device device = kCPU);
   /// Standard normal (Box-Muller on Philox uniforms); identical values on every device.
   static Tensor randn(const Shape& shape, Generator& gen, DType dtype = DType::F32, Device device = kCPU);
+  /// N(0, std²): bit for bit randn(shape, gen, dtype, device) * std, without the second pass.
+  static Tensor normal(const Shape& shape, Generator& gen, double std, DType dtype = DType::F32,
+                       Device device = kCPU);
   /// Copies host values (converted to dtype) into a new tensor.
   static Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype = DType::F32,
                             Device device = kCPU);

@@ -83,7 +83,8 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   FT_CHECK(fs::exists(dir / "model.safetensors") && fs::exists(dir / "optimizer.safetensors"), "load_checkpoint: '",
            dir.string(), "' holds no complete checkpoint (model.safetensors and optimizer.safetensors)");
   const SafetensorsFile weights = load_safetensors((dir / "model.safetensors").string());
-  model.load_state_dict(weights.tensors);
+  // Strict: a resumed run must continue from every saved weight, so any mismatch is an error.
+  model.load_state_dict(weights.tensors, /*strict=*/true);
   const SafetensorsFile state = load_safetensors((dir / "optimizer.safetensors").string());
   auto it = state.metadata.find("step");
   FT_CHECK(it != state.metadata.end(), "load_checkpoint: '", dir.string(), "' has no step in its metadata");

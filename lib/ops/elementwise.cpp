@@ -296,7 +296,9 @@ Tensor cast(const Tensor& x, DType dtype) {
         using Out = decltype(out_tag);
         const In* in = x.data<In>();
         Out* o = out.data<Out>();
-        for (int64_t i = 0, n = x.numel(); i < n; ++i) cpu::store(o, i, cpu::load(in, i));
+        const int64_t n = x.numel();
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) cpu::store(o, i, cpu::load(in, i));
       });
     });
   }

@@ -1,5 +1,7 @@
 // Counter-based random numbers (Philox4x32-10) that are identical on the CPU and on CUDA.
 #pragma once
+#include <optional>
+
 #include "lib/tensor.h"
 
 namespace ft {
@@ -10,6 +12,13 @@ namespace ft {
 Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset);
 /// The same with a host offset (wrapped in a one-element tensor on `device`).
 Tensor philox_uniform(const Shape& shape, uint64_t seed, uint64_t offset, Device device = kCPU);
+
+/// Host normals in `dtype` (floating): element i is Box-Muller in f64 on uniforms 2i and 2i + 1
+/// of the draw keyed on (seed, offset), rounded to dtype as a cast from f64 rounds. With `scale`,
+/// each rounded value is then scaled as `x * scale` (the affine op) scales it, so the result is
+/// bit for bit philox_normal(...) * scale, in one pass. For initialization: Tensor::randn.
+Tensor philox_normal(const Shape& shape, uint64_t seed, uint64_t offset, DType dtype,
+                     std::optional<double> scale = std::nullopt);
 
 /// A one-element i64 tensor holding `offset` on `device`, for the ops that take offsets.
 Tensor philox_offset(uint64_t offset, Device device);

@@ -117,6 +117,98 @@ TEST(TensorTest, RandnHasStandardNormalMoments) {
   EXPECT_NEAR(static_cast<double>(within_one) / static_cast<double>(n), 0.6827, 0.005);
 }
 
+// Bits drawn by randn's original serial loop (two Philox blocks and an f64 tensor per element,
+// then a cast) and by rand's per-element loop. A seed names a model, so no rewrite of these
+// draws may change any bit. kN is odd and large: the pins cover both elements of a Philox block,
+// the parallel split, the half-used last block, and (offsets 6 and 5, which set_offset allows)
+// pairs that start mid-block or straddle two blocks.
+TEST(TensorTest, RandAndRandnValuesArePinned) {
+  constexpr int64_t kN = (1 << 21) + 3;
+  constexpr uint64_t kSeed = 20240611;
+  struct Pin {
+    uint64_t offset;
+    int64_t index;
+    uint32_t f32;
+    uint64_t f64;
+    uint16_t bf16;
+    uint32_t uniform;
+    uint32_t times_0_02;  // randn * 0.02, and Tensor::normal with std 0.02
+  };
+  const Pin pins[] = {
+      {0, 0, 0xbebfc95eu, 0xbfd7f92bcceeac54ull, 0xbec0u, 0x3ef95f72u, 0xbbf57ca1u},  // -0.374583185
+      {0, 1, 0x4002101fu, 0x40004203d9b8b3c4ull, 0x4002u, 0x3f328c87u, 0x3d267b09u},  // 2.03223395
+      {0, 2, 0xbf8d8c66u, 0xbff1b18cca096b36ull, 0xbf8eu, 0x3f690f19u, 0xbcb52e97u},  // -1.10584712
+      {0, 3, 0xbe90805bu, 0xbfd2100b5c6df24aull, 0xbe91u, 0x3f7024d6u, 0xbbb8f637u},  // -0.282229275
+      {0, 777777, 0xbf257a02u, 0xbfe4af4043ef9a28ull, 0xbf25u, 0x3e8578e8u, 0xbc53cf5eu},  // -0.646392941
+      {0, 1048576, 0x3f4aa047u, 0x3fe95408e85f3632ull, 0x3f4bu, 0x3f4a7ddbu, 0x3c81ae42u},  // 0.791508138
+      {0, kN - 2, 0xbf4afb28u, 0xbfe95f6506ef6638ull, 0xbf4bu, 0x3f581416u, 0xbc81e86bu},  // -0.79289484
+      {0, kN - 1, 0x3f8df2fdu, 0x3ff1be5f97db24e3ull, 0x3f8eu, 0x3f27ffc2u, 0x3cb5b1e7u},  // 1.10897791
+      {6, 0, 0xbe90805bu, 0xbfd2100b5c6df24aull, 0xbe91u, 0x3dfef518u, 0xbbb8f637u},  // -0.282229275
+      {6, 1, 0xbe18192au, 0xbfc303254660a32cull, 0xbe18u, 0x3f286720u, 0xbb42af92u},  // -0.148533493
+      {6, 777777, 0xbfa6431du, 0xbff4c86393965e3eull, 0xbfa6u, 0x3f4b2f21u, 0xbcd4d0c9u},  // -1.29892313
+      {6, kN - 1, 0xbf849bd8u, 0xbff0937b05210255ull, 0xbf85u, 0x3e9f8c2cu, 0xbca9bd3du},  // -1.03600597
+      {5, 0, 0x3f2f8980u, 0x3fe5f12ff13659b8ull, 0x3f30u, 0x3ebf18bcu, 0x3c60b000u},  // 0.685691833
+      {5, 1, 0x3fb86d9bu, 0x3ff70db3524a63e4ull, 0x3fb8u, 0x3dfef518u, 0x3cec116au},  // 1.44084489
+      {5, 2, 0x3f873354u, 0x3ff0e66a8264e701ull, 0x3f87u, 0x3f286720u, 0x3cad0e80u},  // 1.05625391
+      {5, 3, 0x3ef5ae92u, 0x3fdeb5d23f060cc1ull, 0x3ef6u, 0x3cead140u, 0x3c1d3c86u},  // 0.479847491
+      {5, 777777, 0x3ef6594du, 0x3fdecb2991da025eull, 0x3ef6u, 0x3edb9f4cu, 0x3c1da9cbu},  // 0.481150061
+      {5, kN - 1, 0xbf187c0cu, 0xbfe30f8174ce3526ull, 0xbf18u, 0x3f32357du, 0xbc432e24u},  // -0.595642805
+  };
+  for (uint64_t offset : {0ull, 6ull, 5ull}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    auto generator = [&] {
+      Generator gen(kSeed);
+      gen.set_offset(offset);
+      return gen;
+    };
+    Generator g_f32 = generator(), g_f64 = generator(), g_bf16 = generator(), g_rand = generator(),
+              g_scaled = generator(), g_normal = generator();
+    const Tensor f32 = Tensor::randn({kN}, g_f32);
+    const Tensor f64 = Tensor::randn({kN}, g_f64, DType::F64);
+    const Tensor z_bf16 = Tensor::randn({kN}, g_bf16, DType::BF16);
+    const Tensor uniform = Tensor::rand({kN}, g_rand);
+    const Tensor scaled = Tensor::randn({kN}, g_scaled) * 0.02;
+    const Tensor normal = Tensor::normal({kN}, g_normal, 0.02);
+    EXPECT_EQ(g_f32.offset(), offset + (2 * kN + 3) / 4 * 4);
+    EXPECT_EQ(g_normal.offset(), g_f32.offset());
+    EXPECT_EQ(std::memcmp(normal.data_ptr(), scaled.data_ptr(), normal.nbytes()), 0) << "normal is randn * std";
+    for (const Pin& pin : pins) {
+      if (pin.offset != offset) continue;
+      SCOPED_TRACE("index " + std::to_string(pin.index));
+      uint32_t f32_bits, uniform_bits, scaled_bits;
+      uint64_t f64_bits;
+      uint16_t bf16_bits;
+      std::memcpy(&f32_bits, f32.data<float>() + pin.index, 4);
+      std::memcpy(&f64_bits, f64.data<double>() + pin.index, 8);
+      std::memcpy(&bf16_bits, z_bf16.data<ft::bf16>() + pin.index, 2);
+      std::memcpy(&uniform_bits, uniform.data<float>() + pin.index, 4);
+      std::memcpy(&scaled_bits, normal.data<float>() + pin.index, 4);
+      EXPECT_EQ(f32_bits, pin.f32);
+      EXPECT_EQ(f64_bits, pin.f64);
+      EXPECT_EQ(bf16_bits, pin.bf16);
+      EXPECT_EQ(uniform_bits, pin.uniform);
+      EXPECT_EQ(scaled_bits, pin.times_0_02);
+    }
+  }
+}
+
+// Element 0 at this offset has u1 = 0, a radius of sqrt(-2 · log 1) = sqrt(-0) = -0 and cos > 0,
+// so randn draws -0; randn * std adds +0 in the affine op and gives +0, and normal must too.
+TEST(TensorTest, NormalKeepsTheSignOfZeroThatRandnTimesStdGives) {
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Generator g1(20240611), g2(20240611);
+    g1.set_offset(2 * 2074338);
+    g2.set_offset(2 * 2074338);
+    const Tensor z = Tensor::randn({3}, g1, dtype);
+    const Tensor n = Tensor::normal({3}, g2, 0.5, dtype);
+    EXPECT_EQ(z.to_vector()[0], 0.0);
+    EXPECT_TRUE(std::signbit(z.to_vector()[0]));
+    EXPECT_FALSE(std::signbit(n.to_vector()[0]));
+    EXPECT_EQ(n.to_vector(), (z * 0.5).to_vector());
+  }
+}
+
 TEST(TensorTest, RandIsInUnitInterval) {
   Generator gen = test_generator();
   for (DType dtype : {DType::F32, DType::F64}) {
