@@ -76,7 +76,7 @@ void accumulate(Tensor& slot, const Tensor& grad) {
 // leaf.grad (a GradBuffer view) += grad, or = grad while the view still holds zeros.
 void add_into_view(TensorImpl& leaf, const Tensor& grad) {
   accumulate_into(leaf.grad, grad, /*overwrite=*/leaf.grad_zeroed);
-  leaf.grad_zeroed = false;
+  leaf.grad_zeroed = leaf.grad_stale = false;
 }
 
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
@@ -84,7 +84,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
            " for a leaf of shape ", shape_str(leaf.shape));
   if (leaf.grad_is_view) {
     if (grad.impl() == leaf.grad.impl()) {  // the op wrote into the view itself (grad_target)
-      leaf.grad_zeroed = false;
+      leaf.grad_zeroed = leaf.grad_stale = false;
       return;
     }
     add_into_view(leaf, grad);
@@ -198,7 +198,7 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
     for (size_t i = 0; i < node->edges.size(); ++i) {
       TensorImpl* leaf = node->edges[i].leaf.get();
       if (leaf && leaf->grad_is_view && input_grads[i].defined() && input_grads[i].impl() == leaf->grad.impl())
-        leaf->grad_zeroed = false;
+        leaf->grad_zeroed = leaf->grad_stale = false;
     }
     for (size_t i = 0; i < node->edges.size(); ++i) {
       const Edge& e = node->edges[i];
@@ -276,11 +276,17 @@ GradTarget grad_target(size_t input) {
   return {leaf->grad, leaf->grad_zeroed && uses == 1};
 }
 
-GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device) {
+GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device, bool dense) {
   if (!wanted) return {};
   const GradTarget target = grad_target(input);
-  if (target.view.defined() && target.view.dtype() == DType::F32 && target.view.is_cuda())
+  if (target.view.defined() && target.view.dtype() == DType::F32 && target.view.is_cuda()) {
+    TensorImpl* leaf = node_in_backward->edges[input].leaf.get();
+    if (!dense && leaf->grad_stale) {  // a sparse write needs the zeros it leaves alone
+      runtime::zero_bytes(target.view.data_ptr(), target.view.device(), target.view.nbytes());
+      leaf->grad_stale = false;
+    }
     return GradOutput(target.view, !target.overwrite, /*is_view=*/true);
+  }
   return GradOutput(Tensor::empty(shape, dtype, device));
 }
 
@@ -297,6 +303,7 @@ void attach_grad_view(const Tensor& leaf, const Tensor& view) {
   impl->grad = view;
   impl->grad_is_view = true;
   impl->grad_zeroed = true;
+  impl->grad_stale = false;
 }
 
 void detach_grad_view(const Tensor& leaf) {
@@ -305,7 +312,7 @@ void detach_grad_view(const Tensor& leaf) {
   if (!impl->grad_is_view) return;
   impl->grad = Tensor();
   impl->grad_is_view = false;
-  impl->grad_zeroed = false;
+  impl->grad_zeroed = impl->grad_stale = false;
 }
 
 void add_into_grad_view(const Tensor& leaf, const Tensor& grad) {

@@ -85,8 +85,10 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 /// the leaf that input is (a GradBuffer view, in the buffer's dtype: f32 on CUDA), or undefined
 /// (the input is not such a leaf, or this is not a run_backward, e.g. ft::gradients). A backward
 /// that writes its gradient there returns `view` itself for that input; autograd then adds
-/// nothing more. When `overwrite` is true the view holds zeros and nothing has been added since,
-/// so the op may write its gradient (beta = 0) instead of adding it (beta = 1).
+/// nothing more. When `overwrite` is true the view is logically zero (nothing added since
+/// zero_grad), so the op writes its gradient (beta = 0) instead of adding it (beta = 1), and must
+/// then write every element: the memory may still hold an earlier step's values (see
+/// grad_output for sparse writers).
 struct GradTarget {
   Tensor view;
   bool overwrite = false;
@@ -108,9 +110,12 @@ struct GradOutput {
   bool defined() const { return tensor.defined(); }
 };
 /// The output for input i of the running backward when `wanted`: its grad_target view when that
-/// is f32 on CUDA (accumulate unless the view holds zeros), else a fresh tensor of that shape,
-/// dtype and device. Returning `.tensor` from the backward then does the right thing either way.
-GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device);
+/// is f32 on CUDA (accumulate unless the view is logically zero), else a fresh tensor of that
+/// shape, dtype and device. Returning `.tensor` from the backward then does the right thing
+/// either way. `dense`: the op writes every element when it does not accumulate; a sparse op
+/// (an embedding's rows) passes false, and a view still holding an earlier step's values is
+/// zeroed for it first.
+GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device, bool dense = true);
 
 /// Makes `view` (same shape as leaf, a floating dtype, same device) the persistent gradient of
 /// leaf: backward adds into it in place from now on. The view is assumed to hold zeros.

@@ -1,5 +1,7 @@
 #include "lib/grad_buffer.h"
 
+#include <algorithm>
+
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/runtime.h"
@@ -29,8 +31,30 @@ GradBuffer::~GradBuffer() {
 }
 
 void GradBuffer::zero() {
-  for (const Tensor& flat : flats_) runtime::zero_bytes(flat.data_ptr(), flat.device(), flat.nbytes());
-  for (const Tensor& leaf : leaves_) leaf.impl()->grad_zeroed = true;
+  for (const Tensor& leaf : leaves_) leaf.impl()->grad_zeroed = leaf.impl()->grad_stale = true;
+}
+
+void GradBuffer::materialize() const {
+  for (size_t g = 0; g < flats_.size(); ++g) {
+    const std::vector<size_t>& members = layout_.groups()[g].members;
+    const bool all_stale = std::all_of(members.begin(), members.end(), [&](size_t i) { return leaves_[i].impl()->grad_stale; });
+    if (all_stale) {  // one memset for the whole buffer rather than one per view
+      runtime::zero_bytes(flats_[g].data_ptr(), flats_[g].device(), flats_[g].nbytes());
+      for (size_t i : members) leaves_[i].impl()->grad_stale = false;
+      continue;
+    }
+    for (size_t i : members) (void)leaves_[i].grad();  // zeroes a stale view
+  }
+}
+
+const Tensor& GradBuffer::flat(size_t g) const {
+  materialize();
+  return flats_.at(g);
+}
+
+const std::vector<Tensor>& GradBuffer::flats() const {
+  materialize();
+  return flats_;
 }
 
 }  // namespace ft

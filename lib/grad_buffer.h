@@ -27,14 +27,21 @@ class GradBuffer {
   /// The gradient dtype of a parameter: f64 for f64, else f32.
   static DType grad_dtype(const Tensor& param);
 
-  /// Every gradient = 0: one memset per flat buffer (asynchronous on CUDA, capturable).
+  /// Every gradient = 0, logically: no kernel is enqueued. Each view is marked zero and stale;
+  /// the first contribution of the next backward overwrites it whole (cuBLASLt with beta = 0, a
+  /// norm's column sums, a written copy), so a step whose backward reaches every parameter
+  /// zeroes nothing, and whatever is still stale is zeroed when read (materialize).
   void zero();
+  /// Zeroes the views still stale since zero() (one memset each: parameters the last backward
+  /// did not reach), so that the flat buffers hold the true gradients. flat(), flats() and every
+  /// leaf's grad() call it.
+  void materialize() const;
   const FlatLayout& layout() const { return layout_; }
   /// Group g's flat buffer (a contiguous range of it is a bucket or a shard).
-  const Tensor& flat(size_t g) const { return flats_.at(g); }
-  const std::vector<Tensor>& flats() const { return flats_; }
+  const Tensor& flat(size_t g) const;
+  const std::vector<Tensor>& flats() const;
   /// Leaf i's gradient view.
-  const Tensor& grad(size_t i) const { return views_.at(i); }
+  Tensor grad(size_t i) const { return leaves_.at(i).grad(); }
   const std::vector<Tensor>& leaves() const { return leaves_; }
 
  private:

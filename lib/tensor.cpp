@@ -228,6 +228,10 @@ Tensor& Tensor::requires_grad_(bool on) {
 bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 Tensor Tensor::grad() const {
   check_defined(*this, "grad", "tensor");
+  if (impl_->grad_stale) {
+    runtime::zero_bytes(impl_->grad.data_ptr(), impl_->grad.device(), impl_->grad.nbytes());
+    impl_->grad_stale = false;
+  }
   return impl_->grad;
 }
 void Tensor::set_grad(const Tensor& grad) const {
@@ -241,6 +245,7 @@ void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined()) impl_->grad.copy_(grad);
   else impl_->grad.fill_(0.0);
   impl_->grad_zeroed = !grad.defined();
+  impl_->grad_stale = false;
 }
 void Tensor::zero_grad() const {
   check_defined(*this, "zero_grad", "tensor");
@@ -250,6 +255,7 @@ void Tensor::zero_grad() const {
   }
   impl_->grad.fill_(0.0);
   impl_->grad_zeroed = true;
+  impl_->grad_stale = false;
 }
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<Node> none;

@@ -111,7 +111,8 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);
   bool requires_grad() const;
   /// The accumulated gradient of a leaf, or an undefined tensor before any backward. A leaf
-  /// attached to a GradBuffer always has one: its view of the flat buffer (f32 on CUDA).
+  /// attached to a GradBuffer always has one: its view of the flat buffer (f32 on CUDA), zeroed
+  /// here first (a memset) when it is still stale from the last zero_grad.
   Tensor grad() const;
   /// Replaces the gradient; a leaf with a gradient view gets the values copied into the view
   /// (zeros for an undefined grad).
@@ -151,9 +152,13 @@ struct TensorImpl {
   // A leaf attached to a GradBuffer: `grad` is its persistent view of the flat buffer, and
   // backward adds into it in place instead of replacing it.
   bool grad_is_view = false;
-  // The view holds zeros: nothing was added since the buffer was zeroed, so the next
+  // The view is logically zero: nothing was added since the buffer was zeroed, so the next
   // contribution may be written instead of added (a host flag that follows stream order).
   bool grad_zeroed = false;
+  // ... and its memory still holds an earlier step's values: GradBuffer::zero enqueues no
+  // kernel, since the first contribution overwrites the view whole; a reader (grad(), the
+  // optimizer) or a sparse contribution clears it first.
+  bool grad_stale = false;
   // Called once per backward, after the leaf's last gradient contribution (autograd.h).
   std::vector<std::function<void()>> grad_ready_hooks;
 };

@@ -171,6 +171,8 @@ void Optimizer::zero_grad() { grads_.zero(); }
 void Optimizer::step() {
   NoGradGuard no_grad;
   ++step_count_;
+  // Parameters the backward did not reach still hold the last step's values: zero them first.
+  grads_.materialize();
   // The norm is only taken when something reads it; the update then needs no separate pass. It
   // reads the flat buffers whole (their gaps hold zeros), not one tensor per parameter.
   const bool need_norm = policy_.max_grad_norm > 0 || policy_.skip_nonfinite;

@@ -55,7 +55,8 @@ class Optimizer {
   /// Applies one update from the gradients accumulated since zero_grad(). Reads nothing back
   /// from the device.
   void step();
-  /// Every gradient = 0: one memset per flat buffer, capturable.
+  /// Every gradient = 0 (GradBuffer::zero: logically, with no kernel; the next backward
+  /// overwrites each view, and step() zeroes any view it did not reach).
   void zero_grad();
   /// The flat gradient storage: its layout is also the layout of every state buffer.
   const GradBuffer& grad_buffer() const { return grads_; }

@@ -38,8 +38,9 @@ Tensor token_position_embedding(const Tensor& ids, const Tensor& tokens, const T
   return record("token_position_embedding", out, {Tensor(), tokens, positions},
                 [saved_ids = ids.detach(), token_shape = tokens.shape(), position_shape = positions.shape()](
                     const Tensor& g) {
-                  const GradOutput dtokens = grad_output(1, true, token_shape, g.dtype(), g.device());
-                  const GradOutput dpositions = grad_output(2, true, position_shape, g.dtype(), g.device());
+                  // Sparse: only the ids' rows and the first T positions are written.
+                  const GradOutput dtokens = grad_output(1, true, token_shape, g.dtype(), g.device(), false);
+                  const GradOutput dpositions = grad_output(2, true, position_shape, g.dtype(), g.device(), false);
                   cuda::token_position_backward(g, saved_ids, dtokens, dpositions);
                   return std::vector<Tensor>{Tensor(), dtokens.tensor, dpositions.tensor};
                 });

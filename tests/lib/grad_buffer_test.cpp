@@ -99,6 +99,10 @@ TEST(GradBufferTest, BackwardAddsIntoTheViewsAndZeroClearsThem) {
     EXPECT_TRUE(all_close(w.grad(), w_grad * 2.0, 1e-14));
     EXPECT_TRUE(all_close(b.grad(), b_grad * 2.0, 1e-14));
     EXPECT_TRUE(w.grad().shares_storage(buffer.flat(0))) << "backward replaced the view";
+    buffer.zero();  // logical: the next contribution overwrites, a reader sees zeros
+    sum_all(matmul(x, w.detach()) * b).backward();  // reaches b only
+    EXPECT_TRUE(all_equal(w.grad(), Tensor::zeros(w.shape(), DType::F64))) << "a stale view read as zeros";
+    EXPECT_TRUE(all_close(b.grad(), sum_to(matmul(x, w.detach()), {5}), 1e-14)) << "overwritten, not added";
     buffer.zero();
     EXPECT_TRUE(all_equal(buffer.flat(0), Tensor::zeros(buffer.flat(0).shape(), DType::F64)));
     EXPECT_FT_ERROR(GradBuffer({w}), "already has a gradient view");
