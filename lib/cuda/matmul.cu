@@ -136,6 +136,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, 
   LtGemm g;
   g.accumulate = accumulate;
   g.dtype = a.dtype();
+  g.mixed_output = out.dtype() != a.dtype();  // f32 sums of bf16 products (a gradient view)
+  g.out_dtype = out.dtype();
   // Column-major view: Dᵀ[n, m] = op(B)ᵀ · op(A)ᵀ, with B and A as stored.
   g.m = n;
   g.n = m;

@@ -234,6 +234,23 @@ TEST_F(FusedGradViewTest, LinearWithAndWithoutActivation) {
   }
 }
 
+// The twin's matmul primitive writes B's gradient into the view too (the unfused path, and
+// fused linear's fallback for widths cuBLASLt's epilogues do not take, such as 10 outputs).
+TEST_F(FusedGradViewTest, MatmulPrimitiveInBothModes) {
+  Generator gen = test_generator();
+  const Tensor x = random_tensor({3, 37, 24}, DType::BF16, kCUDA, gen), x2 = random_tensor({37, 24}, DType::BF16, kCUDA, gen);
+  for (KernelMode mode : {KernelMode::Fused, KernelMode::Unfused}) {
+    KernelModeGuard guard(mode);
+    SCOPED_TRACE(kernel_mode_name(mode));
+    expect_views_match_fresh_gradients(
+        {random_tensor({10, 24}, DType::F32, kCPU, gen), random_tensor({10}, DType::F32, kCPU, gen)},
+        [&](const std::vector<Tensor>& p) { return sum_all(cast(linear(x, p[0], p[1]), DType::F32)); });
+    expect_views_match_fresh_gradients({random_tensor({24, 16}, DType::F32, kCPU, gen)}, [&](const std::vector<Tensor>& p) {
+      return sum_all(cast(matmul(x2, p[0]) * 0.5, DType::F32));
+    });
+  }
+}
+
 TEST_F(FusedGradViewTest, LayerNormAddLayerNormAndTheActDropoutForm) {
   Generator gen = test_generator();
   const Tensor x = random_tensor({33, 96}, DType::BF16, kCUDA, gen), r = random_tensor({33, 96}, DType::BF16, kCUDA, gen);
