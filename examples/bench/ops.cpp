@@ -43,7 +43,7 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
   const double row = static_cast<double>(n * c) * 2.0;  // one bf16 [N, C] tensor
   std::vector<OpCase> out;
   out.push_back({"residual+layernorm", 7 * row,
-                 "fwd reads x, residual, writes sum, out; bwd reads dy, sum, writes dx (= dresidual)", [=] {
+                 "fwd reads x, residual, writes sum, out; bwd reads dy, out, writes dx (= dresidual)", [=] {
                    Generator gen(1);
                    Tensor x = leaf({n, c}, gen), r = leaf({n, c}, gen), w = leaf({c}, gen), b = leaf({c}, gen);
                    Tensor dy = Tensor::randn({n, c}, gen, DType::BF16, kCUDA);

@@ -12,7 +12,7 @@
 namespace ft::cuda {
 
 /// Codes kernels OR into the device error word; raised as ft::Error at the next synchronizing read.
-enum DeviceErrorCode : unsigned { kIndexOutOfRange = 1u, kTargetOutOfRange = 2u };
+enum DeviceErrorCode : unsigned { kIndexOutOfRange = 1u, kTargetOutOfRange = 2u, kNormZeroWeight = 4u };
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out, double p, double q);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);

@@ -3,8 +3,9 @@
 // A "row group" normalizes one row at a time: a warp when the row fits in 32 threads' registers
 // (C <= 32·4 packs, the GPT-2 case: shuffles only, no barriers), else the whole block. Each
 // thread holds its packs of the row in registers, so x (and the residual) are read from HBM
-// once; the residual sum is stored once, the output written once, and only mean and rstd (f32)
-// are saved. Backward holds x and dy the same way and writes dx once; the weight and bias
+// once; the residual sum is stored once, the output written once, and only rstd (f32) is saved
+// besides the output, from which backward takes x̂ (the epilogue form keeps its input and mean
+// instead). Backward holds that tensor and dy the same way and writes dx once; the weight and bias
 // gradients of each column are accumulated by the one thread that owns the column, in shared
 // memory (no atomics, fixed order), and the per-block partials are added by a small column
 // kernel in block order. Replaces the twin's cast, mean, sub, mul, rsqrt and add kernels and
@@ -150,18 +151,28 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
   }
 }
 
-// dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean (x̂ = x·rstd).
+// dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean.
 // Shared memory: one [2, padded cols] slice (dweight, dbias) per row group of the block, laid out
 // column-group-major and thread-minor (slice_index): each warp access then touches 32
 // consecutive words. Indexed by column, a lane's 8 consecutive columns put lanes 0, 4, 8, ...
 // on one bank, an 8-way conflict on all four accesses per element, which bound the kernel at
 // 31% of the H100's bandwidth (62 us for the GPT-2 shape where the bytes need 25).
-// x and dy stay in registers as loaded (packed bf16 is half the registers of f32), and x̂ and
-// dy·w are computed again for dx instead of being kept.
+// `saved` and dy stay in registers as loaded (packed bf16 is half the registers of f32), and x̂
+// and dy·w are computed again for dx instead of being kept.
+// What the forward saved decides where x̂ comes from. Plain norms (no epilogue) saved their
+// output y = x̂·w + b, which the next op keeps anyway, so that their input can die: x̂ is
+// (y − b)/w. Then dy·w·x̂ = dy·(y − b), and dweight's Σ dy·x̂ is Σ dy·(y − b) divided by w once
+// per column (sum_partials_kernel), so only dx needs 1/w, per element. Each thread owns the
+// same columns in every row, so it takes 1/w once and holds it, except in packed bf16 rows
+// (V = 8), which already use the registers the launch bounds allow (the warp-mode kernel then
+// spills): those take 1/w per pack. With an epilogue the output is not y, so the input x was
+// saved and x̂ = (x − mean)·rstd.
 template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
-    norm_backward_kernel(const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
-                         float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi, const T* addend) {
+    norm_backward_kernel(const T* dy, const T* saved, const T* weight, const float* mean_in, const float* rstd_in,
+                         T* dx, float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi,
+                         const T* addend, unsigned* error_word) {
+  constexpr bool kFromOutput = !kEpilogue;
   using Raw = Pack<T, V>;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
@@ -171,16 +182,28 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   const int step = group.size() * V, ncols = static_cast<int>(cols), padded = padded_cols(ncols, step);
   float* acc = slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * padded + group.rank();
   for (int j = 0; j < padded; j += group.size()) acc[j] = acc[padded + j] = 0.0f;
+  constexpr bool kHoldInverse = kFromOutput && V < 8;
+  float inv_w[kHoldInverse ? P : 1][V];
+  if constexpr (kHoldInverse) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int c = group.rank() * V + p * step;
+      if (c >= ncols) break;
+      load_vec<T, V>(weight + c, inv_w[p]);
+#pragma unroll
+      for (int k = 0; k < V; ++k) inv_w[p][k] = 1.0f / inv_w[p][k];
+    }
+  }
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
-    const float mean = kRms ? 0.0f : mean_in[r], rstd = rstd_in[r];
-    const T* x_row = x + r * cols;
+    const float mean = kRms || kFromOutput ? 0.0f : mean_in[r], rstd = rstd_in[r];
+    const T* saved_row = saved + r * cols;
     const T* dy_row = dy + r * cols;
     Raw xs[P], gs[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int c = group.rank() * V + p * step;
       if (c >= ncols) break;
-      xs[p] = *reinterpret_cast<const Raw*>(x_row + c);
+      xs[p] = *reinterpret_cast<const Raw*>(saved_row + c);
       gs[p] = *reinterpret_cast<const Raw*>(dy_row + c);
     }
     float part_g = 0.0f, part_gx = 0.0f;
@@ -188,13 +211,12 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     for (int p = 0; p < P; ++p) {
       const int c = group.rank() * V + p * step;
       if (c >= ncols) break;
-      float w[V];
+      float w[V], b[V] = {};
       load_vec<T, V>(weight + c, w);
+      if ((kFromOutput && !kRms) || (kEpilogue && bias)) load_vec<T, V>(bias + c, b);
       if constexpr (kEpilogue) {
         // dy is the gradient of dropout(act(y)), y = x̂·w + b: undo both first (rounded to T, as
         // the twin's chain stores that gradient), then the norm's backward runs on it.
-        float b[V] = {};
-        if (bias) load_vec<T, V>(bias + c, b);
         bool keep[V];
         if (epi.p > 0.0f) {
           const uint64_t i = static_cast<uint64_t>(r * cols + c);
@@ -212,11 +234,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd, g = to_acc(gs[p].v[k]), gw = g * w[k];
-        part_g += gw;
-        part_gx += gw * xhat;
+        // v: x̂·w from the output (dweight is divided by w later), x̂ from the input.
+        const float g = to_acc(gs[p].v[k]);
+        const float v = kFromOutput ? to_acc(xs[p].v[k]) - b[k] : (to_acc(xs[p].v[k]) - mean) * rstd;
+        part_g += g * w[k];
+        part_gx += kFromOutput ? g * v : g * w[k] * v;
         const int at = (p * V + k) * group.size();  // slice_index(c + k) for this thread
-        acc[at] += g * xhat;
+        acc[at] += g * v;
         acc[padded + at] += g;
       }
     }
@@ -226,11 +250,14 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     for (int p = 0; p < P; ++p) {
       const int c = group.rank() * V + p * step;
       if (c >= ncols) break;
-      float w[V], d[V];
+      float w[V], b[V] = {}, d[V];
       load_vec<T, V>(weight + c, w);
+      if (kFromOutput && !kRms) load_vec<T, V>(bias + c, b);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float xhat = (to_acc(xs[p].v[k]) - mean) * rstd;
+        const float xhat = !kFromOutput  ? (to_acc(xs[p].v[k]) - mean) * rstd
+                           : kHoldInverse ? (to_acc(xs[p].v[k]) - b[k]) * inv_w[kHoldInverse ? p : 0][k]
+                                          : (to_acc(xs[p].v[k]) - b[k]) * (1.0f / w[k]);
         d[k] = rstd * (to_acc(gs[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
       }
       if (addend) {  // the residual stream's gradient, added before the one rounding to T
@@ -253,16 +280,20 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     }
     partials[blockIdx.x * 2 * cols + j] = dweight;
     partials[blockIdx.x * 2 * cols + cols + j] = dbias;
+    // A zero weight erased x̂ from the output: dx and dweight are NaN there, and the caller
+    // learns why at its next synchronizing read.
+    if (kFromOutput && blockIdx.x == 0 && to_acc(weight[j]) == 0.0f) atomicOr(error_word, kNormZeroWeight);
   }
 }
 
-// out[j] = Σ_b partials[b, j] over j in [2, cols] (dweight then dbias). A block takes 32 columns;
+// out[j] = Σ_b partials[b, j] over j in [2, cols] (dweight then dbias), dweight divided by
+// weight_divisor[j] when given (the backward summed dy·x̂·w). A block takes 32 columns;
 // its 8 warps split the row blocks (warp w takes b ≡ w mod 8), and warp 0 adds the 8 results in
 // warp order: deterministic, with 8 warps' loads in flight per column group instead of one
 // thread's.
 template <class T>
-__global__ void sum_partials_kernel(const float* partials, int blocks, int64_t cols, GradSink<T> dweight,
-                                    GradSink<T> dbias) {
+__global__ void sum_partials_kernel(const float* partials, int blocks, int64_t cols, const T* weight_divisor,
+                                    GradSink<T> dweight, GradSink<T> dbias) {
   __shared__ float by_warp[8][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = blockIdx.x * 32LL + lane;
@@ -287,7 +318,7 @@ __global__ void sum_partials_kernel(const float* partials, int blocks, int64_t c
 #pragma unroll
   for (int w = 0; w < 8; ++w) total += by_warp[w][lane];
   if (j < cols) {
-    if (dweight.any()) dweight.store(j, total);
+    if (dweight.any()) dweight.store(j, weight_divisor ? total / to_acc(weight_divisor[j]) : total);
   } else if (dbias.any()) {
     dbias.store(j - cols, total);
   }
@@ -380,17 +411,20 @@ bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
   return mask_written;
 }
 
-void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias,
                    const NormEpilogue& epilogue, const Tensor& bias, const Tensor& addend) {
-  const int64_t cols = x.size(-1), rows = x.numel() / cols;
-  FT_CHECK(!addend.defined() || (addend.shape() == x.shape() && addend.dtype() == x.dtype()),
-           "norm backward: the addend must be ", shape_str(x.shape()), " ", dtype_name(x.dtype()), ", got ",
+  const int64_t cols = saved.size(-1), rows = saved.numel() / cols;
+  const bool from_output = !epilogue.active();
+  FT_CHECK(!addend.defined() || (addend.shape() == saved.shape() && addend.dtype() == saved.dtype()),
+           "norm backward: the addend must be ", shape_str(saved.shape()), " ", dtype_name(saved.dtype()), ", got ",
            shape_str(addend.shape()), " ", dtype_name(addend.dtype()));
+  FT_CHECK(kind == NormKind::RMS || (from_output ? bias.defined() : mean.defined()), "norm backward: LayerNorm needs ",
+           from_output ? "the bias to take x̂ from its output" : "the saved mean with an epilogue");
   const void* addend_ptr = addend.defined() ? addend.data_ptr() : nullptr;
   with_norm_config(
-      kind, x.dtype(), cols,
-      {dy.data_ptr(), x.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
+      kind, saved.dtype(), cols,
+      {dy.data_ptr(), saved.data_ptr(), weight.data_ptr(), dx.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
        addend_ptr},
       epilogue.active(), [&](auto tag, auto vec, auto rms, auto warp_rows, auto packs, auto epi, const Launch& launch) {
         using T = decltype(tag);
@@ -412,13 +446,14 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tenso
         const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
         ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
         kernel<<<blocks, launch.threads, smem, stream()>>>(
-            dy.data<T>(), x.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
+            dy.data<T>(), saved.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
             rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr,
-            device_epilogue(epilogue), static_cast<const T*>(addend_ptr));
+            device_epilogue(epilogue), static_cast<const T*>(addend_ptr), device_error_word());
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined()) {
           sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(
-              scratch.partials, static_cast<int>(blocks), cols, grad_sink<T>(dweight), grad_sink<T>(dbias));
+              scratch.partials, static_cast<int>(blocks), cols, from_output ? weight.data<T>() : nullptr,
+              grad_sink<T>(dweight), grad_sink<T>(dbias));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
         }
       });

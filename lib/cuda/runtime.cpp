@@ -82,6 +82,9 @@ void check_device_errors() {
   FT_CUDA_CHECK(cudaMemsetAsync(device_error_word(), 0, sizeof(unsigned), stream()));
   if (word & kIndexOutOfRange) FT_FAIL("gather: an index was out of range [0, rows) (flagged on the device)");
   if (word & kTargetOutOfRange) FT_FAIL("cross_entropy: a target id was out of range [0, V) (flagged on the device)");
+  if (word & kNormZeroWeight)
+    FT_FAIL("layer_norm/rms_norm backward: a weight (gain) element is 0, so the normalized input cannot be taken "
+            "from the saved output; that column's gradients are NaN (flagged on the device)");
   FT_FAIL("a kernel flagged device error code ", word);
 }
 

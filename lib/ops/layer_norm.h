@@ -5,9 +5,17 @@
 // out = layer_norm(sum, w, b), both from one pass.
 // Statistics in f32 (bf16 inputs are upcast); outputs in x's dtype.
 // Fused (CUDA, f32/bf16): forward one kernel, a warp per row, reading x (and residual) once and
-// writing out (and sum) once; saves mean and rstd per row (f32). Backward one kernel: dx per row
-// from the saved statistics, and dw, db as per-block column partials that the last block adds
-// up in a fixed order (deterministic, no atomics on the values).
+// writing out (and sum) once. For backward it saves rstd per row (f32) and its output, not its
+// input (Apex's memory_efficient LayerNorm): the next op (a linear) keeps the output anyway, so
+// the input, or the sum of the add form, is not held until backward. Backward one kernel: dx
+// per row with x̂ = (out − b)/w, and dw, db as per-block column partials that a small kernel
+// adds up in a fixed order (deterministic, no atomics on the values).
+// Limitation of the fused backward: a weight element w_j = 0 erases x̂ from column j of the
+// output, so the gradients of x and w_j there cannot be formed: they come out NaN, and the
+// kernel flags a device error that the next synchronizing read (item(), to(CPU),
+// ft::synchronize()) throws as ft::Error. A |w_j| that is tiny beside |b_j| loses x̂'s precision
+// the same way (out's rounding, about u·|b_j / w_j|, where u is its dtype's unit roundoff) and is
+// not flagged. The twins (CPU, unfused mode, f64) save their inputs and have neither limit.
 // Twins: mean, sub, mul, rsqrt, add primitives (in f32 for bf16 inputs).
 //
 // layer_norm_act_dropout(x, w, b, act, p, seed, offset) = dropout(act(layer_norm(x, w, b)), p),
@@ -16,6 +24,7 @@
 // on x's device). Fused: the norm kernels with an epilogue: forward writes only the dropped
 // activation; backward regenerates the mask, recomputes the normalized value for act', and runs
 // the LayerNorm backward on the result (one kernel each way, where the twin chain has three).
+// Its output is not the normalized value, so it saves its input x and the mean (no limit on w).
 // Twin: layer_norm_composite, activate, dropout_composite.
 #pragma once
 #include "lib/ops/activation.h"
@@ -59,17 +68,21 @@ namespace cuda {
 /// Whether the fused kernels take rows of this width (up to 8192; wider rows use the twin).
 bool norm_supported(int64_t cols);
 /// Normalizes rows of `x` (+ `residual`, stored to `sum`, when residual is defined). RMS skips the
-/// mean and the bias. mean is written for Layer only; rstd always (f32 [rows]). Returns whether
+/// mean and the bias. mean is written when defined (Layer only); rstd always (f32 [rows]). Returns whether
 /// the epilogue's dropout mask was written (packed bf16 rows of a multiple of 8 columns).
 bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                   double eps, const Tensor& sum, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                   const NormEpilogue& epilogue = {});
-/// From dy and the normalized input `x` (the sum, for the add forms) with its saved statistics:
-/// dx (overwritten), and dweight, dbias (when defined; overwritten, or added into f32 views). With an epilogue, dy is the
-/// gradient of its output and `bias` (the norm's, or undefined) is needed to recompute act's input.
-/// A defined `addend` (x's shape and dtype) is added into dx in the same pass: the gradient that
-/// x's other uses (the residual stream) have already contributed.
-void norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+/// dx (overwritten), and dweight, dbias (when defined; overwritten, or added into f32 views) from
+/// dy, rstd and `saved`. Without an epilogue, `saved` is the norm's output y and x̂ = (y − bias)/w
+/// (`bias` required for Layer, undefined for RMS; mean unused); a zero weight element makes
+/// that column's dx and dweight NaN and sets the device error word (layer_norm.h's limitation).
+/// With an epilogue, `saved` is the normalized input x (the sum, for the add form) with its
+/// mean, x̂ = (x − mean)·rstd, dy is the gradient of the epilogue's output, and `bias` (the
+/// norm's, or undefined) recomputes act's input. A defined `addend` (saved's shape and dtype) is
+/// added into dx in the same pass: the gradient that x's other uses (the residual stream) have
+/// already contributed.
+void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias,
                    const NormEpilogue& epilogue = {}, const Tensor& bias = Tensor(), const Tensor& addend = Tensor());
 }  // namespace cuda

@@ -42,7 +42,9 @@ AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual,
   AddNormResult result;
   result.out = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (residual.defined()) result.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = kind == NormKind::Layer ? Tensor::empty({rows}, DType::F32, x.device()) : Tensor();
+  // Only the epilogue's backward reads the mean: the plain forms take x̂ from their output.
+  Tensor mean = kind == NormKind::Layer && training && epilogue.active() ? Tensor::empty({rows}, DType::F32, x.device())
+                                                                         : Tensor();
   Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
   if (!cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd, epilogue))
     epilogue.mask = Tensor();  // not written: the backward draws the mask again
@@ -56,20 +58,26 @@ AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual,
   }
   const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
   const char* name = epilogue.active() ? "layer_norm_act_dropout" : kind == NormKind::Layer ? "layer_norm" : "rms_norm";
+  // The plain forms save their output, not their input: the next op (a linear) keeps the output
+  // anyway, and the input (the residual sum, in a transformer) can then die after the forward,
+  // one [.., C] tensor per norm less at the forward's peak. x̂ = (y − b)/w in backward, which
+  // a zero weight element makes unrecoverable (layer_norm.h). The epilogue's output is not y,
+  // so that form saves its input and the mean.
+  const Tensor saved = epilogue.active() ? normalized_input.detach() : result.out.detach();
+  const Tensor saved_bias = bias.defined() ? bias.detach() : Tensor();
   // The input's gradient from its other uses (the residual stream's, in a transformer) is added
   // in the backward kernel: the add kernel that would sum the two moved 3 tensors (75 MB per
   // GPT-2 layer norm, 50 us on the H100) where the kernel reads one more.
   result.out = record_adding(name, result.out, {normalized_input, weight, bias},
-                             [kind, sx = normalized_input.detach(), sw = weight.detach(),
-                              sb = epilogue.active() && bias.defined() ? bias.detach() : Tensor(), mean, rstd, want_w,
-                              want_b, epilogue](const Tensor& g, const Tensor& pending) {
-                               Tensor dx = Tensor::empty(sx.shape(), sx.dtype(), sx.device());
+                             [kind, saved, sw = weight.detach(), sb = saved_bias, mean, rstd, want_w, want_b,
+                              epilogue](const Tensor& g, const Tensor& pending) {
+                               Tensor dx = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
                                const GradOutput dw = grad_output(1, want_w, sw.shape(), sw.dtype(), sw.device());
                                const GradOutput db = grad_output(2, want_b, sw.shape(), sw.dtype(), sw.device());
-                               const bool fits = pending.defined() && pending.dtype() == sx.dtype();
-                               cuda::norm_backward(kind, g, sx, sw, mean, rstd, dx, dw, db, epilogue, sb,
+                               const bool fits = pending.defined() && pending.dtype() == saved.dtype();
+                               cuda::norm_backward(kind, g, saved, sw, mean, rstd, dx, dw, db, epilogue, sb,
                                                    fits ? pending : Tensor());
-                               if (pending.defined() && !fits) dx = add(dx, pending.to(sx.dtype()));
+                               if (pending.defined() && !fits) dx = add(dx, pending.to(saved.dtype()));
                                return std::vector<Tensor>{dx, dw.tensor, db.tensor};
                              });
   return result;

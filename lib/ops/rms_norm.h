@@ -1,5 +1,7 @@
 // RMS normalization over the last dim C: x / √(mean(x²) + eps) · w, alone or after a residual
-// add. Same fused kernels as layer_norm (lib/cuda/norm.cu) without the mean and the bias.
+// add. Same fused kernels as layer_norm (lib/cuda/norm.cu) without the mean and the bias: the
+// fused form also saves its output, not its input, and takes x̂ = out / w in backward, so a
+// weight element of 0 gives NaN gradients and a device error (layer_norm.h's limitation).
 // Twin: mul, mean, rsqrt primitives (f32 for bf16 inputs).
 #pragma once
 #include "lib/ops/layer_norm.h"

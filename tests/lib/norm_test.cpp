@@ -3,7 +3,10 @@
 // in f64; on every device and kernel mode, in f32 and bf16, each matches the CPU f64 reference
 // in forward and in every gradient, and the fused path agrees with the twin on the same inputs.
 // The add forms return sum = x + residual and out = norm(sum): both outputs are checked, and the
-// gradients of x and residual must flow through both. Dimension letters: N rows, C columns.
+// gradients of x and residual must flow through both. The fused backward takes x̂ from the saved
+// output: checked at widths that reach every kernel configuration, for a zero gain (flagged,
+// not silently wrong), and for the input's memory, freed once the caller drops it.
+// Dimension letters: N rows, C columns.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -76,12 +79,12 @@ Tensor both(const AddNormResult& r) { return cat({r.sum, r.out}, -1); }
 
 /// Inputs in the order x, residual, weight, bias (residual and bias undefined where the op has
 /// none). x and residual have their own offset and scale, so centring and scaling both matter.
+/// The gains are of either sign and away from 0 (gain_tensor says why).
 std::vector<Tensor> norm_inputs(Op op, const Shape& shape, Generator& gen) {
   const int64_t c = shape.back();
   return {affine(random_tensor(shape, DType::F64, kCPU, gen), 2.0, 0.5),
           is_add(op) ? affine(random_tensor(shape, DType::F64, kCPU, gen), 1.5, -0.25) : Tensor(),
-          affine(random_tensor({c}, DType::F64, kCPU, gen), 0.5, 1.0),
-          is_layer(op) ? random_tensor({c}, DType::F64, kCPU, gen) : Tensor()};
+          gain_tensor({c}, DType::F64, kCPU, gen), is_layer(op) ? random_tensor({c}, DType::F64, kCPU, gen) : Tensor()};
 }
 
 /// The op on norm_inputs; the add forms return both outputs (`out_only`: just out).
@@ -363,6 +366,81 @@ TEST_P(NormDeviceTest, ActDropoutMatchesF64Reference) {
       }
 }
 
+// The plain and add forms' fused backward takes x̂ = (y − b)/w from the saved output (1/w held
+// per thread for f32 and unpacked rows, taken per pack for packed bf16). Widths that reach
+// every kernel configuration: warp rows packed (96, 200; 768 in bf16), block rows packed (768
+// and 1000 in f32, 2048 in bf16) and unpacked (4097); 37 rows leave a block's last warps idle.
+const int64_t kOddWidths[] = {96, 200, 768, 1000, 2048, 4097};
+
+// (On the CPU and in unfused mode this is the twin, which MatchesF64Reference covers.)
+TEST(NormFusedTest, OutputSavingBackwardMatchesF64ReferenceAtOddWidths) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  KernelModeGuard fused(KernelMode::Fused);
+  Generator gen = test_generator();
+  for (DType dtype : fused_dtypes())
+    for (Op op : kOps)
+      for (int64_t c : kOddWidths)
+        for (bool out_only : is_add(op) ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + op_name(op) + " C " + std::to_string(c) +
+                       (out_only ? " (out only)" : ""));
+          EXPECT_TRUE(matches_f64_reference(norm_fn(op, out_only), norm_inputs(op, {37, c}, gen), kCUDA, dtype, gen,
+                                            forward_tolerance(dtype), grad_tolerance(dtype)));
+        }
+}
+
+// A zero gain erases x̂ from the output, so the fused backward cannot form that column's
+// gradients: it must say so (a device error, thrown at the next synchronizing read) rather than
+// return numbers. The twins save their input and have no such limit, nor does the epilogue form.
+TEST_P(NormDeviceTest, ZeroGainIsFlaggedByTheFusedBackwardOnly) {
+  Generator gen = test_generator();
+  const Shape shape{37, 200};
+  const int64_t zero_column = 5;
+  const bool flags = device().is_cuda() && kernel_mode() == KernelMode::Fused;
+  for (DType dtype : fused_dtypes()) {
+    for (Op op : kOps) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + op_name(op));
+      std::vector<Tensor> in = norm_inputs(op, shape, gen);
+      std::vector<double> w = in[2].to_vector();
+      w[zero_column] = 0.0;
+      in[2] = Tensor::from_vector(w, {shape.back()}, DType::F64);
+      if (!flags) {
+        EXPECT_TRUE(matches_f64_reference(norm_fn(op), in, device(), dtype, gen, forward_tolerance(dtype),
+                                          grad_tolerance(dtype)));
+        continue;
+      }
+      std::vector<Tensor> leaves;
+      for (const Tensor& t : in) leaves.push_back(t.defined() ? fresh_leaf(t, dtype, device()) : Tensor());
+      const Tensor y = norm_fn(op)(leaves);
+      synchronize();  // the forward alone is fine: it saves, it does not divide
+      y.backward(random_tensor(y.shape(), dtype, device(), gen));
+      try {  // the first synchronizing read throws and clears the flag
+        synchronize();
+        ADD_FAILURE() << "no device error for a zero gain";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("weight"), std::string::npos) << e.what();
+      }
+      const std::vector<double> dx = leaves[0].grad().to_vector(), dw = leaves[2].grad().to_vector();
+      for (int64_t r = 0; r < shape[0]; ++r)
+        for (int64_t j = 0; j < shape[1]; ++j)
+          ASSERT_EQ(std::isnan(dx[static_cast<size_t>(r * shape[1] + j)]), j == zero_column)
+              << "row " << r << " column " << j;
+      EXPECT_TRUE(std::isnan(dw[static_cast<size_t>(zero_column)]));
+    }
+  }
+  if (!flags) return;
+  // The epilogue form saves its input: a zero gain is just a gain.
+  for (DType dtype : fused_dtypes()) {
+    std::vector<double> w = gain_tensor({768}, DType::F64, kCPU, gen).to_vector();
+    w[zero_column] = 0.0;
+    const std::vector<Tensor> inputs{random_tensor({37, 768}, DType::F64, kCPU, gen),
+                                     Tensor::from_vector(w, {768}, DType::F64),
+                                     random_tensor({768}, DType::F64, kCPU, gen)};
+    EXPECT_TRUE(matches_f64_reference(norm_act_dropout({Activation::GELU, 0.1}), inputs, device(), dtype, gen,
+                                      forward_tolerance(dtype), grad_tolerance(dtype)))
+        << dtype_name(dtype);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, NormDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
 
@@ -430,6 +508,67 @@ TEST(NormFusedVsTwinTest, FusedModeRecordsFewerNodesOnCudaOnly) {
         EXPECT_LT(sizes[1][op], sizes[0][op]);
       else
         EXPECT_EQ(sizes[1][op], sizes[0][op]);
+    }
+  }
+}
+
+TEST(NormFusedVsTwinTest, OutputSavingBackwardAgreesOnCudaAtOddWidths) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (DType dtype : fused_dtypes())
+    for (Op op : kOps)
+      for (int64_t c : kOddWidths) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + op_name(op) + " C " + std::to_string(c));
+        EXPECT_TRUE(fused_matches_twin(norm_fn(op), norm_inputs(op, {37, c}, gen), dtype, gen, grad_tolerance(dtype)));
+      }
+}
+
+// The fused plain and add forms keep their output for backward, not their input. The caller
+// drops x and residual, op outputs that nothing else saves (as the residual stream's tensors
+// are), and the add form's sum: while the output and its graph live, only the output (and rstd,
+// [N] f32) stays allocated, where keeping the input held an [N, C] tensor more. Backward then
+// still matches the twin with the freed input's memory written over.
+TEST(NormFusedMemoryTest, TheInputIsFreedWhileTheOutputAndItsGraphLive) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  // 12 MB tensors: allocation granularity (2 MB at most) cannot blur one of them.
+  const Shape shape{8192, 768};
+  const size_t bytes = static_cast<size_t>(shape[0] * shape[1]) * dtype_size(DType::BF16);
+  for (Op op : kOps) {
+    SCOPED_TRACE(op_name(op));
+    const std::vector<Tensor> in = norm_inputs(op, shape, gen);
+    std::vector<Tensor> leaves;
+    for (const Tensor& t : in) leaves.push_back(t.defined() ? fresh_leaf(t, DType::BF16, kCUDA) : Tensor());
+    const Tensor up = random_tensor(shape, DType::BF16, kCUDA, gen);
+    auto forward = [&] {
+      const Tensor x = affine(leaves[0], 1.0, 0.0);  // affine saves nothing for backward
+      const Tensor residual = is_add(op) ? affine(leaves[1], 1.0, 0.0) : Tensor();
+      return norm_fn(op, /*out_only=*/true)({x, residual, leaves[2], leaves[3]});
+    };
+    std::vector<Tensor> grads[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      KernelModeGuard mode(fused ? KernelMode::Fused : KernelMode::Unfused);
+      for (const Tensor& leaf : leaves)
+        if (leaf.defined()) leaf.zero_grad();
+      synchronize();
+      const size_t before = device_memory_in_use();
+      const Tensor y = forward();
+      if (fused) {
+        synchronize();
+        const size_t held = device_memory_in_use() - before;
+        EXPECT_GE(held, bytes);
+        EXPECT_LT(held, bytes + bytes / 2) << held << " bytes held for an output of " << bytes;
+      }
+      // Take the freed input's memory and write over it.
+      const Tensor junk[2] = {Tensor::full(shape, 1e4, DType::BF16, kCUDA),
+                              Tensor::full(shape, -1e4, DType::BF16, kCUDA)};
+      y.backward(up);
+      for (const Tensor& leaf : leaves)
+        grads[fused].push_back(leaf.defined() ? fresh_copy(leaf.grad(), DType::F32, kCPU) : Tensor());
+    }
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (!leaves[i].defined()) continue;
+      EXPECT_TRUE(all_close(grads[1][i], grads[0][i], 2.0 * grad_tolerance(DType::BF16))) << "input " << i;
     }
   }
 }

@@ -105,6 +105,16 @@ inline Tensor positive_tensor(const Shape& shape, DType dtype, Device device, Ge
   return uniform_tensor(shape, dtype, device, gen, 0.5, 2.0);
 }
 
+/// Magnitudes uniform in [0.5, 2) with random signs: norm gains. The fused norms' backward
+/// takes x̂ = (out − b)/w from their rounded output, which loses about u·|b/w| near w = 0
+/// (lib/ops/layer_norm.h); trained gains stay away from 0, and so do these.
+inline Tensor gain_tensor(const Shape& shape, DType dtype, Device device, Generator& gen) {
+  std::vector<double> v = Tensor::rand(shape, gen, DType::F64, kCPU).to_vector();
+  const std::vector<double> sign = Tensor::rand(shape, gen, DType::F64, kCPU).to_vector();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (sign[i] < 0.5 ? -1.0 : 1.0) * (0.5 + 1.5 * v[i]);
+  return Tensor::from_vector(v, shape, dtype, device);
+}
+
 /// Integer ids uniform in [0, limit).
 inline Tensor random_ids(const Shape& shape, int64_t limit, DType dtype, Device device, Generator& gen) {
   std::vector<double> v = Tensor::rand(shape, gen, DType::F64, kCPU).to_vector();
