@@ -21,6 +21,11 @@ CapturedGraph::CapturedGraph(const std::function<void()>&) { FT_FAIL("CapturedGr
 CapturedGraph::~CapturedGraph() = default;
 void CapturedGraph::replay() { FT_FAIL("CapturedGraph: built without CUDA"); }
 void synchronize() {}
+std::string device_name() { return ""; }
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Stream) {}
+void StreamEvent::wait(Stream) const {}
+void StreamEvent::synchronize() const {}
 bool capturing() { return false; }
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
@@ -38,6 +43,9 @@ void* allocate(size_t bytes, Device device) {
 void release(void* ptr, Device) { std::free(ptr); }
 void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) { std::memcpy(dst, src, bytes); }
 void zero_bytes(void* dst, Device, size_t bytes) { std::memset(dst, 0, bytes); }
+void* allocate_pinned(size_t bytes) { return allocate(bytes, kCPU); }
+void release_pinned(void* ptr) { std::free(ptr); }
+void copy_to_device_async(void*, const void*, size_t) { FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)"); }
 }  // namespace runtime
 
 namespace cuda {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <string>
 
 #include "lib/dtype.h"
 
@@ -12,6 +13,10 @@ bool cuda_available();
 /// Waits for the compute stream and raises any error a kernel flagged on the device
 /// (an out-of-range index, say). Explicit reads such as item() and to(CPU) call it.
 void synchronize();
+
+/// The name of the GPU the compute stream runs on, as its driver reports it ("NVIDIA H100 80GB
+/// HBM3"); empty without one (a CPU-only build, or no GPU visible).
+std::string device_name();
 
 /// True while work enqueued on the compute stream is being captured into a CUDA graph (what is
 /// allocated then belongs to the graph and must not be kept past it).
@@ -51,6 +56,30 @@ class CapturedGraph {
   void* exec_ = nullptr;   // cudaGraphExec_t
 };
 
+/// A point in the work of the compute stream or of the copy stream, the second stream that
+/// carries host-to-device uploads (runtime::copy_to_device_async) beside the compute. Recording
+/// one and waiting on it orders the two streams without the host waiting: the next batch's
+/// upload then overlaps the current step. A CUDA event with timing off, made on first record;
+/// without a GPU every call does nothing.
+class StreamEvent {
+ public:
+  enum class Stream { Compute, Copy };
+  StreamEvent() = default;
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  /// Marks the work enqueued on `stream` so far (not allowed while capturing a graph).
+  void record(Stream stream);
+  /// Work enqueued on `stream` from now on starts after the marked work is done; the host does
+  /// not wait. An event never recorded is passed at once.
+  void wait(Stream stream) const;
+  /// Blocks the calling thread (any thread) until the marked work is done.
+  void synchronize() const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+};
+
 namespace runtime {
 /// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool).
 void* allocate(size_t bytes, Device device);
@@ -60,6 +89,17 @@ void release(void* ptr, Device device);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 /// Sets bytes to zero (CUDA: one memset on the compute stream, asynchronous and capturable).
 void zero_bytes(void* dst, Device device, size_t bytes);
+
+/// Page-locked host memory (cudaHostAlloc): the GPU's copy engine reads it directly, so a copy
+/// from it needs no staging copy and returns at once. Allocating it takes milliseconds and
+/// releasing it waits for the device: allocate once and reuse. Ordinary host memory without a GPU.
+void* allocate_pinned(size_t bytes);
+void release_pinned(void* ptr);
+/// Enqueues a copy of `bytes` from page-locked host memory `src` to device memory `dst` on the
+/// copy stream and returns at once. Until a StreamEvent recorded on the copy stream after it has
+/// passed, `src` must not be rewritten and `dst` not read (the compute stream waits on that event).
+/// CPU-only builds throw.
+void copy_to_device_async(void* dst, const void* src, size_t bytes);
 }  // namespace runtime
 
 }  // namespace ft

@@ -36,13 +36,14 @@ gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$logs/gtest.log" | tr '
 echo "gtest: $gtest_summary"
 
 
-declare -A ms acc
+declare -A ms wall acc
 for mode in unfused fused; do
   build-device/examples/ft-mlp --device cuda --kernels "$mode" --epochs 1 --batch 4096 --log-every 5 \
     --data-dir "$data" --metrics "$logs/mlp-$mode.jsonl" >"$logs/mlp-$mode.log" 2>&1
   line=$(grep '^RESULT' "$logs/mlp-$mode.log")
   [ -n "$line" ] || { tail -5 "$logs/mlp-$mode.log"; }
   ms[$mode]=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$line")
+  wall[$mode]=$(sed -n 's/.*wall_ms=\([0-9.]*\).*/\1/p' <<<"$line")
   acc[$mode]=$(sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' <<<"$line")
 done
 
@@ -57,8 +58,10 @@ python3 bench/peers/adamw_torch.py >"$logs/bench-adamw-torch.log" 2>&1 || tail -
 echo
 echo "== fusedtrain device check ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
 echo "gtest: $gtest_summary"
-printf "%-22s %-12s %-14s\n" "ft-mlp (batch 4096)" "ms/step" "test accuracy"
-for mode in unfused fused; do printf "%-22s %-12s %-14s\n" "  $mode" "${ms[$mode]:-?}" "${acc[$mode]:-?}"; done
+printf "%-22s %-12s %-12s %-14s\n" "ft-mlp (batch 4096)" "gpu ms/step" "wall ms" "test accuracy"
+for mode in unfused fused; do
+  printf "%-22s %-12s %-12s %-14s\n" "  $mode" "${ms[$mode]:-?}" "${wall[$mode]:-?}" "${acc[$mode]:-?}"
+done
 if [ -n "${ms[fused]:-}" ] && [ -n "${ms[unfused]:-}" ]; then
   awk -v f="${ms[fused]}" -v u="${ms[unfused]}" 'BEGIN { printf "  fused speed-up: %.2fx\n", u / f }'
 fi

@@ -1,6 +1,9 @@
 #include "train/batches.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -44,6 +47,66 @@ Tensor take_rows(const Tensor& data, const Tensor& ids, Device device) {
   Shape s = data.shape();
   s[0] = ids.numel();
   return gather_rows(data.reshape({data.size(0), row}), ids).reshape(s).to(device);
+}
+
+RowBatchSource::RowBatchSource(std::map<std::string, Tensor> columns, BatchSampler sampler)
+    : columns_(std::move(columns)), sampler_(std::move(sampler)) {
+  FT_CHECK(!columns_.empty(), "RowBatchSource: no columns");
+  for (const auto& [name, column] : columns_) {
+    FT_CHECK(column.device().is_cpu() && column.dim() >= 1, "RowBatchSource: column '", name,
+             "' must be a host tensor [N, ...], got ", shape_str(column.shape()), " on ", column.device().str());
+    FT_CHECK(column.size(0) == sampler_.dataset_size(), "RowBatchSource: column '", name, "' has ", column.size(0),
+             " rows, the sampler ", sampler_.dataset_size());
+  }
+}
+
+Batch RowBatchSource::next() {
+  HostBatchWriter writer;
+  next_into(writer);
+  return writer.take();
+}
+
+void RowBatchSource::next_into(BatchWriter& out) {
+  if (batch_ == sampler_.batches_per_epoch()) {
+    ++epoch_;
+    batch_ = 0;
+    sampler_.start_epoch(epoch_);
+  }
+  const Tensor ids = sampler_.batch_ids(batch_);
+  const int64_t* id = ids.data<int64_t>();
+  const int64_t n = ids.numel();
+  for (const auto& [name, column] : columns_) {
+    Shape shape = column.shape();
+    shape[0] = n;
+    const size_t row_bytes = column.nbytes() / static_cast<size_t>(column.size(0));
+    char* dst = static_cast<char*>(out.buffer(name, shape, column.dtype()));
+    const char* src = static_cast<const char*>(column.data_ptr());
+    // About a megabyte per thread, and at most half the cores: the training thread keeps the rest.
+    const int threads = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(row_bytes) * n >> 20, 1,
+                                                             std::max(1, omp_get_num_procs() / 2)));
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(id[i]) * row_bytes, row_bytes);
+  }
+  ++batch_;
+}
+
+DataPosition RowBatchSource::position() const {
+  // A finished epoch reads as the start of the next one: the same batches follow.
+  if (batch_ == sampler_.batches_per_epoch()) return {{"epoch", std::to_string(epoch_ + 1)}, {"batch", "0"}};
+  return {{"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_)}};
+}
+
+void RowBatchSource::set_position(const DataPosition& position) {
+  const auto epoch = position.find("epoch"), batch = position.find("batch");
+  FT_CHECK(epoch != position.end() && batch != position.end(),
+           "RowBatchSource: a position needs 'epoch' and 'batch'");
+  const int64_t e = std::stoll(epoch->second), b = std::stoll(batch->second);
+  FT_CHECK(e >= 0 && b >= 0 && b < sampler_.batches_per_epoch(), "RowBatchSource: no batch ", b, " in epoch ", e,
+           " (", sampler_.batches_per_epoch(), " batches an epoch)");
+  epoch_ = e;
+  batch_ = b;
+  sampler_.start_epoch(epoch_);
 }
 
 }  // namespace ft

@@ -1,9 +1,13 @@
-// Seeded shuffling and mini-batches of an in-memory dataset (rows of a [N, ...] tensor).
+// Seeded shuffling and mini-batches of an in-memory dataset (rows of [N, ...] tensors), and the
+// batch source that yields them epoch after epoch.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "lib/tensor.h"
+#include "train/batch_source.h"
 
 namespace ft {
 
@@ -14,6 +18,7 @@ class BatchSampler {
   /// Starts epoch `epoch`: a new permutation derived from (seed, epoch).
   void start_epoch(int64_t epoch);
   int64_t batches_per_epoch() const;
+  int64_t dataset_size() const { return size_; }
   /// Row ids of batch b of the current epoch, i64 [batch].
   Tensor batch_ids(int64_t b) const;
 
@@ -26,5 +31,27 @@ class BatchSampler {
 
 /// Rows `ids` of `data` ([N, ...] on the CPU), moved to `device`.
 Tensor take_rows(const Tensor& data, const Tensor& ids, Device device);
+
+/// The same rows of several named [N, ...] host tensors (Fashion-MNIST's "images" and "labels"),
+/// batch after batch in the sampler's order; after the last batch of an epoch the next epoch
+/// starts with a new permutation. Its position is {"epoch", "batch"}.
+class RowBatchSource : public BatchSource {
+ public:
+  /// Every column holds the dataset's N rows on the CPU; the sampler must be over N rows.
+  RowBatchSource(std::map<std::string, Tensor> columns, BatchSampler sampler);
+  Batch next() override;
+  /// Gathers the batch's rows straight into `out`'s buffers, on several threads when the batch
+  /// is large: one thread gathers 6.4 MB of rows (4096 bf16 images) in 1.5 ms on the H100's host,
+  /// longer than the 0.4 ms step it feeds.
+  void next_into(BatchWriter& out) override;
+  DataPosition position() const override;
+  void set_position(const DataPosition& position) override;
+  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+
+ private:
+  std::map<std::string, Tensor> columns_;
+  BatchSampler sampler_;
+  int64_t epoch_ = 0, batch_ = 0;  // the next batch
+};
 
 }  // namespace ft

@@ -3,76 +3,86 @@
 #include <cstdio>
 
 #include "lib/error.h"
+#include "lib/ops/elementwise.h"
 #include "optim/optimizer.h"
 
 namespace ft {
 
-StepFn training_step(Optimizer& optimizer, StepFn loss_fn) {
-  return [&optimizer, loss_fn = std::move(loss_fn)](const Tensor& inputs, const Tensor& targets) {
+StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward) {
+  return [&model, &optimizer, loss_fn = std::move(loss_fn),
+          after_backward = std::move(after_backward)](const std::vector<Batch>& micro_batches) {
+    FT_CHECK(!micro_batches.empty(), "training step: no micro-batches");
+    const double scale = 1.0 / static_cast<double>(micro_batches.size());
     optimizer.zero_grad();
-    Tensor loss = loss_fn(inputs, targets);
-    loss.backward();
+    Tensor total;
+    for (const Batch& batch : micro_batches) {
+      Tensor loss = loss_fn(model, batch);
+      FT_CHECK(loss.numel() == 1, "training step: the loss must be one value, got shape ", shape_str(loss.shape()));
+      // Each micro-batch's mean loss over 1/n: the accumulated gradient is that of the mean over
+      // all of them. One micro-batch keeps backward's unit seed (no scaling kernel).
+      if (micro_batches.size() > 1) loss = loss * scale;
+      loss.backward();
+      total = total.defined() ? total + loss.detach() : loss.detach();
+    }
+    if (after_backward) after_backward(micro_batches, total);
     optimizer.step();
-    return loss.detach();
+    return total;
   };
 }
 
-GraphedStep::GraphedStep(StepFn step, std::function<void()> release_grads, int64_t eager_steps)
-    : step_(std::move(step)), release_grads_(std::move(release_grads)), eager_steps_(eager_steps) {}
-
-// The gradients live in the optimizer's persistent flat buffer, zeroed inside each step: there is
-// nothing to release around the capture.
-GraphedStep::GraphedStep(Optimizer& optimizer, StepFn loss_fn)
-    : GraphedStep(training_step(optimizer, std::move(loss_fn)), [] {}) {}
+GraphedStep::GraphedStep(StepFn step, int64_t eager_steps) : step_(std::move(step)), eager_steps_(eager_steps) {}
 
 GraphedStep::~GraphedStep() = default;
 
-Tensor GraphedStep::eager(const Tensor& inputs, const Tensor& targets) {
-  const Tensor loss = step_(inputs, targets).detach();
-  if (!loss_.defined() || loss_.shape() != loss.shape() || loss_.dtype() != loss.dtype())
+Tensor GraphedStep::eager(const std::vector<Batch>& micro_batches) {
+  const Tensor loss = step_(micro_batches).detach();
+  if (!loss_.defined() || loss_.shape() != loss.shape() || loss_.dtype() != loss.dtype() ||
+      loss_.device() != loss.device())
     loss_ = Tensor::empty(loss.shape(), loss.dtype(), loss.device());
   loss_.copy_(loss);
   return loss_;
 }
 
-bool GraphedStep::fits(const Tensor& inputs, const Tensor& targets, Device device) const {
-  auto same = [device](const Tensor& fixed, const Tensor& t) {
-    return fixed.defined() && fixed.shape() == t.shape() && fixed.dtype() == t.dtype() && fixed.device() == device;
-  };
-  return same(inputs_, inputs) && same(targets_, targets);
-}
-
-std::pair<Tensor, Tensor> GraphedStep::input_buffers(const Tensor& inputs, const Tensor& targets, Device device) {
-  if (!fits(inputs, targets, device)) {
-    auto fresh = [device](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), device); };
-    if (graph_) return {fresh(inputs), fresh(targets)};  // another shape than the captured one
-    inputs_ = fresh(inputs);
-    targets_ = fresh(targets);
+bool GraphedStep::fits(const std::vector<Batch>& micro_batches) const {
+  if (fixed_.size() != micro_batches.size()) return false;
+  for (size_t i = 0; i < fixed_.size(); ++i) {
+    if (fixed_[i].size() != micro_batches[i].size()) return false;
+    for (const auto& [name, t] : micro_batches[i]) {
+      if (!fixed_[i].contains(name)) return false;
+      const Tensor& f = fixed_[i].at(name);
+      if (f.shape() != t.shape() || f.dtype() != t.dtype() || f.device() != t.device()) return false;
+    }
   }
-  return {inputs_, targets_};
+  return true;
 }
 
-Tensor GraphedStep::run(const Tensor& inputs, const Tensor& targets) {
-  if (!inputs.is_cuda() || capture_failed_) return eager(inputs, targets);
-  if (graph_ && !fits(inputs, targets, inputs.device())) return eager(inputs, targets);  // not the captured shape
-  input_buffers(inputs, targets, inputs.device());  // (re)made for this shape while nothing is captured
-  if (inputs.data_ptr() != inputs_.data_ptr()) inputs_.copy_(inputs);
-  if (targets.data_ptr() != targets_.data_ptr()) targets_.copy_(targets);
-  if (++calls_ <= eager_steps_ || !loss_.defined()) return eager(inputs_, targets_);
+Tensor GraphedStep::run(const std::vector<Batch>& micro_batches) {
+  FT_CHECK(!micro_batches.empty(), "GraphedStep: no micro-batches");
+  if (!micro_batches[0].device().is_cuda() || capture_failed_) return eager(micro_batches);
+  if (!fits(micro_batches)) {
+    if (graph_) return eager(micro_batches);  // not the captured shapes
+    // (Re)made while nothing is captured: the eager steps before the capture use them too.
+    fixed_.clear();
+    for (const Batch& b : micro_batches) {
+      Batch fixed;
+      for (const auto& [name, t] : b) fixed.set(name, Tensor::empty(t.shape(), t.dtype(), t.device()));
+      fixed_.push_back(std::move(fixed));
+    }
+  }
+  for (size_t i = 0; i < micro_batches.size(); ++i)
+    for (const auto& [name, t] : micro_batches[i]) {
+      const Tensor& f = fixed_[i].at(name);
+      if (!t.shares_storage(f)) f.copy_(t);
+    }
+  if (++calls_ <= eager_steps_ || !loss_.defined()) return eager(fixed_);
   if (!graph_) {
-    // Whatever the first steps set up (optimizer state, scratch buffers) now exists outside
-    // the graph; the gradients are released so that the graph allocates and frees its own.
-    release_grads_();
     try {
-      graph_ = std::make_unique<CapturedGraph>([&] {
-        loss_.copy_(step_(inputs_, targets_).detach());
-        release_grads_();
-      });
+      graph_ = std::make_unique<CapturedGraph>([&] { loss_.copy_(step_(fixed_).detach()); });
     } catch (const Error& e) {
       capture_failed_ = true;
       std::fprintf(stderr, "note: the training step could not be captured as a CUDA graph; it runs eagerly (%s)\n",
                    e.what());
-      return eager(inputs_, targets_);
+      return eager(fixed_);
     }
   }
   graph_->replay();

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -13,25 +14,34 @@ struct StepMetrics {
   double loss = 0;
   double lr = 0;
   std::optional<double> grad_norm = {};
-  double ms = 0;                      // milliseconds per step (median over the logged window)
-  double items_per_s = 0;             // samples/s or tokens/s
-  std::optional<double> mfu = {};     // fraction of the datasheet peak, when FLOPs are known
-  int64_t skipped_steps = 0;          // steps skipped for non-finite gradients
+  double ms = 0;                        // wall clock per step over the logged window, data included
+  std::optional<double> step_ms = {};   // median of the steps alone (CUDA events on a GPU)
+  double items_per_s = 0;               // samples/s or tokens/s, from the wall clock
+  std::optional<double> mfu = {};       // fraction of the device's dense peak, when known
+  bool mfu_expected = false;            // FLOPs are known but the peak is not: the line shows "MFU ?"
+  int64_t skipped_steps = 0;            // steps skipped for non-finite gradients
 };
 
 class MetricsLog {
  public:
-  /// unit names the throughput ("samples" or "tok"); jsonl_path empty writes no file.
-  MetricsLog(std::string unit, const std::string& jsonl_path);
+  /// unit names the throughput ("samples" or "tok"); jsonl_path empty writes no file; step_label
+  /// names step_ms on the line ("gpu" on a GPU, where it is the kernels' time alone).
+  MetricsLog(std::string unit, const std::string& jsonl_path, std::string step_label = "gpu");
   /// Prints one line and appends one JSON object.
   void log(const StepMetrics& m);
   /// One line describing the step, e.g. "step   12/147 | loss 0.5123 | lr 1.00e-03 | ...".
   std::string format(const StepMetrics& m) const;
   /// A JSON object with the same fields.
   std::string json(const StepMetrics& m) const;
+  /// Prints "step   20 | val loss 4.1234" (every metric, in name order) and appends
+  /// {"step": 20, "eval": {"val loss": 4.1234}}.
+  void log_eval(int64_t step, const std::map<std::string, double>& metrics);
+  std::string format_eval(int64_t step, const std::map<std::string, double>& metrics) const;
 
  private:
-  std::string unit_;
+  void append(const std::string& json_line);
+
+  std::string unit_, step_label_;
   std::ofstream file_;
 };
 

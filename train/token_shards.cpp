@@ -194,4 +194,23 @@ TokenBatch TokenLoader::next_batch() {
   return batch;
 }
 
+Batch TokenBatchSource::next() {
+  TokenBatch b = loader_.next_batch();
+  return {{"inputs", std::move(b.inputs)}, {"targets", std::move(b.targets)}};
+}
+
+DataPosition TokenBatchSource::position() const {
+  const TokenPosition p = loader_.position();
+  return {{"epoch", std::to_string(p.epoch)}, {"shard", std::to_string(p.shard)}, {"offset", std::to_string(p.offset)}};
+}
+
+void TokenBatchSource::set_position(const DataPosition& position) {
+  auto field = [&](const char* name) {
+    const auto it = position.find(name);
+    FT_CHECK(it != position.end(), "TokenBatchSource: the saved position has no '", name, "'");
+    return std::stoll(it->second);
+  };
+  loader_.set_position(TokenPosition{field("epoch"), field("shard"), field("offset")});
+}
+
 }  // namespace ft

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lib/tensor.h"
+#include "train/batch_source.h"
 
 namespace ft {
 
@@ -102,6 +103,20 @@ class TokenLoader {
   TokenPosition position_;
   int64_t loaded_file_ = -1;  // the file whose tokens are in tokens_
   std::vector<uint16_t> tokens_;
+};
+
+/// A TokenLoader as a batch source: batches of "inputs" and "targets" (i32 [B, T]), at the
+/// loader's position ("epoch", "shard" and "offset", as checkpoints store it).
+class TokenBatchSource : public BatchSource {
+ public:
+  /// Reads from `loader`, which must outlive this source.
+  explicit TokenBatchSource(TokenLoader& loader) : loader_(loader) {}
+  Batch next() override;
+  DataPosition position() const override;
+  void set_position(const DataPosition& position) override;
+
+ private:
+  TokenLoader& loader_;
 };
 
 }  // namespace ft

@@ -1,115 +1,214 @@
 #include "train/trainer.h"
 
+#include <chrono>
 #include <cmath>
+#include <iostream>
 
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/ops/elementwise.h"
+#include "lib/runtime.h"
+#include "train/mfu.h"
+#include "train/startup.h"
 
 namespace ft {
 
-Trainer::Trainer(Module& model, Optimizer& optimizer, LossFn loss_fn, Options options)
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The start-up time is that of the process's first step, printed with its first line.
+bool first_step_done = false;
+bool startup_printed = false;
+
+Device training_device(const Module& model) {
+  const std::vector<Tensor> params = model.parameters();
+  FT_CHECK(!params.empty(), "Trainer: the model has no parameters");
+  return params.front().device();
+}
+
+DType training_dtype(const Module& model) { return model.parameters().front().dtype(); }
+
+}  // namespace
+
+// The wall clock of the current logging window and of the timed part of fit().
+struct Trainer::Window {
+  Clock::time_point start;  // the previous logging point, or fit()'s start
+  int64_t first_step = 0;   // steps done at `start`
+  double excluded_s = 0;    // time spent outside steps since `start`
+  Tensor loss_sum;          // the window's losses, added on the device
+  int64_t losses = 0;
+  int64_t timed_from = 0;   // the timed part starts after this many steps
+  bool timing = false;
+  Clock::time_point timed_start;
+  double timed_excluded_s = 0;
+  std::vector<double> timed_step_ms;  // the steps' own times, timed part only
+};
+
+Trainer::Trainer(Module& model, Optimizer& optimizer, BatchSource& source, LossFn loss_fn, Options options)
     : model_(model),
       optimizer_(optimizer),
-      loss_fn_(std::move(loss_fn)),
+      source_(source),
       options_(std::move(options)),
-      log_(options_.unit, options_.metrics_path) {}
-
-Tensor Trainer::step(const Tensor& inputs, const Tensor& targets) {
-  optimizer_.set_lr(options_.schedule.at(global_step_));  // device state: read by a replay too
-  ++global_step_;
-  if (!uses_graph(inputs.device())) return training_step(optimizer_, loss_fn_)(inputs, targets);
-  return graphed().run(inputs, targets);
+      device_(training_device(model)),
+      dtype_(training_dtype(model)),
+      peak_flops_(device_peak_flops(device_, dtype_)),
+      log_(options_.unit, options_.metrics_path, device_.is_cuda() ? "gpu" : "step"),
+      timer_(device_) {
+  FT_CHECK(options_.grad_accum >= 1, "Trainer: grad_accum must be at least 1, got ", options_.grad_accum);
+  FT_CHECK(options_.log_every >= 0 && options_.warmup_steps >= 0, "Trainer: log_every and warmup_steps must not be negative");
+  BackwardDoneFn after_backward;
+  if (options_.after_backward)
+    after_backward = [this](const std::vector<Batch>& micro_batches, const Tensor& loss) {
+      options_.after_backward(step_, micro_batches, loss);
+    };
+  step_fn_ = training_step(model_, optimizer_, std::move(loss_fn), std::move(after_backward));
+  // A hook that reads the gradients cannot run inside a graph.
+  if (options_.graph && device_.is_cuda() && !options_.after_backward)
+    graphed_ = std::make_unique<GraphedStep>(step_fn_);
 }
 
-GraphedStep& Trainer::graphed() {
-  if (!graphed_) graphed_ = std::make_unique<GraphedStep>(optimizer_, loss_fn_);
-  return *graphed_;
+Trainer::~Trainer() = default;
+
+void Trainer::resume(int64_t step, const DataPosition& position) {
+  FT_CHECK(!prefetcher_, "Trainer::resume: the run has started already");
+  FT_CHECK(step >= 0, "Trainer::resume: negative step ", step);
+  source_.set_position(position);
+  step_ = step;
 }
 
-std::pair<Tensor, Tensor> Trainer::upload(const Tensor& inputs, const Tensor& targets, Device device) {
-  if (!uses_graph(device)) return {inputs.to(device), targets.to(device)};
-  // Straight into the graph's fixed buffers: the replay then starts with no copy of its own.
-  auto buffers = graphed().input_buffers(inputs, targets, device);
-  buffers.first.copy_(inputs);
-  buffers.second.copy_(targets);
-  return buffers;
+DataPosition Trainer::data_position() const { return prefetcher_ ? prefetcher_->position() : source_.position(); }
+
+Tensor Trainer::run_step(const std::vector<Batch>& micro_batches) {
+  return graphed_ ? graphed_->run(micro_batches) : step_fn_(micro_batches);
 }
 
-EpochStats Trainer::train_epoch(BatchSampler& sampler, const Tensor& inputs, const Tensor& targets, Device device,
-                                int64_t epoch, int64_t epochs) {
-  model_.train();
-  sampler.start_epoch(epoch);
-  StepTimer timer(device);
-  const int64_t steps = sampler.batches_per_epoch();
-  const int64_t total = steps * epochs;
-  std::vector<double> kept_ms;
-  double loss_sum = 0;
-  int64_t loss_count = 0;
-  int64_t batch_size = 0;
-  for (int64_t b = 0; b < steps; ++b) {
-    const Tensor ids = sampler.batch_ids(b);
-    batch_size = ids.numel();
-    const auto [x, y] = upload(take_rows(inputs, ids, kCPU), take_rows(targets, ids, kCPU), device);
-    timer.begin_step();
-    const Tensor loss = step(x, y);
-    timer.end_step();
-    const bool last = b + 1 == steps;
-    if ((b + 1) % options_.log_every != 0 && !last) continue;
-    // A logging step: read the loss and the step times (this waits for the device).
-    StepMetrics m;
-    m.step = global_step_;
-    m.total_steps = total;
-    m.loss = loss.item();
-    FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", global_step_);
-    m.lr = optimizer_.lr();
-    if (options_.log_grad_norm) {
-      // The optimizer's own norm when its policy took one (no extra pass), else computed here.
-      const Tensor norm = optimizer_.last_grad_norm();
-      if (norm.defined()) m.grad_norm = norm.item();
-      else if (!replaying()) m.grad_norm = grad_norm(optimizer_.params()).item();  // a replay keeps no .grad()
+void Trainer::outside_steps(Window& window, const std::function<void()>& work) {
+  synchronize();  // the steps enqueued so far are step time, not this work's
+  const Clock::time_point start = Clock::now();
+  work();
+  const double s = seconds(Clock::now() - start);
+  window.excluded_s += s;
+  if (window.timing) window.timed_excluded_s += s;
+}
+
+void Trainer::log_line(Window& window, const Tensor& loss, int64_t total_steps, bool print, FitSummary& summary) {
+  StepMetrics m;
+  m.step = step_;
+  m.total_steps = total_steps;
+  m.loss = loss.item();  // waits for the step: the wall clock below covers it
+  const Clock::time_point now = Clock::now();
+  FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", step_);
+  const int64_t steps = step_ - window.first_step;
+  m.ms = (seconds(now - window.start) - window.excluded_s) * 1000.0 / static_cast<double>(steps);
+  const std::vector<double> times = timer_.collect();
+  for (size_t i = 0; i < times.size(); ++i) {
+    const int64_t step = step_ - static_cast<int64_t>(times.size()) + 1 + static_cast<int64_t>(i);
+    if (window.timing && step > window.timed_from) window.timed_step_ms.push_back(times[i]);
+  }
+  if (!times.empty()) m.step_ms = median(times);
+  m.items_per_s = m.ms > 0 ? static_cast<double>(items_per_step_) * 1000.0 / m.ms : 0.0;
+  if (options_.flops_per_item) {
+    m.mfu = mfu(*options_.flops_per_item, m.items_per_s, peak_flops_);
+    m.mfu_expected = true;
+  }
+  m.lr = optimizer_.lr();
+  const Tensor norm = optimizer_.last_grad_norm();
+  if (norm.defined()) m.grad_norm = norm.item();
+  m.skipped_steps = optimizer_.skipped_steps();
+  if (print) {
+    if (!startup_printed) {
+      const std::string startup = startup_summary();
+      if (!startup.empty()) std::cout << startup << std::endl;
+      startup_printed = true;
     }
-    m.skipped_steps = optimizer_.skipped_steps();
-    std::vector<double> window = timer.collect();
-    const int64_t first_in_window = global_step_ - static_cast<int64_t>(window.size());
-    for (size_t i = 0; i < window.size(); ++i)
-      if (first_in_window + static_cast<int64_t>(i) >= options_.warmup_steps) kept_ms.push_back(window[i]);
-    m.ms = median(window);
-    m.items_per_s = m.ms > 0 ? static_cast<double>(batch_size) * 1000.0 / m.ms : 0.0;
     log_.log(m);
-    loss_sum += m.loss;
-    ++loss_count;
   }
-  EpochStats stats;
-  stats.steps = steps;
-  stats.mean_loss = loss_count ? loss_sum / static_cast<double>(loss_count) : 0.0;
-  stats.median_ms = median(kept_ms);
-  stats.items_per_s = stats.median_ms > 0 ? static_cast<double>(batch_size) * 1000.0 / stats.median_ms : 0.0;
-  return stats;
+  summary.final_loss = options_.window_loss && window.loss_sum.defined()
+                           ? window.loss_sum.item() / static_cast<double>(window.losses)
+                           : m.loss;
+  window.start = now;
+  window.first_step = step_;
+  window.excluded_s = 0;
+  window.loss_sum = Tensor();
+  window.losses = 0;
 }
 
-double evaluate_accuracy(Module& model, const Tensor& inputs, const Tensor& labels, int64_t batch, Device device,
-                         DType dtype) {
-  NoGradGuard no_grad;
-  const bool was_training = model.is_training();
-  model.eval();
-  BatchSampler sampler(inputs.size(0), batch, 0, /*shuffle=*/false, /*drop_last=*/false);
-  int64_t correct = 0;
-  for (int64_t b = 0; b < sampler.batches_per_epoch(); ++b) {
-    const Tensor ids = sampler.batch_ids(b);
-    const Tensor logits = model.forward(cast(take_rows(inputs, ids, device), dtype));
-    const std::vector<double> values = logits.to_vector();
-    const std::vector<double> truth = take_rows(labels, ids, kCPU).to_vector();
-    const int64_t classes = logits.size(-1);
-    for (int64_t r = 0; r < ids.numel(); ++r) {
-      int64_t best = 0;
-      for (int64_t c = 1; c < classes; ++c)
-        if (values[static_cast<size_t>(r * classes + c)] > values[static_cast<size_t>(r * classes + best)]) best = c;
-      correct += best == static_cast<int64_t>(truth[static_cast<size_t>(r)]);
-    }
+FitSummary Trainer::fit(int64_t total_steps) {
+  FT_CHECK(total_steps >= step_, "Trainer::fit: ", total_steps, " steps asked for, but ", step_, " are done");
+  const int64_t accum = options_.grad_accum;
+  // Two device slots per micro-batch: one step's in use, the next step's uploaded beside it.
+  if (!prefetcher_)
+    prefetcher_ = std::make_unique<Prefetcher>(
+        source_, Prefetcher::Options{.device = device_, .depth = options_.prefetch_depth, .device_slots = 2 * accum});
+  model_.train();
+  FitSummary summary;
+  const int64_t first = step_;
+  Window window;
+  window.start = Clock::now();
+  window.first_step = first;
+  window.timed_from = total_steps - first > options_.warmup_steps ? first + options_.warmup_steps : first;
+  if (window.timed_from == first) {
+    window.timing = true;
+    window.timed_start = window.start;
   }
-  model.train(was_training);
-  return static_cast<double>(correct) / static_cast<double>(inputs.size(0));
+  timer_.collect();  // times of an earlier fit() that no line took
+  std::vector<Batch> micro_batches(static_cast<size_t>(accum));
+  while (step_ < total_steps) {
+    optimizer_.set_lr(options_.schedule.at(step_));  // a device write, outside any captured region
+    for (Batch& b : micro_batches) b = prefetcher_->next();
+    if (items_per_step_ == 0)
+      items_per_step_ = accum * (options_.items_per_batch > 0 ? options_.items_per_batch : micro_batches[0].rows());
+    if (!first_step_done) mark_startup("first batch");
+    timer_.begin_step();
+    const Tensor loss = run_step(micro_batches);
+    timer_.end_step();
+    for (Batch& b : micro_batches) b = Batch();
+    prefetcher_->release();
+    ++step_;
+    // The next step's batches go up now, beside this step, not after the sync of a logging step.
+    if (step_ < total_steps) prefetcher_->upload_ahead(accum);
+    if (options_.window_loss) window.loss_sum = window.loss_sum.defined() ? window.loss_sum + loss : loss * 1.0;
+    ++window.losses;
+    if (!first_step_done) {
+      synchronize();
+      mark_startup("first step");
+      first_step_done = true;
+    }
+    if (!window.timing && step_ == window.timed_from) {
+      synchronize();
+      window.timing = true;
+      window.timed_start = Clock::now();
+    }
+    const bool last = step_ == total_steps;
+    const bool print = options_.log_every > 0 && (step_ % options_.log_every == 0 || last);
+    if (print || last) log_line(window, loss, total_steps, print, summary);
+    if (last) {
+      summary.timed_steps = total_steps - window.timed_from;
+      summary.wall_ms = (seconds(window.start - window.timed_start) - window.timed_excluded_s) * 1000.0 /
+                        static_cast<double>(summary.timed_steps);
+      summary.step_ms = median(window.timed_step_ms);
+      summary.items_per_s = static_cast<double>(items_per_step_) * 1000.0 / summary.wall_ms;
+      if (options_.flops_per_item) summary.mfu = mfu(*options_.flops_per_item, summary.items_per_s, peak_flops_);
+      summary.replayed = replaying();
+    }
+    if (options_.eval && (last || (options_.eval_every > 0 && step_ % options_.eval_every == 0)))
+      outside_steps(window, [&] {
+        NoGradGuard no_grad;
+        model_.eval();
+        summary.eval = options_.eval(model_);
+        model_.train();
+        log_.log_eval(step_, summary.eval);
+      });
+    for (const Periodic& p : options_.periodic)
+      if (p.every > 0 && step_ % p.every == 0) outside_steps(window, [&] { p.run(step_); });
+    if (options_.checkpoint && (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
+      outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
+  }
+  summary.steps = step_ - first;
+  return summary;
 }
 
 }  // namespace ft

@@ -1,73 +1,130 @@
-// The training loop: forward, backward and optimizer step over an in-memory dataset, with a
-// step timer and the metrics line. It never branches on KernelMode: the ops dispatch.
+// The training loop every binary uses. Batches come from a BatchSource through a Prefetcher
+// (loaded on a thread, uploaded on CUDA beside the running step); the loss is a function of
+// (model, batch). The Trainer owns gradient accumulation, the learning-rate schedule, the
+// metrics line and JSONL, evaluation, checkpoints, the whole step as a CUDA graph and resume.
+// Clipping and non-finite skipping are the optimizer's StepPolicy; the loop reports its norm.
+// It never branches on KernelMode: the ops dispatch themselves.
+//
+// Times are honest: a line's ms/step and items/s are the wall clock between two logging points
+// (which synchronize, since they read the loss) over the steps between them, data included;
+// work done between steps at the loop's request (evaluation, checkpoints, samples) is left out.
+// Beside them the line shows the median of the steps alone from CUDA events ("gpu"; on the CPU
+// a steady clock around the step, "step"), so that the two can be compared.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
-#include <utility>
+#include <vector>
 
 #include "layers/module.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "train/batches.h"
+#include "train/batch.h"
+#include "train/batch_source.h"
 #include "train/graphed_step.h"
 #include "train/metrics.h"
+#include "train/prefetcher.h"
 #include "train/step_timer.h"
 
 namespace ft {
 
-struct EpochStats {
-  double mean_loss = 0;    // over the epoch's logged steps
-  double median_ms = 0;    // per step, steps after the warm-up
-  double items_per_s = 0;  // from the median step time
-  int64_t steps = 0;
+/// What one Trainer::fit() measured. Times are over the steps after the warm-up (all of them
+/// when the run is shorter than the warm-up).
+struct FitSummary {
+  int64_t steps = 0;        // steps this fit() ran
+  int64_t timed_steps = 0;  // of them, those the times are over
+  double wall_ms = 0;       // wall clock per step, data included, evaluation and checkpoints not
+  double step_ms = 0;       // median of the steps alone (CUDA events on a GPU)
+  double items_per_s = 0;   // from wall_ms
+  std::optional<double> mfu = {};  // from wall_ms, when FLOPs per item and the device's peak are known
+  double final_loss = 0;    // mean loss of the last logging window (Options::window_loss), else the last loss read
+  std::map<std::string, double> eval = {};  // the last evaluation's metrics
+  bool replayed = false;    // the last step ran from a CUDA graph
 };
 
 class Trainer {
  public:
-  /// Forward pass plus loss for one batch; returns a [] loss tensor.
-  using LossFn = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
-  struct Options {
-    int64_t log_every = 10;     // steps between metrics lines (each line reads the loss: a sync)
-    int64_t warmup_steps = 2;   // steps left out of the timing statistics
-    std::string metrics_path;   // JSONL file; empty for none
-    std::string unit = "samples";
-    LRSchedule schedule;
-    bool log_grad_norm = true;
-    /// On CUDA, replay the whole step from a CUDA graph after two eager steps (GraphedStep).
-    /// The grad norm is then the optimizer's own (its clipping policy takes it), or not shown.
-    bool graph = false;
+  /// Metrics of the model on held-out data; runs in eval mode without autograd.
+  using EvalFn = std::function<std::map<std::string, double>(Module& model)>;
+  /// Saves a checkpoint after `step` steps; the data continues from `position`.
+  using CheckpointFn = std::function<void(int64_t step, const DataPosition& position)>;
+  /// After the backward of step `step` (0 for the first step of a run) and before its optimizer
+  /// step, with its micro-batches (on the training device) and loss.
+  using AfterBackwardFn = std::function<void(int64_t step, const std::vector<Batch>& micro_batches, const Tensor& loss)>;
+  /// Work done every `every` steps, after the step's line and evaluation (ft-gpt2's samples).
+  struct Periodic {
+    int64_t every = 0;
+    std::function<void(int64_t step)> run;
   };
-  Trainer(Module& model, Optimizer& optimizer, LossFn loss_fn, Options options);
 
-  /// One step on a batch already on the device: returns the loss tensor without reading it.
-  Tensor step(const Tensor& inputs, const Tensor& targets);
+  struct Options {
+    int64_t grad_accum = 1;           ///< micro-batches per optimizer step, each loss scaled by 1/grad_accum
+    LRSchedule schedule = {};         ///< optimizer.set_lr(schedule.at(step)) before each step
+    int64_t log_every = 10;           ///< steps between lines (each reads the loss: a sync); 0: no lines
+    std::string metrics_path = {};    ///< JSONL file of the lines and evaluations; empty for none
+    std::string unit = "samples";     ///< what is counted per second: "samples", "tok"
+    int64_t items_per_batch = 0;      ///< items in one micro-batch; 0: its rows (first tensor's leading dim)
+    std::optional<double> flops_per_item = {};  ///< model FLOPs per item, forward and backward, for MFU
+    int64_t warmup_steps = 3;         ///< steps left out of FitSummary's times (two eager steps and the capture)
+    bool graph = false;               ///< CUDA: replay the whole step from a CUDA graph after two eager steps
+    bool window_loss = true;          ///< add every step's loss on the device for FitSummary::final_loss
+                                      ///< (one small kernel a step)
+    EvalFn eval = {};                 ///< every eval_every steps and at the last step of fit()
+    int64_t eval_every = 0;           ///< 0: only at the last step
+    CheckpointFn checkpoint = {};     ///< every checkpoint_every steps and at the end of fit()
+    int64_t checkpoint_every = 0;     ///< 0: only at the end
+    std::vector<Periodic> periodic = {};
+    AfterBackwardFn after_backward = {};  ///< set: every step runs eagerly (it reads the gradients)
+    int64_t prefetch_depth = 3;       ///< batches the loader thread keeps ready
+  };
+
+  /// The model's parameters say the device it trains on. The source is read from its current
+  /// position (resume() moves it) by a loader thread from the first fit() on; until the trainer
+  /// is destroyed nothing else may use it.
+  Trainer(Module& model, Optimizer& optimizer, BatchSource& source, LossFn loss_fn, Options options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Continues a run: `step` steps are done (the optimizer's state is restored by the caller) and
+  /// the data continues from `position`. Before the first fit() only.
+  void resume(int64_t step, const DataPosition& position);
+  /// Runs steps until `total_steps` are done. A NaN or infinite loss at a logged step (and at the
+  /// last one) is an ft::Error; so is an error of the source.
+  FitSummary fit(int64_t total_steps);
+
+  /// Steps done.
+  int64_t step() const { return step_; }
+  /// The data position after the last batch a step took.
+  DataPosition data_position() const;
   /// Whether the last step was replayed from a CUDA graph.
   bool replaying() const { return graphed_ && graphed_->replaying(); }
 
-  /// One epoch over rows of `inputs` / `targets` (CPU tensors) in the sampler's order.
-  EpochStats train_epoch(BatchSampler& sampler, const Tensor& inputs, const Tensor& targets, Device device,
-                         int64_t epoch, int64_t epochs);
-
-  int64_t global_step() const { return global_step_; }
-
  private:
-  bool uses_graph(Device device) const { return options_.graph && device.is_cuda(); }
-  GraphedStep& graphed();  // made on first use
-  /// A host batch on the device: into the graph's fixed buffers when the step is replayed.
-  std::pair<Tensor, Tensor> upload(const Tensor& inputs, const Tensor& targets, Device device);
+  struct Window;
+  Tensor run_step(const std::vector<Batch>& micro_batches);
+  /// Synchronizes, then runs work that is not a training step and leaves its time out of the
+  /// step times.
+  void outside_steps(Window& window, const std::function<void()>& work);
+  void log_line(Window& window, const Tensor& loss, int64_t total_steps, bool print, FitSummary& summary);
 
   Module& model_;
   Optimizer& optimizer_;
-  LossFn loss_fn_;
+  BatchSource& source_;
   Options options_;
-  MetricsLog log_;
+  Device device_;
+  DType dtype_;
+  std::optional<double> peak_flops_;
+  StepFn step_fn_;
   std::unique_ptr<GraphedStep> graphed_;
-  int64_t global_step_ = 0;
+  MetricsLog log_;
+  StepTimer timer_;
+  int64_t step_ = 0;
+  int64_t items_per_step_ = 0;
+  std::unique_ptr<Prefetcher> prefetcher_;
 };
-
-/// Fraction of rows whose arg-max logit equals the label, evaluated in batches in eval mode.
-double evaluate_accuracy(Module& model, const Tensor& inputs, const Tensor& labels, int64_t batch, Device device,
-                         DType dtype);
 
 }  // namespace ft

@@ -1,27 +1,25 @@
 // ft-gpt2: trains a GPT-2 on llm.c token shards or on a text file read as bytes, with
 // validation, checkpoints (--resume continues a run exactly) and sampling for byte-level models.
-#include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
-#include <cstdio>
-#include <iostream>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "examples/common/cli.h"
 #include "layers/gpt.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/elementwise.h"
-#include "lib/runtime.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/checkpoint.h"
-#include "train/graphed_step.h"
-#include "train/metrics.h"
 #include "train/safetensors.h"
-#include "train/step_timer.h"
+#include "train/startup.h"
 #include "train/token_shards.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -129,27 +127,26 @@ int run(int argc, char** argv) {
     val = std::make_unique<ft::TokenLoader>(args.str("val"), o);
   }
 
+  ft::mark_startup("data");
+
   ft::GPT model(config, seed);
   model.to(device, dtype);
+  ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.
   ft::AdamW optimizer(model.parameters(),
                       ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                                          .weight_decay = args.number("weight-decay"),
                                          .policy = {.max_grad_norm = std::max(0.0, args.number("clip"))}});
-  int64_t step = 0;
+  int64_t resumed_step = 0;
+  ft::DataPosition resumed_position;
   if (!args.str("resume").empty()) {
     const auto state = ft::load_checkpoint(args.str("resume"), model, optimizer);
-    step = std::stoll(state.at("step"));
-    train.set_position(
-        ft::TokenPosition{std::stoll(state.at("epoch")), std::stoll(state.at("shard")), std::stoll(state.at("offset"))});
-    std::printf("resumed from step %lld\n", static_cast<long long>(step));
+    resumed_step = std::stoll(state.at("step"));
+    for (const char* key : {"epoch", "shard", "offset"}) resumed_position[key] = state.at(key);
+    std::printf("resumed from step %lld\n", static_cast<long long>(resumed_step));
   }
-  const ft::LRSchedule schedule{.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = args.number("lr"),
-                                .warmup_steps = args.integer("warmup"), .total_steps = steps,
-                                .min_lr = args.number("lr") * args.number("min-lr-frac")};
+  ft::mark_startup("optimizer");
   const int64_t params = model.parameter_count();
-  const double flops_per_token = 6.0 * static_cast<double>(params) +
-                                 6.0 * static_cast<double>(config.layers * config.channels * seq);
   std::printf("ft-gpt2: %lld parameters (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, B=%lld T=%lld, "
               "grad accum %lld, %lld steps\n",
               static_cast<long long>(params), static_cast<long long>(config.layers),
@@ -158,17 +155,55 @@ int run(int argc, char** argv) {
               ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(batch), static_cast<long long>(seq),
               static_cast<long long>(accum), static_cast<long long>(steps));
 
-  auto save = [&] {
-    if (args.str("ckpt-dir").empty()) return;
-    const ft::TokenPosition p = train.position();
-    const std::string folder = ft::save_checkpoint(
-        args.str("ckpt-dir"), step, model, optimizer,
-        {{"epoch", std::to_string(p.epoch)}, {"shard", std::to_string(p.shard)}, {"offset", std::to_string(p.offset)},
-         {"model", args.str("model")}, {"vocab", std::to_string(vocab)}});
-    std::printf("checkpoint: %s\n", folder.c_str());
-  };
+  ft::Trainer::Options options{
+      .grad_accum = accum,
+      .schedule = {.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = args.number("lr"),
+                   .warmup_steps = args.integer("warmup"), .total_steps = steps,
+                   .min_lr = args.number("lr") * args.number("min-lr-frac")},
+      .log_every = std::max<int64_t>(1, args.integer("log-every")),
+      .metrics_path = args.str("metrics"),
+      .unit = "tok",
+      .items_per_batch = batch * seq,
+      // 6 FLOPs per parameter per token (forward and backward) and the attention's 6·L·C·T.
+      .flops_per_item = 6.0 * static_cast<double>(params) + 6.0 * static_cast<double>(config.layers * config.channels * seq),
+      .graph = ft::cli::graph_flag(args)};
 
-  // Parity dumps (tests/parity/gpt2_parity.py): parameters in f32, batches as i64.
+  const int64_t val_every = args.integer("val-every");
+  if (val && val_every > 0) {
+    options.eval_every = val_every;
+    options.eval = [&](ft::Module&) {
+      val->reset();
+      double sum = 0;
+      const int64_t batches = std::max<int64_t>(1, args.integer("val-batches"));
+      for (int64_t i = 0; i < batches; ++i) {
+        const ft::TokenBatch b = val->next_batch();
+        sum += model.loss(b.inputs.to(device), b.targets.to(device)).item();
+      }
+      return std::map<std::string, double>{{"val loss", sum / static_cast<double>(batches)}};
+    };
+  }
+  const int64_t sample_every = args.integer("sample-every");
+  if (sample_every > 0 && vocab == 256)
+    options.periodic.push_back({.every = sample_every, .run = [&](int64_t step) {
+                                  std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
+                                              sample(model, args.str("prompt"), args.integer("sample-len"),
+                                                     args.number("temperature"), args.integer("top-k"),
+                                                     seed + static_cast<uint64_t>(step), device)
+                                                  .c_str());
+                                }});
+  if (!args.str("ckpt-dir").empty()) {
+    options.checkpoint_every = args.integer("ckpt-every");
+    options.checkpoint = [&](int64_t step, const ft::DataPosition& position) {
+      ft::DataPosition run_state = position;
+      run_state["model"] = args.str("model");
+      run_state["vocab"] = std::to_string(vocab);
+      const std::string folder = ft::save_checkpoint(args.str("ckpt-dir"), step, model, optimizer, run_state);
+      std::printf("checkpoint: %s\n", folder.c_str());
+    };
+  }
+
+  // Parity dumps (tests/parity/gpt2_parity.py): parameters in f32, batches as i64. The hook runs
+  // every step eagerly, between backward and the optimizer step.
   const std::string dump_dir = args.str("dump-dir");
   auto named_f32 = [&](bool grads) {
     std::map<std::string, ft::Tensor> out;
@@ -180,102 +215,36 @@ int run(int argc, char** argv) {
   if (!dump_dir.empty()) {
     std::filesystem::create_directories(dump_dir);
     ft::save_safetensors(dump_dir + "/init.safetensors", named_f32(false));
-  }
-
-  // The whole step as a CUDA graph (one micro-step per step; the dump needs step 1's gradients,
-  // which a replay does not keep).
-  std::unique_ptr<ft::GraphedStep> graphed;
-  if (device.is_cuda() && ft::cli::graph_flag(args) && accum == 1 && dump_dir.empty())
-    graphed = std::make_unique<ft::GraphedStep>(
-        optimizer, [&](const ft::Tensor& x, const ft::Tensor& y) { return model.loss(x, y); });
-
-  ft::MetricsLog log("tok", args.str("metrics"));
-  ft::StepTimer timer(device);
-  const int64_t log_every = std::max<int64_t>(1, args.integer("log-every"));
-  const int64_t tokens_per_step = batch * seq * accum;
-  // The final RESULT reports the mean loss of the last logging window, summed on the device each
-  // step (one step's loss alone is too noisy to judge a run by).
-  double window_mean = 0;
-  ft::Tensor window_sum;
-  int64_t window_steps = 0;
-  while (step < steps) {
-    optimizer.set_lr(schedule.at(step));
-    std::vector<ft::TokenBatch> micro_batches;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      micro_batches.push_back(train.next_batch());
-      if (!dump_dir.empty()) {
+    options.after_backward = [&](int64_t step, const std::vector<ft::Batch>& micro_batches, const ft::Tensor& loss) {
+      for (size_t micro = 0; micro < micro_batches.size(); ++micro) {
         const std::string key = std::to_string(step) + "." + std::to_string(micro);
-        dumped_batches["inputs." + key] = micro_batches.back().inputs.to(ft::DType::I64);
-        dumped_batches["targets." + key] = micro_batches.back().targets.to(ft::DType::I64);
+        for (const char* name : {"inputs", "targets"}) {
+          const ft::Tensor& t = micro_batches[micro].at(name);
+          ft::Tensor copy = ft::Tensor::empty(t.shape(), ft::DType::I64, ft::kCPU);  // the batch's memory is reused
+          copy.copy_(t);
+          dumped_batches[std::string(name) + "." + key] = copy;
+        }
       }
-    }
-    const bool logging = (step + 1) % log_every == 0 || step + 1 == steps;
-    ft::Tensor total;
-    timer.begin_step();
-    if (graphed) {
-      total = graphed->run(micro_batches[0].inputs.to(device), micro_batches[0].targets.to(device));
-    } else {
-      optimizer.zero_grad();
-      for (const ft::TokenBatch& b : micro_batches) {
-        ft::Tensor loss = model.loss(b.inputs.to(device), b.targets.to(device)) * (1.0 / static_cast<double>(accum));
-        loss.backward();
-        total = total.defined() ? total + loss.detach() : loss.detach();
-      }
-      if (!dump_dir.empty() && step == 0) {
+      if (step == 0) {
         char loss_text[32];
-        std::snprintf(loss_text, sizeof loss_text, "%.9g", total.item());
+        std::snprintf(loss_text, sizeof loss_text, "%.9g", loss.item());
         ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true), {{"loss", loss_text}});
       }
-      optimizer.step();
-    }
-    timer.end_step();
-    window_sum = window_sum.defined() ? window_sum + total : total * 1.0;  // a copy: total may be reused
-    ++window_steps;
-    ++step;
-    if (logging) {
-      ft::StepMetrics m;
-      m.step = step;
-      m.total_steps = steps;
-      m.loss = total.item();
-      FT_CHECK(std::isfinite(m.loss), "ft-gpt2: training diverged: the loss is ", m.loss, " at step ", step);
-      m.lr = optimizer.lr();
-      m.grad_norm = optimizer.last_grad_norm().item();
-      m.skipped_steps = optimizer.skipped_steps();
-      m.ms = ft::median(timer.collect());
-      m.items_per_s = m.ms > 0 ? static_cast<double>(tokens_per_step) * 1000.0 / m.ms : 0.0;
-      if (device.is_cuda()) m.mfu = flops_per_token * m.items_per_s / 989e12;  // H100/H200 dense bf16 peak
-      log.log(m);
-      window_mean = window_sum.item() / static_cast<double>(window_steps);
-      window_sum = ft::Tensor();
-      window_steps = 0;
-    }
-    const int64_t val_every = args.integer("val-every");
-    if (val && val_every > 0 && (step % val_every == 0 || step == steps)) {
-      ft::NoGradGuard no_grad;
-      model.eval();
-      val->reset();
-      double sum = 0;
-      const int64_t batches = std::max<int64_t>(1, args.integer("val-batches"));
-      for (int64_t i = 0; i < batches; ++i) {
-        ft::TokenBatch b = val->next_batch();
-        sum += model.loss(b.inputs.to(device), b.targets.to(device)).item();
-      }
-      model.train();
-      std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), sum / static_cast<double>(batches));
-    }
-    const int64_t sample_every = args.integer("sample-every");
-    if (sample_every > 0 && vocab == 256 && step % sample_every == 0)
-      std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
-                  sample(model, args.str("prompt"), args.integer("sample-len"), args.number("temperature"),
-                         args.integer("top-k"), seed + static_cast<uint64_t>(step), device)
-                      .c_str());
-    const int64_t ckpt_every = args.integer("ckpt-every");
-    if (ckpt_every > 0 && step % ckpt_every == 0 && step < steps) save();
+    };
   }
-  save();
+
+  ft::TokenBatchSource source(train);
+  ft::Trainer trainer(model, optimizer, source,
+                      [&](ft::Module&, const ft::Batch& b) { return model.loss(b.at("inputs"), b.at("targets")); },
+                      options);
+  if (!args.str("resume").empty()) trainer.resume(resumed_step, resumed_position);
+  const ft::FitSummary summary = trainer.fit(steps);
   if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
-  std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f\n", static_cast<long long>(step), window_mean,
-              std::log(static_cast<double>(vocab)));
+  // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
+  // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).
+  std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f\n",
+              static_cast<long long>(trainer.step()), summary.final_loss, std::log(static_cast<double>(vocab)),
+              summary.wall_ms, summary.step_ms);
   return 0;
 }
 

@@ -27,6 +27,7 @@ namespace {
 
 struct DeviceContext {
   cudaStream_t stream = nullptr;
+  cudaStream_t copy_stream = nullptr;  // host-to-device uploads that overlap the compute stream
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 32u << 20;
@@ -38,6 +39,7 @@ struct DeviceContext {
     int device = 0;
     FT_CUDA_CHECK(cudaGetDevice(&device));
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    FT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
     // Keep freed blocks in the pool: the stream-ordered allocator then behaves as a caching
     // allocator, and allocations stay legal inside CUDA graph capture.
     cudaMemPool_t pool;
@@ -65,6 +67,7 @@ DeviceContext& context() {
 }  // namespace
 
 cudaStream_t stream() { return context().stream; }
+cudaStream_t copy_stream() { return context().copy_stream; }
 int multiprocessor_count() { return context().sms; }
 size_t shared_memory_per_multiprocessor() { return context().shared_per_sm; }
 cublasLtHandle_t cublaslt_handle() { return context().lt; }
@@ -216,6 +219,43 @@ void synchronize() {
   if (cuda_available()) cuda::check_device_errors();
 }
 
+std::string device_name() {
+  if (!cuda_available()) return "";
+  int device = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp properties{};
+  FT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
+}
+
+namespace {
+cudaStream_t stream_of(StreamEvent::Stream s) {
+  return s == StreamEvent::Stream::Compute ? cuda::stream() : cuda::copy_stream();
+}
+}  // namespace
+
+StreamEvent::~StreamEvent() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void StreamEvent::record(Stream stream) {
+  if (!cuda_available()) return;
+  if (!event_) {
+    cudaEvent_t event = nullptr;
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    event_ = event;
+  }
+  FT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream_of(stream)));
+}
+
+void StreamEvent::wait(Stream stream) const {
+  if (event_) FT_CUDA_CHECK(cudaStreamWaitEvent(stream_of(stream), static_cast<cudaEvent_t>(event_), 0));
+}
+
+void StreamEvent::synchronize() const {
+  if (event_) FT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+}
+
 bool capturing() {
   if (!cuda_available()) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -265,6 +305,27 @@ void zero_bytes(void* dst, Device device, size_t bytes) {
     return;
   }
   FT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda::stream()));
+}
+
+void* allocate_pinned(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  if (!cuda_available()) return allocate(bytes, kCPU);
+  void* p = nullptr;
+  const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  FT_CHECK(status == cudaSuccess, "cannot allocate ", bytes, " bytes of page-locked host memory: ",
+           cudaGetErrorString(status));
+  return p;
+}
+
+void release_pinned(void* ptr) {
+  if (!ptr) return;
+  if (!cuda_available()) return release(ptr, kCPU);
+  cudaFreeHost(ptr);  // never throws from a destructor path
+}
+
+void copy_to_device_async(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda::copy_stream()));
 }
 
 }  // namespace runtime

@@ -14,6 +14,9 @@ namespace ft::cuda {
 
 /// The compute stream of the current device. Every op enqueues its work here.
 cudaStream_t stream();
+/// The stream host-to-device uploads go on (runtime::copy_to_device_async), ordered against the
+/// compute stream by StreamEvent.
+cudaStream_t copy_stream();
 int multiprocessor_count();
 /// Shared memory of one multiprocessor, in bytes (228 KB on the H100).
 size_t shared_memory_per_multiprocessor();

@@ -148,20 +148,37 @@ TEST(BatchSampler, TakeRowsGathersRows) {
 TEST(Metrics, LineAndJsonCarryTheSameFields) {
   TempDir dir;
   StepMetrics m{.step = 12, .total_steps = 147, .loss = 0.51234, .lr = 1e-3, .grad_norm = 1.5, .ms = 3.25,
-                .items_per_s = 1.26e6};
+                .step_ms = 3.125, .items_per_s = 1.26e6, .mfu = 0.4071};
   {
     MetricsLog log("samples", dir.file("m.jsonl"));
     const std::string line = log.format(m);
-    for (const char* part : {"12/147", "loss 0.5123", "lr 1.00e-03", "grad norm 1.500", "3.25 ms", "1.26M samples/s"})
+    for (const char* part : {"12/147", "loss 0.5123", "lr 1.00e-03", "grad norm 1.500", "| 3.25 ms", "gpu 3.12 ms",
+                             "1.26M samples/s", "MFU 40.7%"})
       EXPECT_NE(line.find(part), std::string::npos) << line << " lacks " << part;
     log.log(m);
+    log.log_eval(12, {{"val loss", 2.5}, {"accuracy", 0.75}});
   }
   std::ifstream in(dir.file("m.jsonl"));
-  std::string json;
+  std::string json, eval;
   std::getline(in, json);
-  for (const char* part : {"\"step\": 12", "\"loss\": 0.51234,", "\"grad_norm\": 1.5", "\"samples_per_s\": 1260000.0",
-                           "\"mfu\": null"})
+  std::getline(in, eval);
+  for (const char* part : {"\"step\": 12", "\"loss\": 0.51234,", "\"grad_norm\": 1.5", "\"ms\": 3.2500",
+                           "\"step_ms\": 3.125", "\"samples_per_s\": 1260000.0", "\"mfu\": 0.4071"})
     EXPECT_NE(json.find(part), std::string::npos) << json << " lacks " << part;
+  EXPECT_EQ(eval, "{\"step\": 12, \"eval\": {\"accuracy\": 0.75, \"val loss\": 2.5}}");
+}
+
+TEST(Metrics, UnknownPeakShowsAQuestionMarkAndEvalLinesListEveryMetric) {
+  MetricsLog log("tok", "", "step");
+  StepMetrics m{.step = 3, .total_steps = 9, .loss = 1.0, .ms = 2.0, .step_ms = 1.5, .items_per_s = 10};
+  std::string line = log.format(m);
+  EXPECT_EQ(line.find("MFU"), std::string::npos) << line;  // no FLOPs given: no MFU field at all
+  EXPECT_NE(line.find("| step 1.50 ms"), std::string::npos) << line;
+  m.mfu_expected = true;
+  line = log.format(m);
+  EXPECT_NE(line.find("MFU ?"), std::string::npos) << line;
+  EXPECT_EQ(log.format_eval(20, {{"val loss", 4.12346}, {"test accuracy", 0.8612}}),
+            "step    20 | test accuracy 0.8612 | val loss 4.1235");
 }
 
 TEST(StepTimer, MedianAndCpuTiming) {

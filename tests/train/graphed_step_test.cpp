@@ -2,10 +2,10 @@
 // The captured kernels read the batch, the learning rate, the step counts and the dropout
 // offsets from device memory, so N replays must give the losses and parameters of N eager steps
 // bit for bit (every kernel of the step is deterministic). Also: a batch of another shape runs
-// eagerly, and on the CPU nothing is captured.
+// eagerly, two micro-batches per step (accumulation inside the graph) match too, and on the CPU
+// nothing is captured.
 #include <gtest/gtest.h>
 
-#include <tuple>
 #include <vector>
 
 #include "layers/activation.h"
@@ -19,6 +19,7 @@
 #include "lib/runtime.h"
 #include "optim/adamw.h"
 #include "tests/lib/test_util.h"
+#include "train/batch.h"
 #include "train/graphed_step.h"
 
 namespace ft {
@@ -33,10 +34,10 @@ struct RunResult {
 };
 
 // A small MLP with every kind of op the mlp workload has (the fused linear, LayerNorm, GELU,
-// dropout, cross-entropy) and AdamW with clipping, trained `steps` steps on fixed batches.
-// With `upload`, batches go from the host straight into the graph's fixed input buffers (as
-// Trainer does) instead of being copied there by run().
-RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at = -1, bool upload = false) {
+// dropout, cross-entropy) and AdamW with clipping, trained `steps` steps on fresh random batches
+// of `micro` micro-batches each. With `graph` the steps go through GraphedStep, else through the
+// same training_step eagerly.
+RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at = -1, int64_t micro = 1) {
   PhiloxCounter::on(device).set(0);
   Generator gen(11);
   Sequential model;
@@ -49,28 +50,20 @@ RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at =
   model.to(device, dtype);
   AdamW optimizer(model.parameters(), AdamW::Options{.lr = 3e-3, .weight_decay = 0.1,
                                                      .policy = {.max_grad_norm = 1.0}});
-  auto one_step = [&](const Tensor& x, const Tensor& y) {
-    optimizer.zero_grad();
-    Tensor loss = cross_entropy(model.forward(cast(x, dtype)), y);
-    loss.backward();
-    optimizer.step();
-    return loss;
-  };
-  GraphedStep graphed(one_step, [&] { optimizer.zero_grad(); });
+  const StepFn one_step = training_step(model, optimizer, [dtype](Module& m, const Batch& b) {
+    return cross_entropy(m.forward(cast(b.at("x"), dtype)), b.at("y"));
+  });
+  GraphedStep graphed(one_step);
   Generator data(23);
   RunResult r;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t rows = s == odd_batch_at ? 24 : 32;
-    const Tensor x_host = Tensor::randn({rows, 48}, data, DType::F32, kCPU);
-    const Tensor y_host = random_ids({rows}, 10, DType::I64, kCPU, data);
-    Tensor x = x_host.to(device), y = y_host.to(device);
-    if (upload) {
-      std::tie(x, y) = graphed.input_buffers(x_host, y_host, device);
-      x.copy_(x_host);
-      y.copy_(y_host);
-    }
+    std::vector<Batch> batches;
+    for (int64_t i = 0; i < micro; ++i)
+      batches.push_back({{"x", Tensor::randn({rows, 48}, data, DType::F32, kCPU).to(device)},
+                         {"y", random_ids({rows}, 10, DType::I64, kCPU, data).to(device)}});
     optimizer.set_lr(3e-3 * (1.0 - 0.05 * static_cast<double>(s)));  // changes every step
-    const Tensor loss = graph ? graphed.run(x, y) : one_step(x, y);
+    const Tensor loss = graph ? graphed.run(batches) : one_step(batches);
     r.losses.push_back(loss.item());
   }
   r.replayed = graphed.replaying();
@@ -102,10 +95,10 @@ TEST(GraphedStepTest, AnotherBatchShapeRunsEagerlyAndStillMatches) {
   EXPECT_EQ(replayed.params, eager.params);
 }
 
-TEST(GraphedStepTest, BatchesUploadedIntoTheInputBuffersMatchEagerSteps) {
+TEST(GraphedStepTest, AccumulatedMicroBatchesReplayAndMatch) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   KernelModeGuard guard(KernelMode::Fused);
-  const RunResult eager = train(kCUDA, false, 8, 5), replayed = train(kCUDA, true, 8, 5, /*upload=*/true);
+  const RunResult eager = train(kCUDA, false, 6, -1, 2), replayed = train(kCUDA, true, 6, -1, 2);
   EXPECT_TRUE(replayed.replayed);
   EXPECT_EQ(replayed.losses, eager.losses);
   EXPECT_EQ(replayed.params, eager.params);

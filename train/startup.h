@@ -1,0 +1,21 @@
+// Start-up time: from the process's start (this library's static initialization, before main)
+// to the first training step done, with the phases a binary marks on the way (data, model,
+// optimizer, first step), printed once with the first metrics line.
+#pragma once
+#include <string>
+
+namespace ft {
+
+/// Seconds since the process started (since this library was initialized, before main; the
+/// dynamic loader's time before that is not counted).
+double seconds_since_start();
+
+/// Ends the start-up phase `name` now: its time is the time since the previous mark (or since the
+/// start). Phases are kept in the order marked; marking a name again adds to it.
+void mark_startup(const std::string& name);
+
+/// "start-up: 3.21 s (launch to first step done: data 0.52 s, model 0.30 s, ...)": the time to
+/// the last mark and the phases; empty before any mark.
+std::string startup_summary();
+
+}  // namespace ft
