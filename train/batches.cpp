@@ -81,8 +81,8 @@ void RowBatchSource::next_into(BatchWriter& out) {
     const size_t row_bytes = column.nbytes() / static_cast<size_t>(column.size(0));
     char* dst = static_cast<char*>(out.buffer(name, shape, column.dtype()));
     const char* src = static_cast<const char*>(column.data_ptr());
-    // About a megabyte per thread, and at most half the cores: the training thread keeps the rest.
-    const int threads = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(row_bytes) * n >> 20, 1,
+    // A thread per half megabyte, at most half the cores: the training thread keeps the rest.
+    const int threads = static_cast<int>(std::clamp<int64_t>(static_cast<int64_t>(row_bytes) * n >> 19, 1,
                                                              std::max(1, omp_get_num_procs() / 2)));
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = 0; i < n; ++i)
