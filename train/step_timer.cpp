@@ -63,22 +63,27 @@ void StepTimer::end_step() {
   impl_->cpu_times.push_back(std::chrono::duration<double, std::milli>(Impl::Clock::now() - impl_->cpu_start).count());
 }
 
-std::vector<double> StepTimer::collect() {
+std::vector<double> StepTimer::collect(size_t leave) {
   std::vector<double> out;
 #if FT_WITH_CUDA
   if (impl_->device.is_cuda()) {
-    for (auto& pair : impl_->events) {
+    const size_t take = impl_->events.size() > leave ? impl_->events.size() - leave : 0;
+    for (size_t i = 0; i < take; ++i) {
+      auto& pair = impl_->events[i];
       FT_CUDA_CHECK(cudaEventSynchronize(pair.second));
       float ms = 0;
       FT_CUDA_CHECK(cudaEventElapsedTime(&ms, pair.first, pair.second));
       out.push_back(ms);
       impl_->spare.push_back(pair);
     }
-    impl_->events.clear();
+    impl_->events.erase(impl_->events.begin(), impl_->events.begin() + static_cast<std::ptrdiff_t>(take));
     return out;
   }
 #endif
-  out.swap(impl_->cpu_times);
+  std::vector<double>& times = impl_->cpu_times;
+  const size_t take = times.size() > leave ? times.size() - leave : 0;
+  out.assign(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(take));
+  times.erase(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(take));
   return out;
 }
 

@@ -18,8 +18,9 @@ class StepTimer {
 
   void begin_step();
   void end_step();
-  /// Milliseconds of every step since the last collect (waits for the device), in order.
-  std::vector<double> collect();
+  /// Milliseconds of every step since the last collect (waits for the device), in order, except
+  /// the last `leave` steps, which stay for the next collect (steps still running).
+  std::vector<double> collect(size_t leave = 0);
 
  private:
   struct Impl;

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -94,18 +95,31 @@ void Trainer::outside_steps(Window& window, const std::function<void()>& work) {
   if (window.timing) window.timed_excluded_s += s;
 }
 
-void Trainer::log_line(Window& window, const Tensor& loss, int64_t total_steps, bool print, FitSummary& summary) {
+Trainer::LinePoint Trainer::line_point(const Tensor& loss, bool print) const {
+  LinePoint point;
+  point.step = step_;
+  point.loss = loss * 1.0;
+  point.print = print;
+  const Tensor norm = optimizer_.last_grad_norm();
+  if (norm.defined()) point.grad_norm = norm * 1.0;
+  point.skipped = optimizer_.step_state().skipped * 1.0;
+  return point;
+}
+
+void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_steps, size_t running,
+                       FitSummary& summary) {
+  const bool print = point.print;
   StepMetrics m;
-  m.step = step_;
+  m.step = point.step;
   m.total_steps = total_steps;
-  m.loss = loss.item();  // waits for the step: the wall clock below covers it
+  m.loss = point.loss.item();  // waits for the point's step: the wall clock below covers it
   const Clock::time_point now = Clock::now();
-  FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", step_);
-  const int64_t steps = step_ - window.first_step;
+  FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", point.step);
+  const int64_t steps = point.step - window.first_step;
   m.ms = (seconds(now - window.start) - window.excluded_s) * 1000.0 / static_cast<double>(steps);
-  const std::vector<double> times = timer_.collect();
+  const std::vector<double> times = timer_.collect(running);
   for (size_t i = 0; i < times.size(); ++i) {
-    const int64_t step = step_ - static_cast<int64_t>(times.size()) + 1 + static_cast<int64_t>(i);
+    const int64_t step = point.step - static_cast<int64_t>(times.size()) + 1 + static_cast<int64_t>(i);
     if (window.timing && step > window.timed_from) window.timed_step_ms.push_back(times[i]);
   }
   if (!times.empty()) m.step_ms = median(times);
@@ -114,10 +128,9 @@ void Trainer::log_line(Window& window, const Tensor& loss, int64_t total_steps, 
     m.mfu = mfu(*options_.flops_per_item, m.items_per_s, peak_flops_);
     m.mfu_expected = true;
   }
-  m.lr = optimizer_.lr();
-  const Tensor norm = optimizer_.last_grad_norm();
-  if (norm.defined()) m.grad_norm = norm.item();
-  m.skipped_steps = optimizer_.skipped_steps();
+  m.lr = options_.schedule.at(point.step - 1);
+  if (point.grad_norm.defined()) m.grad_norm = point.grad_norm.item();
+  m.skipped_steps = static_cast<int64_t>(point.skipped.item());
   if (print) {
     if (!startup_printed) {
       const std::string startup = startup_summary();
@@ -130,7 +143,7 @@ void Trainer::log_line(Window& window, const Tensor& loss, int64_t total_steps, 
                            ? window.loss_sum.item() / static_cast<double>(window.losses)
                            : m.loss;
   window.start = now;
-  window.first_step = step_;
+  window.first_step = point.step;
   window.excluded_s = 0;
   window.loss_sum = Tensor();
   window.losses = 0;
@@ -156,6 +169,7 @@ FitSummary Trainer::fit(int64_t total_steps) {
   }
   timer_.collect();  // times of an earlier fit() that no line took
   std::vector<Batch> micro_batches(static_cast<size_t>(accum));
+  std::optional<LinePoint> pending;
   while (step_ < total_steps) {
     optimizer_.set_lr(options_.schedule.at(step_));  // a device write, outside any captured region
     for (Batch& b : micro_batches) b = prefetcher_->next();
@@ -170,8 +184,6 @@ FitSummary Trainer::fit(int64_t total_steps) {
     ++step_;
     // The next step's batches go up now, beside this step, not after the sync of a logging step.
     if (step_ < total_steps) prefetcher_->upload_ahead(accum);
-    if (options_.window_loss) window.loss_sum = window.loss_sum.defined() ? window.loss_sum + loss : loss * 1.0;
-    ++window.losses;
     if (!first_step_done) {
       synchronize();
       mark_startup("first step");
@@ -184,7 +196,22 @@ FitSummary Trainer::fit(int64_t total_steps) {
     }
     const bool last = step_ == total_steps;
     const bool print = options_.log_every > 0 && (step_ % options_.log_every == 0 || last);
-    if (print || last) log_line(window, loss, total_steps, print, summary);
+    // A line is read one step late: the step after it is enqueued first, so the GPU runs while the
+    // host waits, reads and prints (reading at once would leave the GPU idle for all of that).
+    // The last step, and a step that work outside the steps follows, are read at once.
+    if (pending) {
+      log_line(window, *pending, total_steps, 1, summary);
+      pending.reset();
+    }
+    if (options_.window_loss) window.loss_sum = window.loss_sum.defined() ? window.loss_sum + loss : loss * 1.0;
+    ++window.losses;
+    const bool outside_due =
+        (options_.eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) ||
+        (options_.checkpoint && options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) ||
+        std::any_of(options_.periodic.begin(), options_.periodic.end(),
+                    [&](const Periodic& p) { return p.every > 0 && step_ % p.every == 0; });
+    if (print && !last && !outside_due) pending = line_point(loss, print);
+    else if (print || last) log_line(window, line_point(loss, print), total_steps, 0, summary);
     if (last) {
       summary.timed_steps = total_steps - window.timed_from;
       summary.wall_ms = (seconds(window.start - window.timed_start) - window.timed_excluded_s) * 1000.0 /

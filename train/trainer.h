@@ -105,11 +105,21 @@ class Trainer {
 
  private:
   struct Window;
+  /// What a line reports of one step, copied on the device when the step ends: the next step,
+  /// already enqueued, overwrites the originals (a replay's loss buffer, the optimizer's norm).
+  struct LinePoint {
+    int64_t step = 0;
+    Tensor loss, grad_norm, skipped;
+    bool print = false;
+  };
+  LinePoint line_point(const Tensor& loss, bool print) const;
   Tensor run_step(const std::vector<Batch>& micro_batches);
   /// Synchronizes, then runs work that is not a training step and leaves its time out of the
   /// step times.
   void outside_steps(Window& window, const std::function<void()>& work);
-  void log_line(Window& window, const Tensor& loss, int64_t total_steps, bool print, FitSummary& summary);
+  /// Reads the point (a sync on its step) and prints or records its line; `running` steps enqueued
+  /// after it are left running and their times for the next line.
+  void log_line(Window& window, const LinePoint& point, int64_t total_steps, size_t running, FitSummary& summary);
 
   Module& model_;
   Optimizer& optimizer_;

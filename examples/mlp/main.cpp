@@ -13,6 +13,7 @@
 #include "lib/kernel_mode.h"
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/elementwise.h"
+#include "lib/ops/shape_ops.h"
 #include "optim/adamw.h"
 #include "train/batches.h"
 #include "train/evaluate.h"
@@ -70,10 +71,13 @@ int run(int argc, char** argv) {
   const std::string dir = args.str("data-dir");
   const ft::ImageDataset train = ft::load_fashion_mnist(dir, "train");
   const ft::ImageDataset test = ft::load_fashion_mnist(dir, "t10k");
-  // The images are kept in the compute dtype on the host (rounded to nearest, as the device's cast
-  // does): a batch then uploads half the bytes, and the step runs no cast kernel (10 us of a
-  // 0.46 ms step on the H100).
-  const ft::Tensor train_images = ft::cast(train.images, dtype), test_images = ft::cast(test.images, dtype);
+  // The images live on the training device in the compute dtype (rounded to nearest, as the
+  // device's cast does; 94 MB of bf16 for the training set), and a batch is its row ids and labels:
+  // the step gathers its rows in one kernel (about 5 us on the H100) instead of the host gathering
+  // and uploading 6.4 MB per step (1.5 ms on one host thread, 0.12 ms over PCIe), the way a GPU
+  // dataloader serves a dataset that fits in device memory.
+  const ft::Tensor train_images = ft::cast(train.images, dtype).to(device);
+  const ft::Tensor test_images = ft::cast(test.images, dtype);
   ft::mark_startup("data");
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
@@ -88,7 +92,7 @@ int run(int argc, char** argv) {
               ft::kernel_mode_name(mode), device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "",
               static_cast<long long>(batch), static_cast<long long>(epochs));
 
-  ft::RowBatchSource source({{"images", train_images}, {"labels", train.labels}},
+  ft::RowBatchSource source({{"ids", ft::Tensor::arange(train.size())}, {"labels", train.labels}},
                             ft::BatchSampler(train.size(), batch, seed));
   const int64_t steps_per_epoch = source.batches_per_epoch();
   ft::Trainer::Options options{.log_every = args.integer("log-every"),
@@ -109,7 +113,8 @@ int run(int argc, char** argv) {
   };
   ft::Trainer trainer(*model, optimizer, source,
                       [&](ft::Module& m, const ft::Batch& b) {
-                        return ft::cross_entropy(m.forward(ft::cast(b.at("images"), dtype)), b.at("labels"));
+                        const ft::Tensor images = ft::gather_rows(train_images, b.at("ids"));
+                        return ft::cross_entropy(m.forward(images), b.at("labels"));
                       },
                       options);
   const ft::FitSummary summary = trainer.fit(epochs * steps_per_epoch);

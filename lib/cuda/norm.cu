@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (c >= ncols) break;
       load_vec<T, V>(weight + c, inv_w[p]);
 #pragma unroll
-      for (int k = 0; k < V; ++k) inv_w[p][k] = 1.0f / inv_w[p][k];
+      for (int k = 0; k < V; ++k) inv_w[p][k] = __frcp_rn(inv_w[p][k]);
     }
   }
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       for (int k = 0; k < V; ++k) {
         const float xhat = !kFromOutput  ? (to_acc(xs[p].v[k]) - mean) * rstd
                            : kHoldInverse ? (to_acc(xs[p].v[k]) - b[k]) * inv_w[kHoldInverse ? p : 0][k]
-                                          : (to_acc(xs[p].v[k]) - b[k]) * (1.0f / w[k]);
+                                          : (to_acc(xs[p].v[k]) - b[k]) * __fdividef(1.0f, w[k]);
         d[k] = rstd * (to_acc(gs[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
       }
       if (addend) {  // the residual stream's gradient, added before the one rounding to T
