@@ -46,6 +46,8 @@ void zero_bytes(void* dst, Device, size_t bytes) { std::memset(dst, 0, bytes); }
 void* allocate_pinned(size_t bytes) { return allocate(bytes, kCPU); }
 void release_pinned(void* ptr) { std::free(ptr); }
 void copy_to_device_async(void*, const void*, size_t) { FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)"); }
+void copy_to_host_async(void*, const void*, size_t) { FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)"); }
+const void* device_error_word_address() { return nullptr; }
 }  // namespace runtime
 
 namespace cuda {

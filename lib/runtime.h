@@ -100,6 +100,13 @@ void release_pinned(void* ptr);
 /// passed, `src` must not be rewritten and `dst` not read (the compute stream waits on that event).
 /// CPU-only builds throw.
 void copy_to_device_async(void* dst, const void* src, size_t bytes);
+/// Enqueues a copy of `bytes` from device memory `src` to page-locked host memory `dst` on the
+/// compute stream and returns at once: `dst` holds the values once a StreamEvent recorded on the
+/// compute stream after it has passed. CPU-only builds throw.
+void copy_to_host_async(void* dst, const void* src, size_t bytes);
+/// The device address of the error word kernels flag bad data in (an unsigned; nonzero: the next
+/// synchronize() raises the error), for reading it with copy_to_host_async. Null without CUDA.
+const void* device_error_word_address();
 }  // namespace runtime
 
 }  // namespace ft

@@ -71,7 +71,16 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, BatchSource& source, LossF
     graphed_ = std::make_unique<GraphedStep>(step_fn_);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  prefetcher_.reset();
+  if (line_ready_) {
+    try {
+      line_ready_->synchronize();  // a copy into the staging may still be in flight
+    } catch (const Error&) {
+    }
+  }
+  runtime::release_pinned(line_host_);
+}
 
 void Trainer::resume(int64_t step, const DataPosition& position) {
   FT_CHECK(!prefetcher_, "Trainer::resume: the run has started already");
@@ -95,14 +104,43 @@ void Trainer::outside_steps(Window& window, const std::function<void()>& work) {
   if (window.timing) window.timed_excluded_s += s;
 }
 
-Trainer::LinePoint Trainer::line_point(const Tensor& loss, bool print) const {
+namespace {
+
+constexpr size_t kStagedValue = 8;  // bytes per staged value: any scalar dtype fits
+
+double host_scalar(const void* p, DType dtype) {
+  switch (dtype) {
+    case DType::F32: return *static_cast<const float*>(p);
+    case DType::F64: return *static_cast<const double*>(p);
+    case DType::BF16: return static_cast<float>(*static_cast<const bf16*>(p));
+    case DType::I32: return *static_cast<const int32_t*>(p);
+    case DType::I64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::U8: return *static_cast<const uint8_t*>(p);
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+Trainer::LinePoint Trainer::line_point(const Tensor& loss, bool print) {
   LinePoint point;
   point.step = step_;
-  point.loss = loss * 1.0;
   point.print = print;
-  const Tensor norm = optimizer_.last_grad_norm();
-  if (norm.defined()) point.grad_norm = norm * 1.0;
-  point.skipped = optimizer_.step_state().skipped * 1.0;
+  point.loss = loss;
+  point.grad_norm = optimizer_.last_grad_norm();
+  point.skipped = optimizer_.step_state().skipped;
+  if (!device_.is_cuda()) return point;
+  if (!line_host_) {
+    line_host_ = runtime::allocate_pinned(4 * kStagedValue);
+    line_ready_ = std::make_unique<StreamEvent>();
+  }
+  char* staged = static_cast<char*>(line_host_);
+  const Tensor* values[3] = {&point.loss, &point.grad_norm, &point.skipped};
+  for (int i = 0; i < 3; ++i)
+    if (values[i]->defined()) runtime::copy_to_host_async(staged + i * kStagedValue, values[i]->data_ptr(), values[i]->nbytes());
+  runtime::copy_to_host_async(staged + 3 * kStagedValue, runtime::device_error_word_address(), sizeof(unsigned));
+  line_ready_->record(StreamEvent::Stream::Compute);
+  point.staged = true;
   return point;
 }
 
@@ -112,7 +150,16 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   StepMetrics m;
   m.step = point.step;
   m.total_steps = total_steps;
-  m.loss = point.loss.item();  // waits for the point's step: the wall clock below covers it
+  // Waits for the point's step (the wall clock below covers it), not for the step after it.
+  const char* staged = static_cast<const char*>(line_host_);
+  if (point.staged) {
+    line_ready_->synchronize();
+    if (*reinterpret_cast<const unsigned*>(staged + 3 * kStagedValue) != 0) synchronize();  // raises the kernel's error
+  }
+  auto value = [&](const Tensor& t, int i) {
+    return point.staged ? host_scalar(staged + i * kStagedValue, t.dtype()) : t.item();
+  };
+  m.loss = value(point.loss, 0);
   const Clock::time_point now = Clock::now();
   FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", point.step);
   const int64_t steps = point.step - window.first_step;
@@ -129,8 +176,8 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     m.mfu_expected = true;
   }
   m.lr = options_.schedule.at(point.step - 1);
-  if (point.grad_norm.defined()) m.grad_norm = point.grad_norm.item();
-  m.skipped_steps = static_cast<int64_t>(point.skipped.item());
+  if (point.grad_norm.defined()) m.grad_norm = value(point.grad_norm, 1);
+  m.skipped_steps = static_cast<int64_t>(value(point.skipped, 2));
   if (print) {
     if (!startup_printed) {
       const std::string startup = startup_summary();
@@ -196,9 +243,10 @@ FitSummary Trainer::fit(int64_t total_steps) {
     }
     const bool last = step_ == total_steps;
     const bool print = options_.log_every > 0 && (step_ % options_.log_every == 0 || last);
-    // A line is read one step late: the step after it is enqueued first, so the GPU runs while the
-    // host waits, reads and prints (reading at once would leave the GPU idle for all of that).
-    // The last step, and a step that work outside the steps follows, are read at once.
+    // On CUDA a line is read one step late: its values are staged to host memory when its step
+    // ends, the next step is enqueued, and only then does the host wait (for its step alone), read
+    // and print, so the GPU runs meanwhile instead of idling. The last step, and a step that work
+    // outside the steps follows, are read at once; on the CPU every line is.
     if (pending) {
       log_line(window, *pending, total_steps, 1, summary);
       pending.reset();
@@ -210,7 +258,7 @@ FitSummary Trainer::fit(int64_t total_steps) {
         (options_.checkpoint && options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) ||
         std::any_of(options_.periodic.begin(), options_.periodic.end(),
                     [&](const Periodic& p) { return p.every > 0 && step_ % p.every == 0; });
-    if (print && !last && !outside_due) pending = line_point(loss, print);
+    if (print && !last && !outside_due && device_.is_cuda()) pending = line_point(loss, print);
     else if (print || last) log_line(window, line_point(loss, print), total_steps, 0, summary);
     if (last) {
       summary.timed_steps = total_steps - window.timed_from;

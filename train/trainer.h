@@ -105,14 +105,17 @@ class Trainer {
 
  private:
   struct Window;
-  /// What a line reports of one step, copied on the device when the step ends: the next step,
-  /// already enqueued, overwrites the originals (a replay's loss buffer, the optimizer's norm).
+  /// What a line reports of one step. On CUDA its values (loss, gradient norm, skip count, the
+  /// device error word) are copied to page-locked memory when the step ends, before the next
+  /// step is enqueued (which overwrites a replay's loss and the optimizer's norm), and read after
+  /// an event: the host then waits for that step alone, not for the one running after it.
   struct LinePoint {
     int64_t step = 0;
     Tensor loss, grad_norm, skipped;
     bool print = false;
+    bool staged = false;
   };
-  LinePoint line_point(const Tensor& loss, bool print) const;
+  LinePoint line_point(const Tensor& loss, bool print);
   Tensor run_step(const std::vector<Batch>& micro_batches);
   /// Synchronizes, then runs work that is not a training step and leaves its time out of the
   /// step times.
@@ -135,6 +138,8 @@ class Trainer {
   int64_t step_ = 0;
   int64_t items_per_step_ = 0;
   std::unique_ptr<Prefetcher> prefetcher_;
+  void* line_host_ = nullptr;  // page-locked staging of a LinePoint's values (CUDA)
+  std::unique_ptr<StreamEvent> line_ready_;
 };
 
 }  // namespace ft

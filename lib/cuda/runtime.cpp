@@ -325,6 +325,13 @@ void release_pinned(void* ptr) {
   cudaFreeHost(ptr);  // never throws from a destructor path
 }
 
+const void* device_error_word_address() { return cuda::device_error_word(); }
+
+void copy_to_host_async(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda::stream()));
+}
+
 void copy_to_device_async(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda::copy_stream()));
