@@ -73,21 +73,15 @@ void accumulate(Tensor& slot, const Tensor& grad) {
   else slot = add(slot, grad);
 }
 
-// leaf.grad (a GradBuffer view) += grad, or = grad while the view still holds zeros.
-void add_into_view(TensorImpl& leaf, const Tensor& grad) {
-  accumulate_into(leaf.grad, grad, /*overwrite=*/leaf.grad_zeroed);
-  leaf.grad_zeroed = leaf.grad_stale = false;
-}
-
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   FT_CHECK(grad.shape() == leaf.shape, "backward: gradient of shape ", shape_str(grad.shape()),
            " for a leaf of shape ", shape_str(leaf.shape));
   if (leaf.grad_is_view) {
-    if (grad.impl() == leaf.grad.impl()) {  // the op wrote into the view itself (grad_target)
-      leaf.grad_zeroed = leaf.grad_stale = false;
-      return;
-    }
-    add_into_view(leaf, grad);
+    // A view the op wrote itself (grad_target) is already delivered; walk_backward cleared its flags.
+    if (grad.impl() == leaf.grad.impl()) return;
+    // += grad, or = grad while the view is logically zero.
+    accumulate_into(leaf.grad, grad, /*overwrite=*/leaf.grad_zeroed);
+    leaf.grad_zeroed = leaf.grad_stale = false;
     return;
   }
   if (!leaf.grad.defined()) {
@@ -313,15 +307,6 @@ void detach_grad_view(const Tensor& leaf) {
   impl->grad = Tensor();
   impl->grad_is_view = false;
   impl->grad_zeroed = impl->grad_stale = false;
-}
-
-void add_into_grad_view(const Tensor& leaf, const Tensor& grad) {
-  check_defined(leaf, "add_into_grad_view", "leaf");
-  check_defined(grad, "add_into_grad_view", "gradient");
-  FT_CHECK(leaf.impl()->grad_is_view, "add_into_grad_view: the tensor has no gradient view");
-  FT_CHECK(grad.shape() == leaf.shape(), "add_into_grad_view: gradient ", shape_str(grad.shape()), " for a leaf ",
-           shape_str(leaf.shape()));
-  add_into_view(*leaf.impl(), grad);
 }
 
 void add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {

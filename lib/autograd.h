@@ -122,9 +122,6 @@ GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtyp
 void attach_grad_view(const Tensor& leaf, const Tensor& view);
 /// Undoes attach_grad_view: the leaf's gradient is dropped and later backwards take fresh ones.
 void detach_grad_view(const Tensor& leaf);
-/// leaf.grad() += grad (or = grad when the view is zeroed), converting the dtype, in one kernel;
-/// for a leaf with a gradient view. Marks the view as no longer zeroed.
-void add_into_grad_view(const Tensor& leaf, const Tensor& grad);
 
 /// Calls `hook` once per backward (run_backward) that reaches `leaf`, after its last
 /// contribution: the walk counts the edges into the leaf in the reachable graph (a weight used

@@ -21,8 +21,7 @@ GradBuffer::GradBuffer(const std::vector<Tensor>& leaves) : leaves_(leaves) {
   layout_ = FlatLayout(leaves_, dtypes);
   for (size_t g = 0; g < layout_.groups().size(); ++g) flats_.push_back(layout_.allocate(g));
   for (size_t i = 0; i < leaves_.size(); ++i) {
-    views_.push_back(layout_.view(flats_[layout_.slot(i).group], i));
-    attach_grad_view(leaves_[i], views_.back());
+    attach_grad_view(leaves_[i], layout_.view(flats_[layout_.slot(i).group], i));
   }
 }
 

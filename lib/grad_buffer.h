@@ -45,7 +45,7 @@ class GradBuffer {
   const std::vector<Tensor>& leaves() const { return leaves_; }
 
  private:
-  std::vector<Tensor> leaves_, views_, flats_;
+  std::vector<Tensor> leaves_, flats_;
   FlatLayout layout_;
 };
 

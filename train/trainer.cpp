@@ -107,6 +107,8 @@ void Trainer::outside_steps(Window& window, const std::function<void()>& work) {
 namespace {
 
 constexpr size_t kStagedValue = 8;  // bytes per staged value: any scalar dtype fits
+// Staged in order: loss, gradient norm, skip count, the window's loss sum, then the error word.
+constexpr int kErrorWordSlot = 4, kStagedValues = 5;
 
 double host_scalar(const void* p, DType dtype) {
   switch (dtype) {
@@ -122,23 +124,25 @@ double host_scalar(const void* p, DType dtype) {
 
 }  // namespace
 
-Trainer::LinePoint Trainer::line_point(const Tensor& loss, bool print) {
+Trainer::LinePoint Trainer::line_point(const Tensor& loss, const Tensor& window_loss, bool print) {
   LinePoint point;
   point.step = step_;
   point.print = print;
   point.loss = loss;
   point.grad_norm = optimizer_.last_grad_norm();
   point.skipped = optimizer_.step_state().skipped;
+  point.window_loss = window_loss;
   if (!device_.is_cuda()) return point;
   if (!line_host_) {
-    line_host_ = runtime::allocate_pinned(4 * kStagedValue);
+    line_host_ = runtime::allocate_pinned(kStagedValues * kStagedValue);
     line_ready_ = std::make_unique<StreamEvent>();
   }
   char* staged = static_cast<char*>(line_host_);
-  const Tensor* values[3] = {&point.loss, &point.grad_norm, &point.skipped};
-  for (int i = 0; i < 3; ++i)
+  const Tensor* values[] = {&point.loss, &point.grad_norm, &point.skipped, &point.window_loss};
+  for (int i = 0; i < kErrorWordSlot; ++i)
     if (values[i]->defined()) runtime::copy_to_host_async(staged + i * kStagedValue, values[i]->data_ptr(), values[i]->nbytes());
-  runtime::copy_to_host_async(staged + 3 * kStagedValue, runtime::device_error_word_address(), sizeof(unsigned));
+  runtime::copy_to_host_async(staged + kErrorWordSlot * kStagedValue, runtime::device_error_word_address(),
+                              sizeof(unsigned));
   line_ready_->record(StreamEvent::Stream::Compute);
   point.staged = true;
   return point;
@@ -154,7 +158,8 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   const char* staged = static_cast<const char*>(line_host_);
   if (point.staged) {
     line_ready_->synchronize();
-    if (*reinterpret_cast<const unsigned*>(staged + 3 * kStagedValue) != 0) synchronize();  // raises the kernel's error
+    if (*reinterpret_cast<const unsigned*>(staged + kErrorWordSlot * kStagedValue) != 0)
+      synchronize();  // raises the kernel's error
   }
   auto value = [&](const Tensor& t, int i) {
     return point.staged ? host_scalar(staged + i * kStagedValue, t.dtype()) : t.item();
@@ -186,14 +191,13 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     }
     log_.log(m);
   }
-  summary.final_loss = options_.window_loss && window.loss_sum.defined()
-                           ? window.loss_sum.item() / static_cast<double>(window.losses)
+  summary.final_loss = options_.window_loss && window.losses > 0
+                           ? value(point.window_loss, 3) / static_cast<double>(window.losses)
                            : m.loss;
   window.start = now;
   window.first_step = point.step;
   window.excluded_s = 0;
-  window.loss_sum = Tensor();
-  window.losses = 0;
+  window.losses = 0;  // the next step overwrites loss_sum
 }
 
 FitSummary Trainer::fit(int64_t total_steps) {
@@ -251,15 +255,19 @@ FitSummary Trainer::fit(int64_t total_steps) {
       log_line(window, *pending, total_steps, 1, summary);
       pending.reset();
     }
-    if (options_.window_loss) window.loss_sum = window.loss_sum.defined() ? window.loss_sum + loss : loss * 1.0;
+    if (options_.window_loss) {  // one buffer, added into in place: no allocation a step
+      if (!window.loss_sum.defined()) window.loss_sum = Tensor::empty({1}, DType::F32, device_);
+      accumulate_into(window.loss_sum, loss, /*overwrite=*/window.losses == 0);
+    }
     ++window.losses;
     const bool outside_due =
         (options_.eval && options_.eval_every > 0 && step_ % options_.eval_every == 0) ||
         (options_.checkpoint && options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0) ||
         std::any_of(options_.periodic.begin(), options_.periodic.end(),
                     [&](const Periodic& p) { return p.every > 0 && step_ % p.every == 0; });
-    if (print && !last && !outside_due && device_.is_cuda()) pending = line_point(loss, print);
-    else if (print || last) log_line(window, line_point(loss, print), total_steps, 0, summary);
+    const Tensor window_loss = options_.window_loss ? window.loss_sum : Tensor();
+    if (print && !last && !outside_due && device_.is_cuda()) pending = line_point(loss, window_loss, print);
+    else if (print || last) log_line(window, line_point(loss, window_loss, print), total_steps, 0, summary);
     if (last) {
       summary.timed_steps = total_steps - window.timed_from;
       summary.wall_ms = (seconds(window.start - window.timed_start) - window.timed_excluded_s) * 1000.0 /

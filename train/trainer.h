@@ -106,16 +106,16 @@ class Trainer {
  private:
   struct Window;
   /// What a line reports of one step. On CUDA its values (loss, gradient norm, skip count, the
-  /// device error word) are copied to page-locked memory when the step ends, before the next
+  /// window's loss sum, the device error word) are copied to page-locked memory when the step ends, before the next
   /// step is enqueued (which overwrites a replay's loss and the optimizer's norm), and read after
   /// an event: the host then waits for that step alone, not for the one running after it.
   struct LinePoint {
     int64_t step = 0;
-    Tensor loss, grad_norm, skipped;
+    Tensor loss, grad_norm, skipped, window_loss;  // window_loss: the window's summed losses
     bool print = false;
     bool staged = false;
   };
-  LinePoint line_point(const Tensor& loss, bool print);
+  LinePoint line_point(const Tensor& loss, const Tensor& window_loss, bool print);
   Tensor run_step(const std::vector<Batch>& micro_batches);
   /// Synchronizes, then runs work that is not a training step and leaves its time out of the
   /// step times.

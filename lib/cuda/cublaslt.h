@@ -3,6 +3,8 @@
 #pragma once
 #include <cublasLt.h>
 
+#include <optional>
+
 #include "lib/dtype.h"
 
 namespace ft::cuda {
@@ -13,8 +15,8 @@ struct LtGemm {
   DType dtype = DType::F32;  // of A and B, and of D unless out_dtype says otherwise
   /// D's dtype when it differs from A and B's: f32 sums of bf16 products (weight gradients
   /// written straight into their f32 GradBuffer views). A BGRAD epilogue's vector then is f32 too.
-  DType out_dtype = DType::F32;
-  bool mixed_output = false;
+  std::optional<DType> out_dtype;
+  DType d_dtype() const { return out_dtype.value_or(dtype); }
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;
   int64_t lda = 0;

@@ -12,6 +12,7 @@
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
+#include "lib/runtime.h"
 #include "lib/ops/embedding.h"
 
 namespace ft::cuda {
@@ -130,7 +131,7 @@ void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOu
   // A fresh gradient gets zeros where nothing reaches; a GradBuffer view already holds them (or
   // the earlier contributions it keeps), so only the reached rows are touched.
   auto zero_fresh = [](const GradOutput& g) {
-    if (!g.view) FT_CUDA_CHECK(cudaMemsetAsync(g.tensor.data_ptr(), 0, g.tensor.nbytes(), stream()));
+    if (!g.view) runtime::zero_bytes(g.tensor.data_ptr(), g.tensor.device(), g.tensor.nbytes());
   };
   // Positions: the sum over the batch for the first T rows.
   zero_fresh(positions_grad);

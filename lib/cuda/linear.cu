@@ -83,7 +83,6 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
     LtGemm g;
     g.dtype = dy.dtype();
     // Into an f32 gradient view: cuBLASLt sums in f32 and writes (or, beta = 1, adds) f32.
-    g.mixed_output = dweight.tensor.dtype() != dy.dtype();
     g.out_dtype = dweight.tensor.dtype();
     g.accumulate = dweight.accumulate;
     g.m = in;
@@ -100,7 +99,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
     // column kernel one that is added to, or one cuBLASLt has no such algorithm for.
     bool bias_done = false;
     if (dbias.defined() && act == Activation::None && !dbias.accumulate &&
-        dbias.tensor.dtype() == (g.mixed_output ? g.out_dtype : g.dtype)) {
+        dbias.tensor.dtype() == g.d_dtype()) {
       LtGemm with_bias = g;
       with_bias.epilogue = CUBLASLT_EPILOGUE_BGRADB;
       with_bias.bias = dbias.tensor.data_ptr();

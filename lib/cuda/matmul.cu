@@ -51,13 +51,13 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
 
 void run_gemm(const LtGemm& g) {
   FT_CHECK(try_run_gemm(g), "matmul: cuBLASLt found no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " dtype ",
-           dtype_name(g.dtype), g.mixed_output ? " into " : "", g.mixed_output ? dtype_name(g.out_dtype) : "",
+           dtype_name(g.dtype), " into ", dtype_name(g.d_dtype()),
            " epilogue ", static_cast<int>(g.epilogue));
 }
 
 bool try_run_gemm(const LtGemm& g) {
   const cudaDataType_t type = cuda_type(g.dtype);
-  const cudaDataType_t out_type = cuda_type(g.mixed_output ? g.out_dtype : g.dtype);
+  const cudaDataType_t out_type = cuda_type(g.d_dtype());
   const bool f64 = g.dtype == DType::F64;
   cublasLtMatmulDesc_t desc;
   FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, f64 ? CUDA_R_64F : CUDA_R_32F));
@@ -88,7 +88,7 @@ bool try_run_gemm(const LtGemm& g) {
   static std::mutex mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
   const uint32_t alignment = common_alignment({g.a, g.b, g.d});
-  const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.mixed_output ? g.out_dtype : g.dtype), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
+  const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.d_dtype()), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
                     static_cast<int>(g.epilogue), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
   cublasLtMatmulAlgo_t algo;
   {
@@ -136,8 +136,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, 
   LtGemm g;
   g.accumulate = accumulate;
   g.dtype = a.dtype();
-  g.mixed_output = out.dtype() != a.dtype();  // f32 sums of bf16 products (a gradient view)
-  g.out_dtype = out.dtype();
+  g.out_dtype = out.dtype();  // f32 sums of bf16 products into a gradient view
   // Column-major view: Dᵀ[n, m] = op(B)ᵀ · op(A)ᵀ, with B and A as stored.
   g.m = n;
   g.n = m;

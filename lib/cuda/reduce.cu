@@ -81,11 +81,7 @@ void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mi
   // One thread per output column walks every row alone (768 threads for a GPT-2 bias gradient
   // of 16384 rows, the twin's sum_to); the column kernel spreads the rows over the GPU.
   if (outer == 1 && x.dtype() != DType::F64) {
-    with_vector_width(x.dtype(), "sum_to", inner, {x.data_ptr(), out.data_ptr()}, [&](auto tag, auto vec) {
-      using T = decltype(tag);
-      constexpr int V = decltype(vec)::value;
-      launch_map_reduce_columns<V, T>(ColumnLoad<T, V>{x.data<T>(), inner}, mid, inner, out.data<T>());
-    });
+    column_sums(x, mid, inner, out);
     return;
   }
   dispatch_floating(x.dtype(), "sum_to", [&](auto tag) {

@@ -100,23 +100,22 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
       Tensor d_op_a = matmul(g, sb, false, !trans_b);  // dC · op(B)ᵀ
       grad_a = trans_a ? transpose(d_op_a) : d_op_a;
     }
-    const GradTarget target = gb ? grad_target(1) : GradTarget{};
-    if (gb && !trans_a && target.view.defined() && target.view.is_cuda() && target.view.dtype() == DType::F32 &&
-        (shared_b || sa.dim() == 2)) {
-      // B's gradient straight into its f32 view: one product with the rows folded, f32 out,
-      // written (beta = 0) or added (beta = 1); no bf16 gradient for autograd to add.
-      Tensor a2 = sa.reshape({-1, sa.size(-1)});
-      Tensor g2 = g.reshape({-1, g.size(-1)});
-      const int64_t rows = a2.size(0);
-      if (trans_b) cuda::matmul(g2, a2, target.view, 1, g2.size(1), a2.size(1), rows, true, false, false, !target.overwrite);
-      else cuda::matmul(a2, g2, target.view, 1, a2.size(1), g2.size(1), rows, true, false, false, !target.overwrite);
-      grad_b = target.view;
-    } else if (gb) {
-      if (shared_b && !trans_a) {
+    if (gb) {
+      if ((shared_b || (sa.dim() == 2 && shape_b.size() == 2)) && !trans_a) {
         // One B for every batch: fold the batch into the rows, one product instead of a sum.
         Tensor a2 = sa.reshape({-1, sa.size(-1)});
         Tensor g2 = g.reshape({-1, g.size(-1)});
-        grad_b = trans_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+        const GradTarget target = grad_target(1);
+        if (target.view.defined() && target.view.is_cuda() && target.view.dtype() == DType::F32) {
+          // Straight into B's f32 gradient view: f32 out, written (beta = 0) or added (beta = 1);
+          // no bf16 gradient for autograd to add.
+          const Tensor& x = trans_b ? g2 : a2;
+          const Tensor& y = trans_b ? a2 : g2;
+          cuda::matmul(x, y, target.view, 1, x.size(1), y.size(1), x.size(0), true, false, false, !target.overwrite);
+          grad_b = target.view;
+        } else {
+          grad_b = trans_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+        }
       } else {
         Tensor per_batch = trans_b ? matmul(g, sa, true, trans_a) : matmul(sa, g, !trans_a, false);
         grad_b = shared_b ? sum_to(per_batch, shape_b) : per_batch;
