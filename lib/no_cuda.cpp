@@ -17,9 +17,12 @@
 namespace ft {
 
 bool cuda_available() { return false; }
-CapturedGraph::CapturedGraph(const std::function<void()>&) { FT_FAIL("CapturedGraph: built without CUDA"); }
+CapturedGraph::CapturedGraph(const std::function<void()>&, const DeviceWrites*) {
+  FT_FAIL("CapturedGraph: built without CUDA");
+}
 CapturedGraph::~CapturedGraph() = default;
 void CapturedGraph::replay() { FT_FAIL("CapturedGraph: built without CUDA"); }
+void CapturedGraph::replay(const DeviceWrites&) { FT_FAIL("CapturedGraph: built without CUDA"); }
 void synchronize() {}
 std::string device_name() { return ""; }
 StreamEvent::~StreamEvent() = default;
@@ -46,8 +49,10 @@ void zero_bytes(void* dst, Device, size_t bytes) { std::memset(dst, 0, bytes); }
 void* allocate_pinned(size_t bytes) { return allocate(bytes, kCPU); }
 void release_pinned(void* ptr) { std::free(ptr); }
 void copy_to_device_async(void*, const void*, size_t) { FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)"); }
-void copy_to_host_async(void*, const void*, size_t) { FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)"); }
 const void* device_error_word_address() { return nullptr; }
+void write_on_device(const DeviceWrites& writes) {
+  FT_CHECK(writes.empty(), "fusedtrain was built without CUDA (FT_CUDA=OFF): no device to write to");
+}
 }  // namespace runtime
 
 namespace cuda {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "lib/dtype.h"
 
@@ -36,24 +37,52 @@ size_t peak_memory();
 void profiler_start();
 void profiler_stop();
 
+/// Small writes done by one kernel: byte copies between device-accessible addresses (device
+/// memory, or pinned host memory, which the GPU reaches directly) and f32 values written to
+/// device addresses. A captured step takes its per-replay inputs this way (a batch from its
+/// upload slot into the graph's fixed buffers, the learning rate): the kernel is the graph's
+/// first node and each replay sets its arguments anew, so nothing runs between two replays. A
+/// log line's scalars go to pinned memory the same way, in one launch. At most kMaxCopies
+/// copies and kMaxScalars values.
+struct DeviceWrites {
+  static constexpr int kMaxCopies = 64, kMaxScalars = 8;
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  struct Scalar {
+    float* dst;
+    float value;
+  };
+  std::vector<Copy> copies;
+  std::vector<Scalar> scalars;
+  bool empty() const { return copies.empty() && scalars.empty(); }
+};
+
 /// Work enqueued on the compute stream, captured once into a CUDA graph and then replayed. The
 /// work may allocate and free (the allocations become the graph's own memory, reused by every
 /// replay) but must free, before it returns, everything it allocates; it must not synchronize
 /// or copy from pageable host memory. Values that change between replays must be read from
-/// device memory (the optimizers' lr and step counts, the Philox offsets do). A capture that
-/// fails is an ft::Error naming the CUDA error. CPU-only builds throw.
+/// device memory (the optimizers' step counts, the Philox offsets do) or be per-replay writes. A
+/// capture that fails is an ft::Error naming the CUDA error. CPU-only builds throw.
 class CapturedGraph {
  public:
-  explicit CapturedGraph(const std::function<void()>& work);
+  /// With `per_replay`, the graph starts with the device-writes kernel (captured with these), and
+  /// every replay passes its own.
+  explicit CapturedGraph(const std::function<void()>& work, const DeviceWrites* per_replay = nullptr);
   ~CapturedGraph();
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;
   /// Enqueues one replay on the compute stream (asynchronous).
   void replay();
+  /// Sets the device-writes node's arguments to `per_replay`, then enqueues one replay.
+  void replay(const DeviceWrites& per_replay);
 
  private:
-  void* graph_ = nullptr;  // cudaGraph_t
-  void* exec_ = nullptr;   // cudaGraphExec_t
+  void* graph_ = nullptr;        // cudaGraph_t
+  void* exec_ = nullptr;         // cudaGraphExec_t
+  void* writes_node_ = nullptr;  // cudaGraphNode_t of the device-writes kernel, when captured
 };
 
 /// A point in the work of the compute stream or of the copy stream, the second stream that
@@ -89,6 +118,10 @@ void release(void* ptr, Device device);
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 /// Sets bytes to zero (CUDA: one memset on the compute stream, asynchronous and capturable).
 void zero_bytes(void* dst, Device device, size_t bytes);
+/// Does `writes` (its copies and values) with one kernel on the compute stream; asynchronous
+/// (a copy into pinned host memory is readable once a StreamEvent recorded after it has passed).
+/// Nothing is launched for no writes. CPU-only builds throw.
+void write_on_device(const DeviceWrites& writes);
 
 /// Page-locked host memory (cudaHostAlloc): the GPU's copy engine reads it directly, so a copy
 /// from it needs no staging copy and returns at once. Allocating it takes milliseconds and
@@ -100,12 +133,8 @@ void release_pinned(void* ptr);
 /// passed, `src` must not be rewritten and `dst` not read (the compute stream waits on that event).
 /// CPU-only builds throw.
 void copy_to_device_async(void* dst, const void* src, size_t bytes);
-/// Enqueues a copy of `bytes` from device memory `src` to page-locked host memory `dst` on the
-/// compute stream and returns at once: `dst` holds the values once a StreamEvent recorded on the
-/// compute stream after it has passed. CPU-only builds throw.
-void copy_to_host_async(void* dst, const void* src, size_t bytes);
 /// The device address of the error word kernels flag bad data in (an unsigned; nonzero: the next
-/// synchronize() raises the error), for reading it with copy_to_host_async. Null without CUDA.
+/// synchronize() raises the error), for staging it with write_on_device. Null without CUDA.
 const void* device_error_word_address();
 }  // namespace runtime
 

@@ -127,6 +127,13 @@ void Optimizer::set_lr(double lr) {
   state_.lr.fill_(lr);
 }
 
+DeviceWrites::Scalar Optimizer::set_lr_deferred(double lr) {
+  FT_CHECK(state_.lr.is_cuda() && state_.lr.dtype() == DType::F32, "Optimizer::set_lr_deferred: the learning rate ",
+           "lives on ", state_.lr.device().str(), " as ", dtype_name(state_.lr.dtype()), ", not as f32 on CUDA");
+  lr_ = lr;
+  return {state_.lr.data<float>(), static_cast<float>(lr)};
+}
+
 void Optimizer::set_step_count(int64_t steps) {
   FT_CHECK(steps >= 0 && steps <= (int64_t{1} << 24), "Optimizer::set_step_count: ", steps,
            " is outside [0, 2^24] (the device counters are exact up to 2^24)");

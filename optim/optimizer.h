@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lib/grad_buffer.h"
+#include "lib/runtime.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -64,6 +65,9 @@ class Optimizer {
   /// Sets the learning rate of the next step (a device write, enqueued; call it outside a
   /// captured region so that each replay reads the value current at its launch).
   void set_lr(double lr);
+  /// Records `lr` like set_lr, but returns its device write instead of enqueuing it, for a caller
+  /// that does the write itself (GraphedStep, inside the replayed graph).
+  DeviceWrites::Scalar set_lr_deferred(double lr);
   /// Steps taken (applied or skipped); learning-rate schedules follow it.
   int64_t step_count() const { return step_count_; }
   /// For resuming: the steps already taken, all of them applied unless set_skipped_steps says.

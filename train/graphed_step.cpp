@@ -56,11 +56,19 @@ bool GraphedStep::fits(const std::vector<Batch>& micro_batches) const {
   return true;
 }
 
-Tensor GraphedStep::run(const std::vector<Batch>& micro_batches) {
+Tensor GraphedStep::run(const std::vector<Batch>& micro_batches, const std::vector<DeviceWrites::Scalar>& values) {
   FT_CHECK(!micro_batches.empty(), "GraphedStep: no micro-batches");
-  if (!micro_batches[0].device().is_cuda() || capture_failed_) return eager(micro_batches);
+  DeviceWrites inputs;
+  inputs.scalars = values;
+  if (!micro_batches[0].device().is_cuda() || capture_failed_) {
+    runtime::write_on_device(inputs);
+    return eager(micro_batches);
+  }
   if (!fits(micro_batches)) {
-    if (graph_) return eager(micro_batches);  // not the captured shapes
+    if (graph_) {  // not the captured shapes
+      runtime::write_on_device(inputs);
+      return eager(micro_batches);
+    }
     // (Re)made while nothing is captured: the eager steps before the capture use them too.
     fixed_.clear();
     for (const Batch& b : micro_batches) {
@@ -69,23 +77,31 @@ Tensor GraphedStep::run(const std::vector<Batch>& micro_batches) {
       fixed_.push_back(std::move(fixed));
     }
   }
+  // The batches go into the fixed buffers by the device-writes kernel, inside the graph once
+  // captured; a step with more tensors than its table holds copies the rest first.
   for (size_t i = 0; i < micro_batches.size(); ++i)
     for (const auto& [name, t] : micro_batches[i]) {
       const Tensor& f = fixed_[i].at(name);
-      if (!t.shares_storage(f)) f.copy_(t);
+      if (t.shares_storage(f)) continue;
+      if (inputs.copies.size() < DeviceWrites::kMaxCopies) inputs.copies.push_back({f.data_ptr(), t.data_ptr(), t.nbytes()});
+      else f.copy_(t);
     }
-  if (++calls_ <= eager_steps_ || !loss_.defined()) return eager(fixed_);
+  if (++calls_ <= eager_steps_ || !loss_.defined()) {
+    runtime::write_on_device(inputs);
+    return eager(fixed_);
+  }
   if (!graph_) {
     try {
-      graph_ = std::make_unique<CapturedGraph>([&] { loss_.copy_(step_(fixed_).detach()); });
+      graph_ = std::make_unique<CapturedGraph>([&] { loss_.copy_(step_(fixed_).detach()); }, &inputs);
     } catch (const Error& e) {
       capture_failed_ = true;
       std::fprintf(stderr, "note: the training step could not be captured as a CUDA graph; it runs eagerly (%s)\n",
                    e.what());
+      runtime::write_on_device(inputs);
       return eager(fixed_);
     }
   }
-  graph_->replay();
+  graph_->replay(inputs);
   return loss_;
 }
 

@@ -92,7 +92,11 @@ void Trainer::resume(int64_t step, const DataPosition& position) {
 DataPosition Trainer::data_position() const { return prefetcher_ ? prefetcher_->position() : source_.position(); }
 
 Tensor Trainer::run_step(const std::vector<Batch>& micro_batches) {
-  return graphed_ ? graphed_->run(micro_batches) : step_fn_(micro_batches);
+  const double lr = options_.schedule.at(step_);
+  // Under a graph the learning rate is one of the replay's inputs: no fill between two replays.
+  if (graphed_) return graphed_->run(micro_batches, {optimizer_.set_lr_deferred(lr)});
+  optimizer_.set_lr(lr);
+  return step_fn_(micro_batches);
 }
 
 void Trainer::outside_steps(Window& window, const std::function<void()>& work) {
@@ -137,12 +141,14 @@ Trainer::LinePoint Trainer::line_point(const Tensor& loss, const Tensor& window_
     line_host_ = runtime::allocate_pinned(kStagedValues * kStagedValue);
     line_ready_ = std::make_unique<StreamEvent>();
   }
+  // One kernel writes them all into the pinned staging (which the GPU reaches directly).
   char* staged = static_cast<char*>(line_host_);
   const Tensor* values[] = {&point.loss, &point.grad_norm, &point.skipped, &point.window_loss};
+  DeviceWrites copies;
   for (int i = 0; i < kErrorWordSlot; ++i)
-    if (values[i]->defined()) runtime::copy_to_host_async(staged + i * kStagedValue, values[i]->data_ptr(), values[i]->nbytes());
-  runtime::copy_to_host_async(staged + kErrorWordSlot * kStagedValue, runtime::device_error_word_address(),
-                              sizeof(unsigned));
+    if (values[i]->defined()) copies.copies.push_back({staged + i * kStagedValue, values[i]->data_ptr(), values[i]->nbytes()});
+  copies.copies.push_back({staged + kErrorWordSlot * kStagedValue, runtime::device_error_word_address(), sizeof(unsigned)});
+  runtime::write_on_device(copies);
   line_ready_->record(StreamEvent::Stream::Compute);
   point.staged = true;
   return point;
@@ -222,7 +228,6 @@ FitSummary Trainer::fit(int64_t total_steps) {
   std::vector<Batch> micro_batches(static_cast<size_t>(accum));
   std::optional<LinePoint> pending;
   while (step_ < total_steps) {
-    optimizer_.set_lr(options_.schedule.at(step_));  // a device write, outside any captured region
     for (Batch& b : micro_batches) b = prefetcher_->next();
     if (items_per_step_ == 0)
       items_per_step_ = accum * (options_.items_per_batch > 0 ? options_.items_per_batch : micro_batches[0].rows());

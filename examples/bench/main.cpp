@@ -1,6 +1,6 @@
 // ft-bench: measurements on the GPU, printed as tables. Subcommands:
 //   ft-bench ops    the memory-bound fused ops (fwd+bwd) in both kernel modes
-//   ft-bench adamw  one optimizer step over gpt2-124M's fp32 parameters, fused vs twin
+//   ft-bench adamw  one optimizer step over gpt2-124M's parameters (f32, and bf16 with masters), fused vs twin
 //   ft-bench gpt2   whole gpt2-124M training steps in both kernel modes
 #include <cstdio>
 #include <cstring>
@@ -37,8 +37,9 @@ int run_ops(int argc, char** argv) {
 }
 
 int run_adamw(int argc, char** argv) {
-  ft::cli::Args args("ft-bench adamw", "Times one AdamW step over the 148 fp32 parameter tensors of gpt2-124M (124.5M\n"
-                                       "parameters): fused multi-tensor, fused with norm + clipping, and the per-tensor twin.");
+  ft::cli::Args args("ft-bench adamw", "Times one AdamW step over the 148 parameter tensors of gpt2-124M (124.5M parameters,\n"
+                                       "f32 gradients): fused multi-tensor on f32 parameters, the same with norm + clipping,\n"
+                                       "on bf16 parameters with f32 masters as in the gpt2 step, and the per-tensor twin.");
   args.flag("iterations", "50", "timed iterations (median reported)");
   args.flag("warmup", "5", "untimed iterations first");
   if (!args.parse(argc - 1, argv + 1)) return 0;
@@ -72,7 +73,7 @@ int run(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::printf("usage: ft-bench SUBCOMMAND [flags]\n\nsubcommands:\n"
                 "  ops    memory-bound fused ops, forward+backward, fused vs unfused (ft-bench ops --help)\n"
-                "  adamw  one AdamW step over gpt2-124M's fp32 parameters (ft-bench adamw --help)\n"
+                "  adamw  one AdamW step over gpt2-124M's parameters (ft-bench adamw --help)\n"
                 "  gpt2   whole gpt2-124M training steps, fused vs unfused (ft-bench gpt2 --help)\n");
     return argc < 2 ? 1 : 0;
   }

@@ -9,6 +9,7 @@
 
 #include <cuda_profiler_api.h>
 
+#include "lib/cuda/device_writes.h"
 #include "lib/runtime.h"
 
 namespace ft::cuda {
@@ -185,11 +186,21 @@ void profiler_stop() {
   FT_CUDA_CHECK(cudaProfilerStop());
 }
 
-CapturedGraph::CapturedGraph(const std::function<void()>& work) {
+CapturedGraph::CapturedGraph(const std::function<void()>& work, const DeviceWrites* per_replay) {
   cudaStream_t s = cuda::stream();
   FT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
+    if (per_replay) {
+      cuda::launch_device_writes(*per_replay);
+      // The node just captured is the stream's one dependency now: the handle replays re-point.
+      cudaStreamCaptureStatus status{};
+      const cudaGraphNode_t* dependencies = nullptr;
+      size_t count = 0;
+      FT_CUDA_CHECK(cudaStreamGetCaptureInfo(s, &status, nullptr, nullptr, &dependencies, nullptr, &count));
+      FT_CHECK(count == 1, "CapturedGraph: expected the device-writes kernel as the one dependency, got ", count);
+      writes_node_ = dependencies[0];
+    }
     work();
   } catch (const std::exception& e) {
     cudaStreamEndCapture(s, &graph);
@@ -216,6 +227,12 @@ CapturedGraph::~CapturedGraph() {
 }
 
 void CapturedGraph::replay() { FT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::stream())); }
+
+void CapturedGraph::replay(const DeviceWrites& per_replay) {
+  FT_CHECK(writes_node_ != nullptr, "CapturedGraph::replay: this graph was captured without per-replay writes");
+  cuda::set_device_writes(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaGraphNode_t>(writes_node_), per_replay);
+  replay();
+}
 
 void synchronize() {
   if (cuda_available()) cuda::check_device_errors();
@@ -326,11 +343,6 @@ void release_pinned(void* ptr) {
 }
 
 const void* device_error_word_address() { return cuda::device_error_word(); }
-
-void copy_to_host_async(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda::stream()));
-}
 
 void copy_to_device_async(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;

@@ -32,10 +32,12 @@ namespace ft::cuda {
 
 constexpr int kChunkThreads = 512;
 constexpr int kBlocksPerSM = 2;  // with __launch_bounds__ below: at most 64 registers a thread
-/// Elements a thread handles per access: two 16-byte accesses of f32, one of bf16. On the H100
-/// (adamw-gpt2, docs/performance.md) groups of 4 or 8 and blocks of 256 or 512 threads all ran
-/// at 84–85% of the HBM ceiling (1.366–1.386 ms) with apex's chunking; 8 and 512 are kept.
-constexpr int kGroup = 8;
+/// Elements a thread handles per access: one 16-byte access of f32, one 8-byte access of bf16.
+/// On the H100 (ft-bench adamw, docs/performance.md, 2026-11-24) groups of 4 beat groups of 8
+/// with balanced block shares: 1.245 against 1.293 ms on f32 parameters, and 1.530 against 1.782
+/// ms on bf16 parameters with f32 masters (the gpt2 step's update, which spilled at 8 under the
+/// 64-register cap). Blocks of 1024 threads ran as fast; one block of 512 an SM was slower.
+constexpr int kGroup = 4;
 constexpr int64_t kUnitElements = static_cast<int64_t>(kChunkThreads) * kGroup;
 constexpr int64_t kMaxTensorIds = 65536;  // ids travel as 16-bit values
 constexpr int64_t kMaxUnitsPerLaunch = 2147483647LL;  // unit offsets travel as 32-bit values
@@ -176,10 +178,16 @@ __device__ __forceinline__ void for_each_group(int64_t begin, int64_t count, F&&
     f(begin + k, count - k < kGroup ? static_cast<int>(count - k) : kGroup);
 }
 
+/// Elements per access of a group: a 16-byte access, or the whole group when it is smaller (a
+/// group of 4 bf16 is one 8-byte access).
+template <class T>
+constexpr int kGroupPack = kPackSize<T> < kGroup ? kPackSize<T> : kGroup;
+static_assert(kGroup % kGroupPack<float> == 0 && kGroup % kGroupPack<__nv_bfloat16> == 0);
+
 template <class T>
 __device__ __forceinline__ void load_group(const T* p, int64_t i, int n, float (&v)[kGroup]) {
   if (n == kGroup) {
-    constexpr int kPack = kPackSize<T>;  // elements per 16-byte access
+    constexpr int kPack = kGroupPack<T>;
 #pragma unroll
     for (int h = 0; h < kGroup / kPack; ++h) load_pack<T, kPack>(p + i + h * kPack, *reinterpret_cast<float(*)[kPack]>(v + h * kPack));
   } else {
@@ -191,7 +199,7 @@ __device__ __forceinline__ void load_group(const T* p, int64_t i, int n, float (
 template <class T>
 __device__ __forceinline__ void store_group(T* p, int64_t i, int n, const float (&v)[kGroup]) {
   if (n == kGroup) {
-    constexpr int kPack = kPackSize<T>;
+    constexpr int kPack = kGroupPack<T>;
 #pragma unroll
     for (int h = 0; h < kGroup / kPack; ++h)
       store_pack<T, kPack>(p + i + h * kPack, *reinterpret_cast<const float(*)[kPack]>(v + h * kPack));

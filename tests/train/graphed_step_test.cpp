@@ -37,7 +37,10 @@ struct RunResult {
 // dropout, cross-entropy) and AdamW with clipping, trained `steps` steps on fresh random batches
 // of `micro` micro-batches each. With `graph` the steps go through GraphedStep, else through the
 // same training_step eagerly.
-RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at = -1, int64_t micro = 1) {
+// With `lr_in_graph` the learning rate is one of the replay's device writes
+// (Optimizer::set_lr_deferred, as the Trainer does), else a fill before each step.
+RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at = -1, int64_t micro = 1,
+                bool lr_in_graph = false) {
   PhiloxCounter::on(device).set(0);
   Generator gen(11);
   Sequential model;
@@ -62,8 +65,14 @@ RunResult train(Device device, bool graph, int64_t steps, int64_t odd_batch_at =
     for (int64_t i = 0; i < micro; ++i)
       batches.push_back({{"x", Tensor::randn({rows, 48}, data, DType::F32, kCPU).to(device)},
                          {"y", random_ids({rows}, 10, DType::I64, kCPU, data).to(device)}});
-    optimizer.set_lr(3e-3 * (1.0 - 0.05 * static_cast<double>(s)));  // changes every step
-    const Tensor loss = graph ? graphed.run(batches) : one_step(batches);
+    const double lr = 3e-3 * (1.0 - 0.05 * static_cast<double>(s));  // changes every step
+    Tensor loss;
+    if (graph && lr_in_graph) {
+      loss = graphed.run(batches, {optimizer.set_lr_deferred(lr)});
+    } else {
+      optimizer.set_lr(lr);
+      loss = graph ? graphed.run(batches) : one_step(batches);
+    }
     r.losses.push_back(loss.item());
   }
   r.replayed = graphed.replaying();
@@ -84,6 +93,16 @@ TEST(GraphedStepTest, ReplaysMatchEagerStepsBitForBit) {
     // match the eager run, and a run that learned nothing would not show it.
     EXPECT_NE(eager.losses.front(), eager.losses.back());
   }
+}
+
+TEST(GraphedStepTest, TheLearningRateAsAReplayWriteMatchesEagerSteps) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  KernelModeGuard guard(KernelMode::Fused);
+  // The odd batch at step 5 runs eagerly after the capture: the write must happen there too.
+  const RunResult eager = train(kCUDA, false, 8, 5), replayed = train(kCUDA, true, 8, 5, 1, true);
+  EXPECT_TRUE(replayed.replayed);
+  EXPECT_EQ(replayed.losses, eager.losses);
+  EXPECT_EQ(replayed.params, eager.params);
 }
 
 TEST(GraphedStepTest, AnotherBatchShapeRunsEagerlyAndStillMatches) {
