@@ -1,5 +1,6 @@
 #include "layers/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lib/error.h"
@@ -17,7 +18,8 @@ namespace {
 // GPT-2's initialization: N(0, 0.02²) weights, zero biases; projections that write into the
 // residual stream scaled by 1/√(2L) so the stream's variance does not grow with depth. The
 // Linears are built with init = false, so their own uniform draws are reserved but never made.
-void init_linear(Linear& layer, Generator& gen, double std) {
+void init_linear(Module& module, Generator& gen, double std) {
+  const Linear& layer = dynamic_cast<const Linear&>(module);
   layer.weight().assign_(Tensor::normal(layer.weight().shape(), gen, std));
   if (layer.bias().defined()) layer.bias().fill_(0.0);
 }
@@ -52,6 +54,48 @@ Tensor GPTBlock::attend(const Tensor& x) {
   // The fused kernel reads the heads straight out of the [B, T, 3C] projection and writes
   // [B, T, C] for the output projection: no split or merge copies.
   return attn_proj_->forward(attention_qkv(qkv_->forward(x), config_.heads, /*causal=*/true));
+}
+
+const std::vector<std::pair<std::string, std::string>>& GPT::lora_targets() {
+  static const std::vector<std::pair<std::string, std::string>> targets = {
+      {"qkv", "attn.c_attn"}, {"attn_proj", "attn.c_proj"}, {"fc", "mlp.c_fc"}, {"mlp_proj", "mlp.c_proj"}};
+  return targets;
+}
+
+void GPTBlock::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen) {
+  const std::pair<const char*, std::shared_ptr<Module>*> slots[] = {
+      {"qkv", &qkv_}, {"attn_proj", &attn_proj_}, {"fc", &fc_}, {"mlp_proj", &mlp_proj_}};
+  for (const auto& [target, path] : GPT::lora_targets()) {
+    if (std::find(targets.begin(), targets.end(), target) == targets.end()) continue;
+    for (const auto& [name, slot] : slots) {
+      if (target != name) continue;
+      const auto base = std::dynamic_pointer_cast<Linear>(*slot);
+      FT_CHECK(base != nullptr, "GPT::add_lora: ", target, " has an adapter already");
+      *slot = std::make_shared<LoRALinear>(base, config, gen);
+      replace_module(path, *slot);
+    }
+  }
+}
+
+void GPT::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) {
+  config.check();
+  FT_CHECK(!targets.empty(), "GPT::add_lora: no targets (choose from qkv, attn_proj, fc, mlp_proj)");
+  for (const std::string& t : targets) {
+    const auto& known = lora_targets();
+    FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == t; }),
+             "GPT::add_lora: unknown target '", t, "' (choose from qkv, attn_proj, fc, mlp_proj)");
+  }
+  set_trainable(false);
+  Generator gen(seed);
+  for (auto& block : blocks_) block->add_lora(config, targets, gen);
+}
+
+std::map<std::string, Tensor> GPT::lora_state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : named_parameters())
+    if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos)
+      out.emplace(name, t.detach());
+  return out;
 }
 
 std::pair<Tensor, Tensor> GPTBlock::forward_block(const Tensor& residual, const Tensor& pending) {

@@ -2,15 +2,20 @@
 // blocks (the residual add of each sub-layer fused into the next norm with add_layer_norm), a
 // fused QKV projection read in place by flash attention, an MLP whose bias + GELU ride in its
 // first linear, a final norm, and the loss through
-// linear_cross_entropy against the tied token embedding.
+// linear_cross_entropy against the tied token embedding. add_lora wraps chosen linears in LoRA
+// adapters for fine-tuning (layers/lora.h).
 //
 // B: batch, T: sequence length, C: channels, NH: heads, HS = C / NH, V: vocabulary.
 #pragma once
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/embedding.h"
 #include "layers/linear.h"
+#include "layers/lora.h"
 #include "layers/module.h"
 
 namespace ft {
@@ -29,12 +34,15 @@ class GPTBlock : public Module {
   /// Runs the block on residual + pending (pending: the previous sub-layer's output not yet
   /// added; undefined for the first block). Returns {new residual, this block's MLP output}.
   std::pair<Tensor, Tensor> forward_block(const Tensor& residual, const Tensor& pending);
+  /// Wraps the named linears (qkv, attn_proj, fc, mlp_proj) in LoRA adapters.
+  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen);
 
  private:
   Tensor attend(const Tensor& x);  // [B, T, C] -> [B, T, C]
   GPTConfig config_;
   Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;
-  std::shared_ptr<Linear> qkv_, attn_proj_, fc_, mlp_proj_;
+  // Linears, or LoRALinears wrapping them once add_lora ran.
+  std::shared_ptr<Module> qkv_, attn_proj_, fc_, mlp_proj_;
 };
 
 class GPT : public Module {
@@ -47,6 +55,14 @@ class GPT : public Module {
   /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
   Tensor loss(const Tensor& ids, const Tensor& targets);
   const GPTConfig& config() const { return config_; }
+  /// LoRA fine-tuning: freezes every parameter, then wraps the `targets` linears of every
+  /// block (names from lora_targets()) in LoRA adapters, which alone train. Adapter parameters
+  /// are `h.{i}.attn.c_attn.lora_A.weight` and the like, on the model's device and dtype.
+  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed);
+  /// The adapters' parameters by name (empty without add_lora).
+  std::map<std::string, Tensor> lora_state_dict() const;
+  /// The target names add_lora takes, and the module path each wraps.
+  static const std::vector<std::pair<std::string, std::string>>& lora_targets();
 
  private:
   GPTConfig config_;

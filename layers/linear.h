@@ -22,6 +22,7 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) override;
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+  Activation activation() const { return options_.activation; }
 
  private:
   Options options_;

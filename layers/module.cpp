@@ -41,6 +41,15 @@ Tensor& Module::register_parameter(const std::string& name, Tensor tensor, bool 
   return params_.back().second;
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  for (auto& [child_name, child] : children_)
+    if (child_name == name) {
+      child = std::move(module);
+      return;
+    }
+  FT_FAIL("Module::replace_module: no child named '", name, "'");
+}
+
 std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [name, t] : named_parameters()) out.push_back(t);

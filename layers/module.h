@@ -71,6 +71,9 @@ class Module {
     children_.emplace_back(name, module);
     return module;
   }
+  /// Puts `module` in the place of the child registered as `name` (a layer wrapped by an
+  /// adapter keeps its name and position); an unknown name is an ft::Error.
+  void replace_module(const std::string& name, std::shared_ptr<Module> module);
 
  private:
   std::vector<std::pair<std::string, Tensor>> params_;

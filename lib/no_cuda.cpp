@@ -12,6 +12,7 @@
 #include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
+#include "lib/ops/lora_linear.h"
 #include "lib/runtime.h"
 
 namespace ft {
@@ -70,7 +71,7 @@ void arange(const Tensor&) { unavailable(); }
 void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
 void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
 void column_sums(const Tensor&, int64_t, int64_t, const GradOutput&) { unavailable(); }
-void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool) {
+void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, double) {
   unavailable();
 }
 void transpose_last2(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
@@ -89,6 +90,15 @@ void linear_forward(const Tensor&, const Tensor&, const Tensor&, Activation, con
 void linear_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&,
                      const GradOutput&, const GradOutput&) {
   FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
+}
+void lora_merge(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&) { unavailable(); }
+LoRASaved lora_linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const LoRAOptions&, const Tensor&) {
+  unavailable();
+}
+void lora_linear_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LoRAOptions&,
+                          const LoRASaved&, const Tensor&, const GradOutput&, const GradOutput&, const GradOutput&) {
+  unavailable();
 }
 void bias_act_forward(const Tensor&, const Tensor&, Activation, const Tensor&) { unavailable(); }
 void bias_act_backward(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const GradOutput&) {

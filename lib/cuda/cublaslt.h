@@ -9,7 +9,7 @@
 
 namespace ft::cuda {
 
-/// D[m, n] = op(A)[m, k] · op(B)[k, n] (column-major, lda/ldb/ldd the leading dims), repeated
+/// D[m, n] = alpha · op(A)[m, k] · op(B)[k, n] (column-major, lda/ldb/ldd the leading dims), repeated
 /// over `batch` matrices with the given element strides (stride_b 0 shares B).
 struct LtGemm {
   DType dtype = DType::F32;  // of A and B, and of D unless out_dtype says otherwise
@@ -32,6 +32,7 @@ struct LtGemm {
   void* aux = nullptr;   // GELU_AUX: pre-activation written; DGELU: read
   int64_t ld_aux = 0;
   bool accumulate = false;  // D += product (beta = 1) instead of D = product
+  double alpha = 1.0;       // the product's scale (LoRA's s·B·A, s·dYᵀ·u)
 };
 
 void run_gemm(const LtGemm& g);

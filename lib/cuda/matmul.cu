@@ -118,8 +118,8 @@ bool try_run_gemm(const LtGemm& g) {
     }
     algo = it->second;
   }
-  const double alpha64 = 1.0, beta64 = g.accumulate ? 1.0 : 0.0;
-  const float alpha32 = 1.0f, beta32 = g.accumulate ? 1.0f : 0.0f;
+  const double alpha64 = g.alpha, beta64 = g.accumulate ? 1.0 : 0.0;
+  const float alpha32 = static_cast<float>(g.alpha), beta32 = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
   FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, g.d, ld, g.d, ld, &algo,
@@ -132,9 +132,10 @@ bool try_run_gemm(const LtGemm& g) {
 }
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
-            bool trans_a, bool trans_b, bool b_batched, bool accumulate) {
+            bool trans_a, bool trans_b, bool b_batched, bool accumulate, double alpha) {
   LtGemm g;
   g.accumulate = accumulate;
+  g.alpha = alpha;
   g.dtype = a.dtype();
   g.out_dtype = out.dtype();  // f32 sums of bf16 products into a gradient view
   // Column-major view: Dᵀ[n, m] = op(B)ᵀ · op(A)ᵀ, with B and A as stored.

@@ -1,0 +1,128 @@
+// The fused LoRA linear's CUDA side (lib/ops/lora_linear.h): cuBLASLt products, the dropout
+// and bias + activation kernels, arranged so that the adapter costs the base linear as little
+// as possible. Without dropout the adapter is folded into the weight (one product forward, one
+// for dx); with it, the adapter's term is added in the base product's beta = 1.
+#include "lib/cuda/launchers.h"
+#include "lib/cuda/runtime.h"
+#include "lib/ops/bias_act.h"
+#include "lib/ops/dropout.h"
+#include "lib/ops/linear.h"
+#include "lib/ops/lora_linear.h"
+
+namespace ft::cuda {
+
+namespace {
+
+// Wm = W + s·B·A in a fresh buffer.
+Tensor merged_weight(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double scale) {
+  Tensor merged = Tensor::empty(weight.shape(), weight.dtype(), weight.device());
+  ft::cuda::lora_merge(weight, lora_a, lora_b, scale, merged);
+  return merged;
+}
+
+// drop(x) into a scratch buffer, from the same (seed, offset) as every other use of this mask.
+Tensor dropped_input(const Tensor& x, const LoRAOptions& options) {
+  Tensor dropped = Tensor::empty(x.shape(), x.dtype(), x.device());
+  dropout_forward(x, Tensor(), Tensor(), options.dropout, options.seed, options.offset, dropped);
+  return dropped;
+}
+
+}  // namespace
+
+void lora_merge(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double scale, const Tensor& out) {
+  // W copied, then the product added with beta = 1: f32 sums, one rounding.
+  if (!out.shares_storage(weight)) out.copy_(weight);
+  const int64_t rows = weight.size(0), cols = weight.size(1), r = lora_a.size(0);
+  matmul(lora_b, lora_a, out, 1, rows, cols, r, false, false, false, /*accumulate=*/true, scale);
+}
+
+LoRASaved lora_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
+                              const Tensor& lora_b, const LoRAOptions& options, const Tensor& y) {
+  const int64_t m = x.size(0), in = x.size(1), out = weight.size(0), r = lora_a.size(0);
+  const Activation act = options.activation;
+  LoRASaved saved;
+  saved.u = Tensor::empty({m, r}, x.dtype(), x.device());
+  if (options.dropout == 0.0) {
+    matmul(x, lora_a, saved.u, 1, m, r, in, false, true, false);
+    const Tensor merged = merged_weight(weight, lora_a, lora_b, options.scale);
+    // The base linear's epilogue (bias, activation, GELU's pre-activation as aux) where it
+    // applies: with a bias, and rows of OUT 16-byte aligned for the aux buffer.
+    if (bias.defined() && out % 8 == 0) {
+      Tensor pre = act == Activation::GELU ? Tensor::empty({m, out}, x.dtype(), x.device()) : Tensor();
+      linear_forward(x, merged, bias, act, y, pre);
+      saved.act_input = act == Activation::GELU ? pre : act == Activation::ReLU ? y : Tensor();
+      return saved;
+    }
+    if (!bias.defined() && act == Activation::None) {
+      matmul(x, merged, y, 1, m, out, in, false, true, false);
+      return saved;
+    }
+    Tensor pre = Tensor::empty({m, out}, x.dtype(), x.device());
+    matmul(x, merged, pre, 1, m, out, in, false, true, false);
+    bias_act_forward(pre, bias, act, y);
+    if (act != Activation::None) {
+      saved.act_input = pre;
+      saved.act_bias = bias;
+    }
+    return saved;
+  }
+  {  // the scratch drop(x) lives only for this product
+    const Tensor dropped = dropped_input(x, options);
+    matmul(dropped, lora_a, saved.u, 1, m, r, in, false, true, false);
+  }
+  Tensor pre = Tensor::empty({m, out}, x.dtype(), x.device());
+  matmul(saved.u, lora_b, pre, 1, m, out, r, false, true, false, false, options.scale);
+  matmul(x, weight, pre, 1, m, out, in, false, true, false, /*accumulate=*/true);
+  if (!bias.defined() && act == Activation::None) {
+    y.copy_(pre);
+    return saved;
+  }
+  bias_act_forward(pre, bias, act, y);
+  if (act != Activation::None) {
+    saved.act_input = pre;
+    saved.act_bias = bias;
+  }
+  return saved;
+}
+
+void lora_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& lora_a,
+                          const Tensor& lora_b, const LoRAOptions& options, const LoRASaved& saved, const Tensor& dx,
+                          const GradOutput& da, const GradOutput& db_lora, const GradOutput& dbias) {
+  const int64_t m = x.size(0), in = x.size(1), out = weight.size(0), r = lora_a.size(0);
+  const Activation act = options.activation;
+  Tensor dpre = dy;
+  if (act != Activation::None) {
+    dpre = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    bias_act_backward(dy, saved.act_input, saved.act_bias, act, dpre, dbias);
+  } else if (dbias.defined()) {
+    column_sums(dy, m, out, dbias);
+  }
+  // v = dpre·B feeds dA and, with dropout, dx.
+  Tensor v;
+  if (da.defined() || (dx.defined() && options.dropout > 0.0)) {
+    v = Tensor::empty({m, r}, dy.dtype(), dy.device());
+    matmul(dpre, lora_b, v, 1, m, r, out, false, false, false);
+  }
+  if (db_lora.defined())  // dB = s·dpreᵀ·u
+    matmul(dpre, saved.u, db_lora.tensor, 1, out, r, m, true, false, false, db_lora.accumulate, options.scale);
+  if (options.dropout == 0.0) {
+    if (dx.defined()) {
+      const Tensor merged = merged_weight(weight, lora_a, lora_b, options.scale);
+      matmul(dpre, merged, dx, 1, m, in, out, false, false, false);
+    }
+    if (da.defined()) matmul(v, x, da.tensor, 1, r, in, m, true, false, false, da.accumulate, options.scale);
+    return;
+  }
+  if (dx.defined()) {  // dx = drop'(s·v·A) + dpre·W
+    Tensor adapter = Tensor::empty({m, in}, dy.dtype(), dy.device());
+    matmul(v, lora_a, adapter, 1, m, in, r, false, false, false, false, options.scale);
+    dropout_backward(adapter, options.dropout, options.seed, options.offset, dx, Tensor());
+    matmul(dpre, weight, dx, 1, m, in, out, false, false, false, /*accumulate=*/true);
+  }
+  if (da.defined()) {
+    const Tensor dropped = dropped_input(x, options);
+    matmul(v, dropped, da.tensor, 1, r, in, m, true, false, false, da.accumulate, options.scale);
+  }
+}
+
+}  // namespace ft::cuda
