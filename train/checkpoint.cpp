@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "lib/error.h"
+#include "lib/ops/random.h"
 #include "train/safetensors.h"
 
 namespace ft {
@@ -31,6 +33,12 @@ std::string step_folder_name(int64_t step) {
   return name;
 }
 
+// Where the model's parameters live (the CPU for a model without any).
+Device model_device(const Module& model) {
+  const std::vector<Tensor> params = model.parameters();
+  return params.empty() ? kCPU : params.front().device();
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const AdamW& optimizer,
@@ -46,6 +54,9 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
 
   std::map<std::string, std::string> meta = run_state;
   meta["step"] = std::to_string(step);
+  // The dropout masks' counter (LoRA's adapter dropout, the MLP's): a resumed run draws the masks
+  // the uninterrupted one would have.
+  meta["philox"] = std::to_string(PhiloxCounter::on(model_device(model)).value());
   save_safetensors((temp_dir / "model.safetensors").string(), model.state_dict(), {{"format", "pt"}});
   save_safetensors((temp_dir / "optimizer.safetensors").string(), optimizer.state(), meta);
   fsync_path(temp_dir, true);
@@ -91,6 +102,14 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   // The step count first: it resets the device counters, which the saved state then restores.
   optimizer.set_step_count(std::stoll(it->second));
   optimizer.load_state(state.tensors);
+  if (auto philox = state.metadata.find("philox"); philox != state.metadata.end()) {  // absent in older checkpoints
+    uint64_t value = 0;
+    const std::string& text = philox->second;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    FT_CHECK(error == std::errc() && end == text.data() + text.size(), "load_checkpoint: '", dir.string(),
+             "' has a bad philox counter '", text, "' in its metadata");
+    PhiloxCounter::on(model_device(model)).set(value);
+  }
   return state.metadata;
 }
 

@@ -37,13 +37,17 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode) {
   const GPTConfig config{.vocab = 50304, .block_size = 1024, .layers = o.layers, .heads = 12, .channels = 768};
   GPT model(config, 1234);
   model.to(kCUDA, DType::BF16);
+  if (o.lora) model.add_lora(*o.lora, {"qkv", "attn_proj", "fc", "mlp_proj"}, 4321);
   AdamW optimizer(model.parameters(), AdamW::Options{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                                                      .weight_decay = 0.1, .policy = {.max_grad_norm = 1.0}});
   Generator gen(99);
   auto tokens = [&] { return (Tensor::rand({o.batch, o.seq}, gen) * 50257.0).to(DType::I64); };
   const Tensor ids = tokens(), targets = tokens();
   FixedBatchSource source({{"inputs", ids}, {"targets", targets}});
-  const double flops_per_token = 6.0 * static_cast<double>(model.parameter_count()) +
+  // 2 FLOPs a parameter a token forward, 2 for the input gradient, 2 for its own gradient when it
+  // trains (frozen ones have none), and the attention's 6·L·C·T.
+  const double flops_per_token = 4.0 * static_cast<double>(model.parameter_count()) +
+                                 2.0 * static_cast<double>(model.trainable_parameter_count()) +
                                  6.0 * static_cast<double>(config.layers * config.channels * o.seq);
   Trainer trainer(model, optimizer, source,
                   [&](Module&, const Batch& b) { return model.loss(b.at("inputs"), b.at("targets")); },
@@ -74,10 +78,13 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode) {
 }  // namespace
 
 int run_gpt2_bench(const Gpt2BenchOptions& o) {
-  std::printf("ft-bench gpt2: L=%lld C=768 NH=12 V=50304, B=%lld T=%lld, bf16, AdamW + clip, %d steps after %d "
+  std::printf("ft-bench %s: L=%lld C=768 NH=12 V=50304, B=%lld T=%lld, bf16, AdamW + clip, %d steps after %d "
               "warm-up, on %s\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.batch), static_cast<long long>(o.seq),
-              o.steps, o.warmup, device_name().c_str());
+              o.lora ? "lora" : "gpt2", static_cast<long long>(o.layers), static_cast<long long>(o.batch),
+              static_cast<long long>(o.seq), o.steps, o.warmup, device_name().c_str());
+  if (o.lora)
+    std::printf("LoRA r=%lld alpha=%g dropout=%g on qkv, attn_proj, fc, mlp_proj; the base frozen\n",
+                static_cast<long long>(o.lora->rank), o.lora->alpha, o.lora->dropout);
   Gpt2Result results[2];
   const bool run[2] = {o.kernels != "fused", o.kernels != "unfused"};  // unfused, fused
   for (int fused = 0; fused < 2; ++fused) {
@@ -96,8 +103,8 @@ int run_gpt2_bench(const Gpt2BenchOptions& o) {
     std::printf("%-10s %10.2f %10.2f %12.0f %8s %12.2f %10.4f %8s\n", fused ? "fused" : "unfused", r.ms, r.wall_ms,
                 r.tok_per_s, mfu_text, peak_gb, r.final_loss, r.replayed ? "replay" : "eager");
     if (r.mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.4f", *r.mfu);
-    std::printf("RESULT gpt2 kernels=%s graph=%d ms=%.3f wall_ms=%.3f tok_per_s=%.0f mfu=%s peak_gb=%.3f\n",
-                fused ? "fused" : "unfused", r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text, peak_gb);
+    std::printf("RESULT %s kernels=%s graph=%d ms=%.3f wall_ms=%.3f tok_per_s=%.0f mfu=%s peak_gb=%.3f\n",
+                o.lora ? "lora" : "gpt2", fused ? "fused" : "unfused", r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text, peak_gb);
   }
   std::printf("(gpu ms: median of CUDA events around each step, the kernels alone; wall ms: wall clock per step)\n");
   if (run[0] && run[1]) std::printf("fused vs unfused: %.2fx\n", results[0].ms / results[1].ms);

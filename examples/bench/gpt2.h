@@ -1,7 +1,11 @@
-// ft-bench gpt2: whole training steps of gpt2-124M (BENCHMARKS.md) in both kernel modes.
+// ft-bench gpt2: whole training steps of gpt2-124M (BENCHMARKS.md) in both kernel modes; with
+// `lora`, LoRA fine-tuning steps (ft-bench lora, the lora-gpt2 workload).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "layers/lora.h"
 
 namespace ft::bench {
 
@@ -13,6 +17,7 @@ struct Gpt2BenchOptions {
   int steps = 10;
   std::string kernels = "both";  // fused, unfused or both
   bool graph = false;            // replay the step from a CUDA graph
+  std::optional<LoRAConfig> lora;  // LoRA fine-tuning steps (all four targets, the base frozen)
 };
 
 int run_gpt2_bench(const Gpt2BenchOptions& options);

@@ -2,6 +2,7 @@
 //   ft-bench ops    the memory-bound fused ops (fwd+bwd) in both kernel modes
 //   ft-bench adamw  one optimizer step over gpt2-124M's parameters (f32, and bf16 with masters), fused vs twin
 //   ft-bench gpt2   whole gpt2-124M training steps in both kernel modes
+//   ft-bench lora   the same steps as LoRA fine-tuning (lora-gpt2)
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -48,25 +49,43 @@ int run_adamw(int argc, char** argv) {
                                      .iterations = static_cast<int>(args.integer("iterations"))});
 }
 
-int run_gpt2(int argc, char** argv) {
-  ft::cli::Args args("ft-bench gpt2", "Times whole gpt2-124M training steps (forward, loss, backward, clipping, AdamW) on\n"
-                                      "random tokens in both kernel modes: ms/step, tok/s, MFU, peak device memory.");
+// ft-bench gpt2 and ft-bench lora share their flags; lora adds the adapters' and defaults to the
+// lora-gpt2 workload (r = 16 on all four linears of every block, the base frozen).
+int run_gpt2(int argc, char** argv, bool lora) {
+  ft::cli::Args args(lora ? "ft-bench lora" : "ft-bench gpt2",
+                     lora ? "Times whole LoRA fine-tuning steps of gpt2-124M (the lora-gpt2 workload: adapters on\n"
+                            "qkv, attn_proj, fc and mlp_proj of every block, the bf16 base frozen, AdamW on the\n"
+                            "adapters) on random tokens: ms/step, tok/s, MFU, peak device memory."
+                          : "Times whole gpt2-124M training steps (forward, loss, backward, clipping, AdamW) on\n"
+                            "random tokens in both kernel modes: ms/step, tok/s, MFU, peak device memory.");
   args.flag("batch", "16", "sequences per step (B)");
   args.flag("seq", "1024", "tokens per sequence (T)");
   args.flag("layers", "12", "transformer blocks (12 is gpt2-124M)");
   args.flag("steps", "10", "timed steps (median reported)");
   args.flag("warmup", "3", "untimed steps first");
-  args.flag("kernels", "both", "fused, unfused or both");
-  args.flag("graph", "0", "1: replay each step from a CUDA graph captured after the warm-up");
+  args.flag("kernels", lora ? "fused" : "both", "fused, unfused or both");
+  args.flag("graph", lora ? "1" : "0", "1: replay each step from a CUDA graph captured after the warm-up");
+  if (lora) {
+    args.flag("rank", "16", "the adapters' rank r");
+    args.flag("alpha", "32", "LoRA's alpha (the update is alpha/r * B*A)");
+    args.flag("dropout", "0", "dropout on the adapters' input");
+  }
   if (!args.parse(argc - 1, argv + 1)) return 0;
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
   const std::string kernels = args.str("kernels");
   FT_CHECK(kernels == "fused" || kernels == "unfused" || kernels == "both",
-           "ft-bench gpt2: --kernels must be fused, unfused or both");
-  return ft::bench::run_gpt2_bench({.batch = args.integer("batch"), .seq = args.integer("seq"),
-                                    .layers = args.integer("layers"), .warmup = static_cast<int>(args.integer("warmup")),
-                                    .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
-                                    .graph = args.integer("graph") != 0});
+           "ft-bench: --kernels must be fused, unfused or both");
+  ft::bench::Gpt2BenchOptions options{.batch = args.integer("batch"), .seq = args.integer("seq"),
+                                      .layers = args.integer("layers"),
+                                      .warmup = static_cast<int>(args.integer("warmup")),
+                                      .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
+                                      .graph = args.integer("graph") != 0};
+  if (lora) {
+    options.lora = ft::LoRAConfig{.rank = args.integer("rank"), .alpha = args.number("alpha"),
+                                  .dropout = args.number("dropout")};
+    options.lora->check();
+  }
+  return ft::bench::run_gpt2_bench(options);
 }
 
 int run(int argc, char** argv) {
@@ -74,12 +93,14 @@ int run(int argc, char** argv) {
     std::printf("usage: ft-bench SUBCOMMAND [flags]\n\nsubcommands:\n"
                 "  ops    memory-bound fused ops, forward+backward, fused vs unfused (ft-bench ops --help)\n"
                 "  adamw  one AdamW step over gpt2-124M's parameters (ft-bench adamw --help)\n"
-                "  gpt2   whole gpt2-124M training steps, fused vs unfused (ft-bench gpt2 --help)\n");
+                "  gpt2   whole gpt2-124M training steps, fused vs unfused (ft-bench gpt2 --help)\n"
+                "  lora   whole LoRA fine-tuning steps of gpt2-124M, r 16 (ft-bench lora --help)\n");
     return argc < 2 ? 1 : 0;
   }
   const std::string sub = argv[1];
   if (sub == "adamw") return run_adamw(argc, argv);
-  if (sub == "gpt2") return run_gpt2(argc, argv);
+  if (sub == "gpt2") return run_gpt2(argc, argv, false);
+  if (sub == "lora") return run_gpt2(argc, argv, true);
   FT_CHECK(sub == "ops", "ft-bench: unknown subcommand '", sub, "' (see --help)");
   return run_ops(argc, argv);
 }

@@ -1,5 +1,6 @@
 // ft-gpt2: trains a GPT-2 on llm.c token shards or on a text file read as bytes, with
-// validation, checkpoints (--resume continues a run exactly) and sampling for byte-level models.
+// validation, checkpoints (--resume continues a run exactly) and sampling for byte-level models;
+// with --lora-rank, LoRA fine-tuning of a base from --init-from (adapters saved as PEFT does).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,12 +17,26 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/checkpoint.h"
+#include "train/gpt2_init.h"
+#include "train/peft_adapter.h"
 #include "train/safetensors.h"
 #include "train/startup.h"
 #include "train/token_shards.h"
 #include "train/trainer.h"
 
 namespace {
+
+// "qkv,fc" -> {"qkv", "fc"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
 
 ft::GPTConfig preset(const std::string& name, int64_t vocab) {
   if (name == "tiny") return {.vocab = vocab, .block_size = 256, .layers = 2, .heads = 4, .channels = 64};
@@ -96,6 +111,16 @@ int run(int argc, char** argv) {
   args.flag("prompt", "", "text the samples start from");
   args.flag("temperature", "1.0", "sampling temperature");
   args.flag("top-k", "0", "sample among the k most likely tokens (0: all)");
+  args.flag("init-from", "", "start from these weights: an ft-gpt2 checkpoint (a step_N folder or its\n"
+                            "model.safetensors) or a Hugging Face GPT-2 model.safetensors (or its folder); the\n"
+                            "--model preset must match its sizes");
+  args.flag("lora-rank", "0", "LoRA fine-tuning: adapters of this rank on --lora-targets, the base frozen (0: off,\n"
+                            "every weight trains)");
+  args.flag("lora-alpha", "16", "LoRA scale numerator: the update is alpha/r * B*A");
+  args.flag("lora-dropout", "0", "dropout on the adapters' input (0 takes the fastest path)");
+  args.flag("lora-targets", "qkv,attn_proj,fc,mlp_proj", "comma-separated linears of each block to adapt: qkv,\n"
+                            "attn_proj, fc, mlp_proj");
+  args.flag("lora-rslora", "0", "1: scale by alpha/sqrt(r) (rank-stabilized LoRA) instead of alpha/r");
   args.flag("dump-dir", "", "write what tests/parity/gpt2_parity.py compares to this folder: init.safetensors (the\n"
                             "initial parameters), batches.safetensors (every step's inputs and targets) and\n"
                             "grads.safetensors (step 1's gradients, before clipping, and its loss)");
@@ -130,7 +155,21 @@ int run(int argc, char** argv) {
   ft::mark_startup("data");
 
   ft::GPT model(config, seed);
+  if (!args.str("init-from").empty())
+    std::printf("initialized from %s (%s)\n", args.str("init-from").c_str(),
+                ft::init_gpt2_from(model, args.str("init-from")).c_str());
   model.to(device, dtype);
+  const int64_t lora_rank = args.integer("lora-rank");
+  FT_CHECK(lora_rank >= 0, "ft-gpt2: --lora-rank must not be negative, got ", lora_rank);
+  ft::PeftLoraConfig adapter;
+  if (lora_rank > 0) {
+    adapter = {.r = lora_rank, .alpha = args.number("lora-alpha"), .dropout = args.number("lora-dropout"),
+               .targets = split_list(args.str("lora-targets")), .rslora = args.integer("lora-rslora") != 0,
+               .base_model = args.str("init-from")};
+    model.add_lora(ft::LoRAConfig{.rank = adapter.r, .alpha = adapter.alpha, .dropout = adapter.dropout,
+                                  .rslora = adapter.rslora, .seed = seed},
+                   adapter.targets, seed + 1);
+  }
   ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.
   ft::AdamW optimizer(model.parameters(),
@@ -146,10 +185,10 @@ int run(int argc, char** argv) {
     std::printf("resumed from step %lld\n", static_cast<long long>(resumed_step));
   }
   ft::mark_startup("optimizer");
-  const int64_t params = model.parameter_count();
-  std::printf("ft-gpt2: %lld parameters (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, B=%lld T=%lld, "
-              "grad accum %lld, %lld steps\n",
-              static_cast<long long>(params), static_cast<long long>(config.layers),
+  const int64_t params = model.parameter_count(), trainable = model.trainable_parameter_count();
+  std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
+              "B=%lld T=%lld, grad accum %lld, %lld steps\n",
+              static_cast<long long>(params), static_cast<long long>(trainable), static_cast<long long>(config.layers),
               static_cast<long long>(config.channels), static_cast<long long>(config.heads),
               static_cast<long long>(vocab), device.str().c_str(), ft::dtype_name(dtype),
               ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(batch), static_cast<long long>(seq),
@@ -164,8 +203,10 @@ int run(int argc, char** argv) {
       .metrics_path = args.str("metrics"),
       .unit = "tok",
       .items_per_batch = batch * seq,
-      // 6 FLOPs per parameter per token (forward and backward) and the attention's 6·L·C·T.
-      .flops_per_item = 6.0 * static_cast<double>(params) + 6.0 * static_cast<double>(config.layers * config.channels * seq),
+      // Per parameter per token: 2 FLOPs forward, 2 for the input gradient, 2 for its own gradient
+      // when it trains (frozen ones have none); and the attention's 6·L·C·T.
+      .flops_per_item = 4.0 * static_cast<double>(params) + 2.0 * static_cast<double>(trainable) +
+                        6.0 * static_cast<double>(config.layers * config.channels * seq),
       .graph = ft::cli::graph_flag(args)};
 
   const int64_t val_every = args.integer("val-every");
@@ -198,6 +239,8 @@ int run(int argc, char** argv) {
       run_state["model"] = args.str("model");
       run_state["vocab"] = std::to_string(vocab);
       const std::string folder = ft::save_checkpoint(args.str("ckpt-dir"), step, model, optimizer, run_state);
+      // The adapters on their own too, as PEFT saves them (PeftModel.from_pretrained reads the folder).
+      if (lora_rank > 0) ft::save_peft_adapter(folder, model.lora_state_dict(), adapter);
       std::printf("checkpoint: %s\n", folder.c_str());
     };
   }
@@ -208,7 +251,7 @@ int run(int argc, char** argv) {
   auto named_f32 = [&](bool grads) {
     std::map<std::string, ft::Tensor> out;
     for (const auto& [name, p] : model.named_parameters())
-      out[name] = (grads ? p.grad() : p).to(ft::kCPU).to(ft::DType::F32);
+      if (!grads || p.requires_grad()) out[name] = (grads ? p.grad() : p).to(ft::kCPU).to(ft::DType::F32);
     return out;
   };
   std::map<std::string, ft::Tensor> dumped_batches;
