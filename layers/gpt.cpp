@@ -63,17 +63,15 @@ const std::vector<std::pair<std::string, std::string>>& GPT::lora_targets() {
 }
 
 void GPTBlock::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen) {
-  const std::pair<const char*, std::shared_ptr<Module>*> slots[] = {
-      {"qkv", &qkv_}, {"attn_proj", &attn_proj_}, {"fc", &fc_}, {"mlp_proj", &mlp_proj_}};
-  for (const auto& [target, path] : GPT::lora_targets()) {
+  // In the order of GPT::lora_targets().
+  std::shared_ptr<Module>* const members[] = {&qkv_, &attn_proj_, &fc_, &mlp_proj_};
+  for (size_t i = 0; i < GPT::lora_targets().size(); ++i) {
+    const auto& [target, path] = GPT::lora_targets()[i];
     if (std::find(targets.begin(), targets.end(), target) == targets.end()) continue;
-    for (const auto& [name, slot] : slots) {
-      if (target != name) continue;
-      const auto base = std::dynamic_pointer_cast<Linear>(*slot);
-      FT_CHECK(base != nullptr, "GPT::add_lora: ", target, " has an adapter already");
-      *slot = std::make_shared<LoRALinear>(base, config, gen);
-      replace_module(path, *slot);
-    }
+    const auto base = std::dynamic_pointer_cast<Linear>(*members[i]);
+    FT_CHECK(base != nullptr, "GPT::add_lora: ", target, " has an adapter already");
+    *members[i] = std::make_shared<LoRALinear>(base, config, gen);
+    replace_module(path, *members[i]);
   }
 }
 

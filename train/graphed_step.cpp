@@ -34,7 +34,8 @@ GraphedStep::GraphedStep(StepFn step, int64_t eager_steps) : step_(std::move(ste
 
 GraphedStep::~GraphedStep() = default;
 
-Tensor GraphedStep::eager(const std::vector<Batch>& micro_batches) {
+Tensor GraphedStep::eager(const std::vector<Batch>& micro_batches, const DeviceWrites& writes) {
+  runtime::write_on_device(writes);
   const Tensor loss = step_(micro_batches).detach();
   if (!loss_.defined() || loss_.shape() != loss.shape() || loss_.dtype() != loss.dtype() ||
       loss_.device() != loss.device())
@@ -61,13 +62,11 @@ Tensor GraphedStep::run(const std::vector<Batch>& micro_batches, const std::vect
   DeviceWrites inputs;
   inputs.scalars = values;
   if (!micro_batches[0].device().is_cuda() || capture_failed_) {
-    runtime::write_on_device(inputs);
-    return eager(micro_batches);
+    return eager(micro_batches, inputs);
   }
   if (!fits(micro_batches)) {
     if (graph_) {  // not the captured shapes
-      runtime::write_on_device(inputs);
-      return eager(micro_batches);
+      return eager(micro_batches, inputs);
     }
     // (Re)made while nothing is captured: the eager steps before the capture use them too.
     fixed_.clear();
@@ -87,8 +86,7 @@ Tensor GraphedStep::run(const std::vector<Batch>& micro_batches, const std::vect
       else f.copy_(t);
     }
   if (++calls_ <= eager_steps_ || !loss_.defined()) {
-    runtime::write_on_device(inputs);
-    return eager(fixed_);
+    return eager(fixed_, inputs);
   }
   if (!graph_) {
     try {
@@ -97,8 +95,7 @@ Tensor GraphedStep::run(const std::vector<Batch>& micro_batches, const std::vect
       capture_failed_ = true;
       std::fprintf(stderr, "note: the training step could not be captured as a CUDA graph; it runs eagerly (%s)\n",
                    e.what());
-      runtime::write_on_device(inputs);
-      return eager(fixed_);
+      return eager(fixed_, inputs);
     }
   }
   graph_->replay(inputs);

@@ -54,7 +54,8 @@ class GraphedStep {
   bool replaying() const { return graph_ != nullptr; }
 
  private:
-  Tensor eager(const std::vector<Batch>& micro_batches);
+  /// Does `writes` (the step's values, and its batch copies when there are any), then the step.
+  Tensor eager(const std::vector<Batch>& micro_batches, const DeviceWrites& writes);
   /// Whether the fixed buffers are those of micro-batches like these.
   bool fits(const std::vector<Batch>& micro_batches) const;
 

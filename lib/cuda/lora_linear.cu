@@ -42,9 +42,10 @@ LoRASaved lora_linear_forward(const Tensor& x, const Tensor& weight, const Tenso
   const Activation act = options.activation;
   LoRASaved saved;
   saved.u = Tensor::empty({m, r}, x.dtype(), x.device());
+  Tensor merged;
   if (options.dropout == 0.0) {
     matmul(x, lora_a, saved.u, 1, m, r, in, false, true, false);
-    const Tensor merged = merged_weight(weight, lora_a, lora_b, options.scale);
+    merged = merged_weight(weight, lora_a, lora_b, options.scale);
     // The base linear's epilogue (bias, activation, GELU's pre-activation as aux) where it
     // applies: with a bias, and rows of OUT 16-byte aligned for the aux buffer.
     if (bias.defined() && out % 8 == 0) {
@@ -53,30 +54,20 @@ LoRASaved lora_linear_forward(const Tensor& x, const Tensor& weight, const Tenso
       saved.act_input = act == Activation::GELU ? pre : act == Activation::ReLU ? y : Tensor();
       return saved;
     }
-    if (!bias.defined() && act == Activation::None) {
-      matmul(x, merged, y, 1, m, out, in, false, true, false);
-      return saved;
-    }
-    Tensor pre = Tensor::empty({m, out}, x.dtype(), x.device());
-    matmul(x, merged, pre, 1, m, out, in, false, true, false);
-    bias_act_forward(pre, bias, act, y);
-    if (act != Activation::None) {
-      saved.act_input = pre;
-      saved.act_bias = bias;
-    }
-    return saved;
-  }
-  {  // the scratch drop(x) lives only for this product
+  } else {  // the scratch drop(x) lives only for this product
     const Tensor dropped = dropped_input(x, options);
     matmul(dropped, lora_a, saved.u, 1, m, r, in, false, true, false);
   }
-  Tensor pre = Tensor::empty({m, out}, x.dtype(), x.device());
-  matmul(saved.u, lora_b, pre, 1, m, out, r, false, true, false, false, options.scale);
-  matmul(x, weight, pre, 1, m, out, in, false, true, false, /*accumulate=*/true);
-  if (!bias.defined() && act == Activation::None) {
-    y.copy_(pre);
-    return saved;
+  // pre = x·Wmᵀ, or s·u·Bᵀ + x·Wᵀ (beta = 1); then the bias and activation kernel, if any.
+  const bool plain = !bias.defined() && act == Activation::None;
+  const Tensor pre = plain ? y : Tensor::empty({m, out}, x.dtype(), x.device());
+  if (merged.defined()) {
+    matmul(x, merged, pre, 1, m, out, in, false, true, false);
+  } else {
+    matmul(saved.u, lora_b, pre, 1, m, out, r, false, true, false, false, options.scale);
+    matmul(x, weight, pre, 1, m, out, in, false, true, false, /*accumulate=*/true);
   }
+  if (plain) return saved;
   bias_act_forward(pre, bias, act, y);
   if (act != Activation::None) {
     saved.act_input = pre;

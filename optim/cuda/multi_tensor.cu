@@ -213,8 +213,10 @@ struct SGDOp {
   }
 };
 
-// A group of kGroup f32 elements is 32 bytes.
-bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 32 == 0; }
+// Groups are read and written whole: kGroup f32 elements (16 bytes), or bf16 ones (8).
+bool aligned(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % (kGroup * sizeof(float)) == 0;
+}
 
 }  // namespace
 

@@ -171,7 +171,7 @@ void multi_tensor_apply(const std::vector<ChunkedTensor<DEPTH>>& tensors, const 
 /// Calls f(i, n) for the groups of kGroup elements of [begin, begin + count) this thread owns,
 /// n = kGroup for whole groups and fewer for the tensor's last one. Segments start at multiples
 /// of kUnitElements, so groups are aligned whenever the tensor's storage is (fused_supported
-/// checks 32 bytes).
+/// checks a group's bytes).
 template <class F>
 __device__ __forceinline__ void for_each_group(int64_t begin, int64_t count, F&& f) {
   for (int64_t k = static_cast<int64_t>(threadIdx.x) * kGroup; k < count; k += static_cast<int64_t>(blockDim.x) * kGroup)
