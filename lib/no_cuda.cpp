@@ -71,7 +71,8 @@ void arange(const Tensor&) { unavailable(); }
 void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
 void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
 void column_sums(const Tensor&, int64_t, int64_t, const GradOutput&) { unavailable(); }
-void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, double) {
+void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, double,
+            const Tensor&) {
   unavailable();
 }
 void transpose_last2(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }

@@ -1,9 +1,16 @@
 """GPT-2 in plain PyTorch, built as fusedtrain's layers/gpt.cpp builds it and with its parameter
 names (so ft-gpt2's safetensors load as they are): tied token embedding, learned positions,
 pre-LayerNorm blocks, fused QKV projection, tanh GELU, final LayerNorm, mean cross-entropy.
-Shared by tests/parity/gpt2_parity.py and bench/peers/gpt2_torch.py."""
+Optional LoRA adapters (add_lora) as Hugging Face PEFT defines them, with ft's names.
+Shared by tests/parity/gpt2_parity.py, tests/parity/lora_parity.py and bench/peers/gpt2_torch.py,
+lora_torch.py."""
+import math
+
 import torch
 import torch.nn.functional as F
+
+# ft-gpt2's --lora-targets names and the linear of block h.{i} each adapts.
+LORA_TARGETS = {"qkv": "attn.c_attn", "attn_proj": "attn.c_proj", "fc": "mlp.c_fc", "mlp_proj": "mlp.c_proj"}
 
 
 class GPT(torch.nn.Module):
@@ -29,6 +36,38 @@ class GPT(torch.nn.Module):
             self.register_parameter(name.replace(".", "_"), param)
         self.p = p
         self.layers = layers
+        self.lora = {}  # adapter parameters by ft name (h.{i}.attn.c_attn.lora_A.weight, ...); empty: no LoRA
+
+    def add_lora(self, rank, alpha, targets=tuple(LORA_TARGETS), rslora=False, dropout=0.0, seed=0):
+        """LoRA as PEFT's LoraLayer: freezes every base parameter and gives each `targets` linear
+        (LORA_TARGETS' keys) of every block y = x·Wᵀ + b + s·(drop(x)·Aᵀ)·Bᵀ, s = alpha/r
+        (alpha/√r with rslora), with trainable fp32 A [r, in] (Kaiming-uniform, a = √5) and
+        B [out, r] (zeros, so the model is unchanged until B trains)."""
+        for param in self.p.values():
+            param.requires_grad_(False)
+        self.lora_scale = alpha / (math.sqrt(rank) if rslora else rank)
+        self.lora_dropout = dropout
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        for l in range(self.layers):
+            for target in targets:
+                module = f"h.{l}.{LORA_TARGETS[target]}"
+                out_features, in_features = self.p[module + ".weight"].shape
+                a = torch.empty(rank, in_features)
+                torch.nn.init.kaiming_uniform_(a, a=math.sqrt(5), generator=g)
+                device = self.p[module + ".weight"].device
+                for name, value in (("lora_A.weight", a), ("lora_B.weight", torch.zeros(out_features, rank))):
+                    param = torch.nn.Parameter(value.to(device))
+                    self.register_parameter(f"{module}.{name}".replace(".", "_"), param)
+                    self.lora[f"{module}.{name}"] = param
+
+    def linear(self, x, module):
+        """The linear `module` (e.g. h.0.attn.c_attn), with its LoRA adapter when it has one."""
+        y = F.linear(x, self.p[module + ".weight"], self.p[module + ".bias"])
+        a = self.lora.get(module + ".lora_A.weight")
+        if a is None:
+            return y
+        x = F.dropout(x, self.lora_dropout, self.training)
+        return y + self.lora_scale * F.linear(F.linear(x, a), self.lora[module + ".lora_B.weight"])
 
     def forward(self, ids, targets):
         p, b, t = self.p, ids.shape[0], ids.shape[1]
@@ -36,14 +75,15 @@ class GPT(torch.nn.Module):
         x = p["wte.weight"][ids] + p["wpe.weight"][:t]
         for l in range(self.layers):
             h = lambda n: p[f"h.{l}.{n}"]
+            linear = lambda z, n: self.linear(z, f"h.{l}.{n}")
             a = F.layer_norm(x, (c,), h("ln_1.weight"), h("ln_1.bias"), 1e-5)
-            q, k, v = F.linear(a, h("attn.c_attn.weight"), h("attn.c_attn.bias")).split(c, dim=2)
+            q, k, v = linear(a, "attn.c_attn").split(c, dim=2)
             q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
-            x = x + F.linear(y, h("attn.c_proj.weight"), h("attn.c_proj.bias"))
+            x = x + linear(y, "attn.c_proj")
             m = F.layer_norm(x, (c,), h("ln_2.weight"), h("ln_2.bias"), 1e-5)
-            m = F.gelu(F.linear(m, h("mlp.c_fc.weight"), h("mlp.c_fc.bias")), approximate="tanh")
-            x = x + F.linear(m, h("mlp.c_proj.weight"), h("mlp.c_proj.bias"))
+            m = F.gelu(linear(m, "mlp.c_fc"), approximate="tanh")
+            x = x + linear(m, "mlp.c_proj")
         x = F.layer_norm(x, (c,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
         logits = x @ p["wte.weight"].t()
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))

@@ -12,6 +12,7 @@
 
 #include "examples/bench/attention.h"
 #include "examples/bench/graph_timer.h"
+#include "examples/bench/lora_ops.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bias_act.h"
@@ -156,6 +157,7 @@ int run_ops_bench(const OpsBenchOptions& options) {
     linear_strategy_table(options);
   if (options.only.empty() || std::string("attention").find(options.only) != std::string::npos)
     attention_table(options);
+  if (options.only.empty() || std::string("lora").find(options.only) != std::string::npos) lora_table(options);
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);

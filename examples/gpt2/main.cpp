@@ -121,9 +121,11 @@ int run(int argc, char** argv) {
   args.flag("lora-targets", "qkv,attn_proj,fc,mlp_proj", "comma-separated linears of each block to adapt: qkv,\n"
                             "attn_proj, fc, mlp_proj");
   args.flag("lora-rslora", "0", "1: scale by alpha/sqrt(r) (rank-stabilized LoRA) instead of alpha/r");
-  args.flag("dump-dir", "", "write what tests/parity/gpt2_parity.py compares to this folder: init.safetensors (the\n"
-                            "initial parameters), batches.safetensors (every step's inputs and targets) and\n"
-                            "grads.safetensors (step 1's gradients, before clipping, and its loss)");
+  args.flag("dump-dir", "", "write what tests/parity/gpt2_parity.py and lora_parity.py compare to this folder:\n"
+                            "init.safetensors (the parameters this run starts from, after --init-from or\n"
+                            "--resume), batches.safetensors (every step's inputs and targets) and\n"
+                            "grads.safetensors (the gradients of this run's first step, before clipping, with its\n"
+                            "loss and step number; after --resume, the first step after the checkpoint)");
   if (!args.parse(argc, argv)) return 0;
 
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
@@ -255,6 +257,7 @@ int run(int argc, char** argv) {
     return out;
   };
   std::map<std::string, ft::Tensor> dumped_batches;
+  bool gradients_dumped = false;
   if (!dump_dir.empty()) {
     std::filesystem::create_directories(dump_dir);
     ft::save_safetensors(dump_dir + "/init.safetensors", named_f32(false));
@@ -268,10 +271,12 @@ int run(int argc, char** argv) {
           dumped_batches[std::string(name) + "." + key] = copy;
         }
       }
-      if (step == 0) {
+      if (!gradients_dumped) {
         char loss_text[32];
         std::snprintf(loss_text, sizeof loss_text, "%.9g", loss.item());
-        ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true), {{"loss", loss_text}});
+        ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true),
+                             {{"loss", loss_text}, {"step", std::to_string(step + 1)}});
+        gradients_dumped = true;
       }
     };
   }

@@ -32,6 +32,9 @@ struct LtGemm {
   void* aux = nullptr;   // GELU_AUX: pre-activation written; DGELU: read
   int64_t ld_aux = 0;
   bool accumulate = false;  // D += product (beta = 1) instead of D = product
+  /// With accumulate: the addend C when it is not D itself (D = product + C, C laid out as D),
+  /// so a sum into a fresh buffer needs no copy first.
+  const void* c = nullptr;
   double alpha = 1.0;       // the product's scale (LoRA's s·B·A, s·dYᵀ·u)
 };
 

@@ -32,9 +32,11 @@ void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mi
 void column_sums(const Tensor& x, int64_t rows, int64_t cols, const GradOutput& out);
 
 /// C[b] = alpha · op(A[b]) @ op(B[b]) for `batch` row-major matrices (b_batched false: one shared
-/// B); C[b] += ... when accumulate. C may be f32 for bf16 A and B (f32 sums, f32 stores).
+/// B); C[b] += ... when accumulate; C[b] = ... + addend[b] when addend (shaped as C) is given.
+/// C may be f32 for bf16 A and B (f32 sums, f32 stores).
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
-            bool trans_a, bool trans_b, bool b_batched, bool accumulate = false, double alpha = 1.0);
+            bool trans_a, bool trans_b, bool b_batched, bool accumulate = false, double alpha = 1.0,
+            const Tensor& addend = Tensor());
 
 void transpose_last2(const Tensor& x, const Tensor& out, int64_t batch, int64_t rows, int64_t cols);
 void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);

@@ -3,6 +3,7 @@
 // as possible. Without dropout the adapter is folded into the weight (one product forward, one
 // for dx); with it, the adapter's term is added in the base product's beta = 1.
 #include "lib/cuda/launchers.h"
+#include "lib/cuda/lora_adapter_grads.h"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/bias_act.h"
 #include "lib/ops/dropout.h"
@@ -30,10 +31,13 @@ Tensor dropped_input(const Tensor& x, const LoRAOptions& options) {
 }  // namespace
 
 void lora_merge(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double scale, const Tensor& out) {
-  // W copied, then the product added with beta = 1: f32 sums, one rounding.
-  if (!out.shares_storage(weight)) out.copy_(weight);
+  // One product whose addend is W (beta = 1, C = W, D = out): f32 sums, one rounding, no copy.
+  // In place (out is W) it goes through a scratch buffer: cuBLASLt rounds C = D differently by an
+  // ulp now and then, and a merged W must equal the Wm the fused forward computes.
   const int64_t rows = weight.size(0), cols = weight.size(1), r = lora_a.size(0);
-  matmul(lora_b, lora_a, out, 1, rows, cols, r, false, false, false, /*accumulate=*/true, scale);
+  const Tensor target = out.shares_storage(weight) ? Tensor::empty(out.shape(), out.dtype(), out.device()) : out;
+  matmul(lora_b, lora_a, target, 1, rows, cols, r, false, false, false, false, scale, weight);
+  if (!target.shares_storage(out)) out.copy_(target);
 }
 
 LoRASaved lora_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
@@ -88,14 +92,16 @@ void lora_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weigh
   } else if (dbias.defined()) {
     column_sums(dy, m, out, dbias);
   }
-  // v = dpre·B feeds dA and, with dropout, dx.
+  // v = dpre·B feeds dA and, with dropout, dx; dB = s·dpreᵀ·u. Both in one pass over dpre where
+  // the kernel covers the shapes, else as two products.
   Tensor v;
-  if (da.defined() || (dx.defined() && options.dropout > 0.0)) {
-    v = Tensor::empty({m, r}, dy.dtype(), dy.device());
-    matmul(dpre, lora_b, v, 1, m, r, out, false, false, false);
+  if (da.defined() || (dx.defined() && options.dropout > 0.0)) v = Tensor::empty({m, r}, dy.dtype(), dy.device());
+  const bool both = v.defined() && db_lora.defined() && lora_adapter_grads(dpre, lora_b, saved.u, options.scale, v, db_lora);
+  if (!both) {
+    if (v.defined()) matmul(dpre, lora_b, v, 1, m, r, out, false, false, false);
+    if (db_lora.defined())
+      matmul(dpre, saved.u, db_lora.tensor, 1, out, r, m, true, false, false, db_lora.accumulate, options.scale);
   }
-  if (db_lora.defined())  // dB = s·dpreᵀ·u
-    matmul(dpre, saved.u, db_lora.tensor, 1, out, r, m, true, false, false, db_lora.accumulate, options.scale);
   if (options.dropout == 0.0) {
     if (dx.defined()) {
       const Tensor merged = merged_weight(weight, lora_a, lora_b, options.scale);

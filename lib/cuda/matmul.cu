@@ -87,7 +87,8 @@ bool try_run_gemm(const LtGemm& g) {
   // The heuristic query costs host time; remember the answer per configuration.
   static std::mutex mutex;
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
-  const uint32_t alignment = common_alignment({g.a, g.b, g.d});
+  const void* addend = g.c ? g.c : g.d;
+  const uint32_t alignment = common_alignment({g.a, g.b, g.d, addend});
   const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.d_dtype()), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
                     static_cast<int>(g.epilogue), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
   cublasLtMatmulAlgo_t algo;
@@ -122,7 +123,7 @@ bool try_run_gemm(const LtGemm& g) {
   const float alpha32 = static_cast<float>(g.alpha), beta32 = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, g.d, ld, g.d, ld, &algo,
+  FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, addend, ld, g.d, ld, &algo,
                                  workspace, workspace_bytes, stream()));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
@@ -132,9 +133,10 @@ bool try_run_gemm(const LtGemm& g) {
 }
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, int64_t batch, int64_t m, int64_t n, int64_t k,
-            bool trans_a, bool trans_b, bool b_batched, bool accumulate, double alpha) {
+            bool trans_a, bool trans_b, bool b_batched, bool accumulate, double alpha, const Tensor& addend) {
   LtGemm g;
-  g.accumulate = accumulate;
+  g.accumulate = accumulate || addend.defined();
+  if (addend.defined()) g.c = addend.data_ptr();
   g.alpha = alpha;
   g.dtype = a.dtype();
   g.out_dtype = out.dtype();  // f32 sums of bf16 products into a gradient view

@@ -14,8 +14,9 @@
 //   summed in f32 with W and rounded once, as PEFT's merge does), and y is one product with
 //   Wm whose epilogue adds the bias and applies the activation: the base linear's cost plus
 //   an [OUT, IN] pass. u = x·Aᵀ [M, r] is computed for backward. Backward recomputes Wm and
-//   gives dx = dpre·Wm (base and adapter together in one product), v = dpre·B [M, r],
-//   dB = s·dpreᵀ·u and dA = s·vᵀ·x, the last two written straight into the f32 gradient views.
+//   gives dx = dpre·Wm (base and adapter together in one product), v = dpre·B [M, r] and
+//   dB = s·dpreᵀ·u from one pass over dpre (lib/cuda/lora_adapter_grads.h; bf16, r ≤ 32), and
+//   dA = s·vᵀ·x; dA and dB are written straight into the f32 gradient views.
 //   In bf16, Wm rounds the adapter's term to W's precision in the forward: its effect on y is
 //   exact on average but dithered element by element (docs/design-notes.md, "LoRA").
 // - p > 0: drop(x) is generated into a scratch buffer, u = drop(x)·Aᵀ, and the scratch is
@@ -50,8 +51,8 @@ Tensor lora_linear_composite(const Tensor& x, const Tensor& weight, const Tensor
 void lora_merge(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double scale, const Tensor& out);
 
 namespace cuda {
-/// lora_merge on CUDA (bf16/f32): W copied into out (unless out is W), then s·B·A added by one
-/// cuBLASLt product with beta = 1.
+/// lora_merge on CUDA (bf16/f32): one cuBLASLt product out = s·B·A + W (W as the addend C, so
+/// out needs no copy of W first; out may be W).
 void lora_merge(const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b, double scale, const Tensor& out);
 /// What the fused forward keeps for backward.
 struct LoRASaved {

@@ -134,6 +134,9 @@ std::vector<LoRACase> device_cases(DType dtype) {
       if (rank <= 30) cases.push_back({{37, 65}, 30, rank, false, p, Activation::None});
     }
   cases.push_back({{37, 65}, 30, 8, true, 0.1, Activation::GELU});
+  // Wide enough for the one-pass v and dB kernel to split OUT across blocks (v from partials).
+  cases.push_back({{300, 40}, 1160, 16, true, 0.0, Activation::None});
+  cases.push_back({{300, 40}, 520, 32, false, 0.1, Activation::GELU});
   if (dtype == DType::F32) cases.push_back({{37, 65}, 96, 8, true, 0.0, Activation::ReLU});
   return cases;
 }
@@ -154,13 +157,21 @@ TEST_P(LoRALinearDeviceTest, MatchesF64Reference) {
 INSTANTIATE_TEST_SUITE_P(Modes, LoRALinearDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
 
-// The fused path and the twin on the very same CUDA inputs; W never gets a gradient.
+// The fused path and the twin on the very same CUDA inputs, at sizes the f64 reference would
+// take long over; W never gets a gradient.
 TEST(LoRALinearFusedVsTwinTest, AgreeOnCudaAndLeaveWAlone) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
   for (const LoRACase& c : {LoRACase{{64, 96}, 160, 16, true, 0.0, Activation::GELU},
                             LoRACase{{64, 96}, 160, 16, true, 0.1, Activation::GELU},
-                            LoRACase{{33, 72}, 40, 8, false, 0.1, Activation::None}}) {
+                            LoRACase{{33, 72}, 40, 8, false, 0.1, Activation::None},
+                            // The one-pass v and dB kernel: several row subtiles per block; OUT
+                            // split across blocks (r 32: 256 columns a block); r 8 padded to 16;
+                            // r 64 takes the two products.
+                            LoRACase{{20000, 64}, 96, 16, true, 0.0, Activation::None},
+                            LoRACase{{3000, 64}, 1160, 32, false, 0.0, Activation::GELU},
+                            LoRACase{{3000, 64}, 1160, 64, false, 0.0, Activation::GELU},
+                            LoRACase{{3000, 64}, 1160, 8, true, 0.1, Activation::None}}) {
     SCOPED_TRACE(case_name(c));
     const std::vector<Tensor> masters = lora_inputs(c, gen);
     const Tensor upstream = random_tensor({shape_numel(c.x) / c.x.back(), c.out}, DType::F64, kCPU, gen);
