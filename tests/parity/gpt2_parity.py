@@ -25,6 +25,7 @@ from safetensors import safe_open
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
 from gpt2_model import GPT  # noqa: E402  (the model the torch.compile peer also runs)
+from torch_steps import adamw_losses  # noqa: E402
 
 # The preset, data and optimizer settings both sides use.
 MODEL = dict(layers=6, heads=6, channels=384)  # ft-gpt2 --model d6 (HS 64: the fused attention runs)
@@ -104,17 +105,8 @@ def main():
         rest = [p for p in model.p.values() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
                                 lr=LR, betas=BETAS, eps=EPS)
-        losses = []
-        for s in range(a.steps):
-            opt.zero_grad(set_to_none=True)
-            ids, targets = batch(s)
-            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                loss = model(ids, targets)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-            opt.step()
-            losses.append(loss.item())
-        return losses
+        return adamw_losses(model, opt, list(model.parameters()), batch, a.steps, a.device, dtype == torch.bfloat16,
+                            CLIP)
 
     fp32, bf16 = torch_curve(torch.float32), torch_curve(torch.bfloat16)
     relative = lambda x, y: abs(x - y) / abs(y)

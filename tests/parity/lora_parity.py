@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "peers"))
 from gpt2_model import GPT, LORA_TARGETS, init_gpt2_  # noqa: E402
+from torch_steps import adamw_losses  # noqa: E402
 
 # The d6 preset of ft-gpt2 (examples/gpt2/main.cpp): block size 1024; byte-level vocabulary.
 VOCAB, BLOCK, MODEL = 256, 1024, dict(layers=6, heads=6, channels=384)
@@ -269,16 +270,7 @@ def main():
         load(adapters0)
         params = list(model.lora.values())  # all 2-D: ft's AdamW decays them all
         opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD)
-        losses = []
-        for s in range(a.steps):
-            opt.zero_grad(set_to_none=True)
-            ids, tgt = batch(s)
-            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-                loss = model(ids, tgt)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, CLIP)
-            opt.step()
-            losses.append(loss.item())
+        losses = adamw_losses(model, opt, params, batch, a.steps, a.device, dtype == torch.bfloat16, CLIP)
         return losses, {n: p.detach().clone() for n, p in model.lora.items()}
 
     ft_losses = [losses_a.get(s + 1, float("nan")) for s in range(a.steps)]
