@@ -34,10 +34,11 @@ std::string LoadReport::str() const {
   return out;
 }
 
-Tensor& Module::register_parameter(const std::string& name, Tensor tensor, bool trainable) {
+Tensor& Module::register_parameter(const std::string& name, Tensor tensor, bool trainable, bool keep_dtype) {
   check_defined(tensor, "register_parameter", name.c_str());
   tensor.requires_grad_(trainable);
   params_.emplace_back(name, tensor);
+  keep_dtype_.push_back(keep_dtype);
   return params_.back().second;
 }
 
@@ -135,14 +136,17 @@ void Module::train(bool on) {
 
 void Module::to(Device device, DType dtype) {
   NoGradGuard no_grad;
-  for (auto& [name, p] : named_parameters()) {
-    Tensor moved = p.detach().to(dtype).to(device);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    const DType target = keep_dtype_[i] ? p.dtype() : dtype;
+    Tensor moved = p.detach().to(target).to(device);
     TensorImpl* impl = p.impl();
     impl->storage = moved.impl()->storage;
     impl->byte_offset = moved.impl()->byte_offset;
-    impl->dtype = dtype;
+    impl->dtype = target;
     impl->grad = Tensor();
   }
+  for (auto& [name, child] : children_) child->to(device, dtype);
 }
 
 int64_t Module::parameter_count() const {

@@ -58,14 +58,16 @@ class Module {
   bool is_training() const { return training_; }
 
   /// Moves and converts every parameter in place, keeping tensor identity (call before
-  /// building the optimizer).
+  /// building the optimizer). Parameters registered with keep_dtype move without converting.
   void to(Device device, DType dtype);
   int64_t parameter_count() const;
   int64_t trainable_parameter_count() const;
 
  protected:
-  /// Adds `tensor` as a parameter, requiring grad when trainable and not when frozen.
-  Tensor& register_parameter(const std::string& name, Tensor tensor, bool trainable = true);
+  /// Adds `tensor` as a parameter, requiring grad when trainable and not when frozen. With
+  /// keep_dtype, to() moves it but keeps its dtype: sparse embedding tables and their optimizer
+  /// accumulators stay f32 under a bf16 model (their updates are too small for bf16).
+  Tensor& register_parameter(const std::string& name, Tensor tensor, bool trainable = true, bool keep_dtype = false);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     children_.emplace_back(name, module);
@@ -77,6 +79,7 @@ class Module {
 
  private:
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<bool> keep_dtype_;  // per entry of params_
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -30,4 +30,21 @@ double evaluate_accuracy(Module& model, const Tensor& inputs, const Tensor& labe
   return static_cast<double>(correct) / static_cast<double>(inputs.size(0));
 }
 
+BinaryMetrics evaluate_binary(Module& model, BatchSource& source, int64_t batches, Device device,
+                              const std::function<Tensor(const Batch&)>& logits) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::vector<float> scores, labels;
+  for (int64_t b = 0; b < batches; ++b) {
+    const Batch host = source.next();
+    Batch on_device;
+    for (const auto& [name, t] : host) on_device.set(name, t.to(device));
+    for (double z : logits(on_device).to_vector()) scores.push_back(static_cast<float>(z));
+    for (double y : host.at("labels").to_vector()) labels.push_back(static_cast<float>(y));
+  }
+  model.train(was_training);
+  return binary_metrics_from_logits(scores, labels);
+}
+
 }  // namespace ft

@@ -3,11 +3,13 @@
 //   ft-bench adamw  one optimizer step over gpt2-124M's parameters (f32, and bf16 with masters), fused vs twin
 //   ft-bench gpt2   whole gpt2-124M training steps in both kernel modes
 //   ft-bench lora   the same steps as LoRA fine-tuning (lora-gpt2)
+//   ft-bench dlrm   whole DLRM training steps (dlrm-kaggle, dlrm-mlperf) and the embedding bag's kernels
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 
 #include "examples/bench/adamw.h"
+#include "examples/bench/dlrm.h"
 #include "examples/bench/gpt2.h"
 #include "examples/bench/ops.h"
 #include "examples/common/cli.h"
@@ -88,19 +90,44 @@ int run_gpt2(int argc, char** argv, bool lora) {
   return ft::bench::run_gpt2_bench(options);
 }
 
+int run_dlrm(int argc, char** argv) {
+  ft::cli::Args args("ft-bench dlrm",
+                     "Times whole DLRM training steps (bf16 MLPs with AdamW, f32 tables with sparse SGD inside\n"
+                     "backward, dot interaction, BCE) on a fixed random batch in both kernel modes, then the\n"
+                     "embedding bag's and the interaction's kernels alone.");
+  args.flag("preset", "bench", "bench (dlrm-kaggle: 26 x 100k x 64, batch 8192) or mlperf (26 x 1M x 128, batch 65536)");
+  args.flag("batch", "0", "samples per step (0: the preset's)");
+  args.flag("steps", "30", "timed steps (median reported)");
+  args.flag("warmup", "5", "untimed steps first");
+  args.flag("kernels", "both", "fused, unfused or both");
+  args.flag("graph", "1", "1: replay each step from a CUDA graph captured after the warm-up");
+  args.flag("ops", "1", "1: also time the embedding bag and the interaction alone");
+  if (!args.parse(argc - 1, argv + 1)) return 0;
+  FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
+  const std::string kernels = args.str("kernels");
+  FT_CHECK(kernels == "fused" || kernels == "unfused" || kernels == "both",
+           "ft-bench: --kernels must be fused, unfused or both");
+  return ft::bench::run_dlrm_bench({.preset = args.str("preset"), .batch = args.integer("batch"),
+                                    .warmup = static_cast<int>(args.integer("warmup")),
+                                    .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
+                                    .graph = args.integer("graph") != 0, .ops = args.integer("ops") != 0});
+}
+
 int run(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     std::printf("usage: ft-bench SUBCOMMAND [flags]\n\nsubcommands:\n"
                 "  ops    memory-bound fused ops, forward+backward, fused vs unfused (ft-bench ops --help)\n"
                 "  adamw  one AdamW step over gpt2-124M's parameters (ft-bench adamw --help)\n"
                 "  gpt2   whole gpt2-124M training steps, fused vs unfused (ft-bench gpt2 --help)\n"
-                "  lora   whole LoRA fine-tuning steps of gpt2-124M, r 16 (ft-bench lora --help)\n");
+                "  lora   whole LoRA fine-tuning steps of gpt2-124M, r 16 (ft-bench lora --help)\n"
+                "  dlrm   whole DLRM training steps and the embedding bag's kernels (ft-bench dlrm --help)\n");
     return argc < 2 ? 1 : 0;
   }
   const std::string sub = argv[1];
   if (sub == "adamw") return run_adamw(argc, argv);
   if (sub == "gpt2") return run_gpt2(argc, argv, false);
   if (sub == "lora") return run_gpt2(argc, argv, true);
+  if (sub == "dlrm") return run_dlrm(argc, argv);
   FT_CHECK(sub == "ops", "ft-bench: unknown subcommand '", sub, "' (see --help)");
   return run_ops(argc, argv);
 }

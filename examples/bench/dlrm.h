@@ -1,0 +1,21 @@
+// ft-bench dlrm: whole DLRM training steps (BENCHMARKS.md's dlrm-kaggle and dlrm-mlperf) in both
+// kernel modes, and the embedding bag's and the interaction's kernels alone with their bandwidth.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ft::bench {
+
+struct DlrmBenchOptions {
+  std::string preset = "bench";  // bench (dlrm-kaggle) or mlperf (dlrm-mlperf)
+  int64_t batch = 0;             // 0: the preset's
+  int warmup = 5;
+  int steps = 30;
+  std::string kernels = "both";  // fused, unfused or both
+  bool graph = true;
+  bool ops = true;  // also time the ops alone
+};
+
+int run_dlrm_bench(const DlrmBenchOptions& options);
+
+}  // namespace ft::bench

@@ -1,0 +1,118 @@
+// Row primitives of the embedding bag's twin (lib/ops/sparse_rows.h): each one simple kernel,
+// one thread per bag or per element, as an eager framework runs them. The fused embedding bag
+// (lib/cuda/embedding_bag.cu) shares bag_rows and does the rest in its own kernels.
+#include "lib/cuda/bags.cuh"
+#include "lib/cuda/launchers.h"
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/runtime.h"
+#include "lib/ops/sparse_rows.h"
+
+namespace ft::cuda {
+
+namespace {
+
+__global__ void bag_rows_kernel(const void* ids, bool ids64, const void* offsets, bool offsets64,
+                                const int64_t* row_offsets, int64_t tables, int64_t bags, int64_t n, int32_t* rows,
+                                int32_t* bag_of, unsigned* error_word) {
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < bags; k += (int64_t)gridDim.x * blockDim.x) {
+    const BagRange range = bag_range(offsets, offsets64, k, bags, n, error_word);
+    for (int64_t i = range.begin; i < range.end; ++i) {
+      rows[i] = static_cast<int32_t>(bag_row(ids, ids64, i, row_offsets, k % tables, error_word));
+      bag_of[i] = static_cast<int32_t>(k);
+    }
+  }
+}
+
+template <class T>
+__global__ void segment_sum_kernel(const T* x, const void* offsets, bool offsets64, bool mean, T* out,
+                                   int64_t segments, int64_t cols) {
+  const int64_t total = segments * cols;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t k = j / cols, c = j % cols;
+    const int64_t begin = load_id(offsets, offsets64, k), end = load_id(offsets, offsets64, k + 1);
+    acc_t<T> sum = 0;
+    for (int64_t i = begin; i < end; ++i) sum += to_acc(x[i * cols + c]);
+    if (mean && end > begin) sum /= static_cast<acc_t<T>>(end - begin);
+    out[j] = from_acc<T>(sum);
+  }
+}
+
+template <class T>
+__global__ void segment_spread_kernel(const T* grad, const void* offsets, bool offsets64, const int32_t* bags,
+                                      bool mean, T* dx, int64_t n, int64_t cols) {
+  const int64_t total = n * cols;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = j / cols, c = j % cols, k = bags[i];
+    acc_t<T> g = to_acc(grad[k * cols + c]);
+    if (mean) g /= static_cast<acc_t<T>>(load_id(offsets, offsets64, k + 1) - load_id(offsets, offsets64, k));
+    dx[j] = from_acc<T>(g);
+  }
+}
+
+template <class Word>
+__global__ void index_put_rows_kernel(Word* dst, const void* ids, bool ids64, const Word* src, int64_t n,
+                                      int64_t rows, int64_t words_per_row, unsigned* error_word) {
+  const int64_t total = n * words_per_row;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = j / words_per_row, w = j % words_per_row;
+    const int64_t id = load_id(ids, ids64, i);
+    if (id < 0 || id >= rows) {
+      if (w == 0) atomicOr(error_word, kIndexOutOfRange);
+    } else {
+      dst[id * words_per_row + w] = src[j];
+    }
+  }
+}
+
+}  // namespace
+
+void bag_rows(const Tensor& ids, const Tensor& offsets, const Tensor& row_offsets, const Tensor& rows,
+              const Tensor& bags) {
+  const int64_t count = offsets.numel() - 1;
+  if (count == 0) return;
+  bag_rows_kernel<<<elementwise_blocks(count, kThreads), kThreads, 0, stream()>>>(
+      ids.data_ptr(), ids.dtype() == DType::I64, offsets.data_ptr(), offsets.dtype() == DType::I64,
+      row_offsets.data<int64_t>(), row_offsets.numel() - 1, count, ids.numel(), rows.data<int32_t>(),
+      bags.data<int32_t>(), device_error_word());
+  FT_CUDA_CHECK_LAUNCH("bag_rows_kernel");
+}
+
+void segment_sum(const Tensor& x, const Tensor& offsets, bool mean, const Tensor& out) {
+  const int64_t segments = out.size(0), cols = out.size(1);
+  dispatch_floating(x.dtype(), "segment_sum", [&](auto tag) {
+    using T = decltype(tag);
+    segment_sum_kernel<T><<<elementwise_blocks(segments * cols, kThreads), kThreads, 0, stream()>>>(
+        x.data<T>(), offsets.data_ptr(), offsets.dtype() == DType::I64, mean, out.data<T>(), segments, cols);
+  });
+  FT_CUDA_CHECK_LAUNCH("segment_sum_kernel");
+}
+
+void segment_spread(const Tensor& grad, const Tensor& offsets, const Tensor& bags, bool mean, const Tensor& dx) {
+  const int64_t n = dx.size(0), cols = dx.size(1);
+  dispatch_floating(grad.dtype(), "segment_sum backward", [&](auto tag) {
+    using T = decltype(tag);
+    segment_spread_kernel<T><<<elementwise_blocks(n * cols, kThreads), kThreads, 0, stream()>>>(
+        grad.data<T>(), offsets.data_ptr(), offsets.dtype() == DType::I64, bags.data<int32_t>(), mean, dx.data<T>(), n,
+        cols);
+  });
+  FT_CUDA_CHECK_LAUNCH("segment_spread_kernel");
+}
+
+void index_put_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
+  const int64_t n = ids.numel(), rows = dst.size(0);
+  const size_t row_bytes = static_cast<size_t>(dst.size(1)) * dtype_size(dst.dtype());
+  const bool ids64 = ids.dtype() == DType::I64;
+  auto launch = [&](auto word) {
+    using Word = decltype(word);
+    const int64_t words = static_cast<int64_t>(row_bytes / sizeof(Word));
+    index_put_rows_kernel<Word><<<elementwise_blocks(n * words, kThreads), kThreads, 0, stream()>>>(
+        static_cast<Word*>(dst.data_ptr()), ids.data_ptr(), ids64, static_cast<const Word*>(src.data_ptr()), n, rows,
+        words, device_error_word());
+  };
+  if (row_bytes % 16 == 0) launch(uint4{});
+  else if (row_bytes % 4 == 0) launch(uint32_t{});
+  else launch(uint16_t{});
+  FT_CUDA_CHECK_LAUNCH("index_put_rows_kernel");
+}
+
+}  // namespace ft::cuda
