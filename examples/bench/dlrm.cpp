@@ -81,7 +81,10 @@ StepResult measure_steps(const DlrmBenchOptions& o, const Shape& s, KernelMode m
   return {timed.step_ms, timed.wall_ms, timed.final_loss, peak_memory(), timed.replayed};
 }
 
-void ops_table(const DlrmBenchOptions& o, const Shape& s) {
+}  // namespace
+
+void dlrm_ops_table(const DlrmBenchOptions& o) {
+  const Shape s = preset_shape(o);
   Generator gen(3);
   const int64_t rows = kTables * s.table_rows, n = s.batch * kTables, d = s.dim;
   std::printf("\nops at %s shapes: B=%lld, 26 tables x %lld x %lld f32, out bf16; graph ms (median of %d)\n",
@@ -131,8 +134,6 @@ void ops_table(const DlrmBenchOptions& o, const Shape& s) {
       interaction_bytes);
 }
 
-}  // namespace
-
 int run_dlrm_bench(const DlrmBenchOptions& o) {
   const Shape s = preset_shape(o);
   std::printf("ft-bench dlrm %s: B=%lld, 26 tables x %lld x %lld, MLPs bf16 with AdamW, tables f32 with sparse SGD, "
@@ -166,7 +167,7 @@ int run_dlrm_bench(const DlrmBenchOptions& o) {
   }
   if (run[0] && run[1] && results[0].ms > 0 && results[1].ms > 0)
     std::printf("fused vs unfused: %.2fx\n", results[0].ms / results[1].ms);
-  if (o.ops) ops_table(o, s);
+  if (o.ops) dlrm_ops_table(o);
   return 0;
 }
 

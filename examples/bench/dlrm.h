@@ -17,5 +17,8 @@ struct DlrmBenchOptions {
 };
 
 int run_dlrm_bench(const DlrmBenchOptions& options);
+/// The embedding bag's and the interaction's kernels alone at the preset's shapes, fused and twin
+/// (also printed by ft-bench ops).
+void dlrm_ops_table(const DlrmBenchOptions& options);
 
 }  // namespace ft::bench

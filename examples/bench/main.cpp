@@ -25,8 +25,8 @@ int run_ops(int argc, char** argv) {
   args.flag("vocab", "50304", "vocabulary V for cross-entropy");
   args.flag("iterations", "20", "timed iterations (median reported)");
   args.flag("warmup", "3", "untimed iterations first");
-  args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention' or\n"
-                        "'lora' for that table alone");
+  args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention',\n"
+                        "'lora' or 'dlrm' (the embedding bag and interaction at dlrm-kaggle shapes) for that table alone");
   if (!args.parse(argc - 1, argv + 1)) return 0;
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
   ft::bench::OpsBenchOptions o;

@@ -5,6 +5,8 @@
 // so the time is the op's own: no copy of a gradient into a leaf's .grad().
 #include "examples/bench/ops.h"
 
+#include "examples/bench/dlrm.h"
+
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -158,6 +160,8 @@ int run_ops_bench(const OpsBenchOptions& options) {
   if (options.only.empty() || std::string("attention").find(options.only) != std::string::npos)
     attention_table(options);
   if (options.only.empty() || std::string("lora").find(options.only) != std::string::npos) lora_table(options);
+  if (options.only.empty() || std::string("embedding_bag dlrm").find(options.only) != std::string::npos)
+    dlrm_ops_table({.warmup = options.warmup, .steps = options.iterations});
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);

@@ -1,15 +1,16 @@
 // Table-batched embedding bag (lib/ops/embedding_bag.h), with the tables' optimizer update in
 // its backward.
 //
-// Forward: a warp per bag sums its rows in f32 registers and writes the pooled row once, in
-// the output dtype. Backward, without any [R, D] gradient: the (row, position) pairs are
-// radix-sorted; a warp per chunk of kChunk sorted positions sums the upstream rows of each run
-// of equal rows in f32, in sorted order, and updates the rows whose run lies inside its chunk
-// (SGD, or row-wise Adagrad with its accumulator). A run that crosses a chunk boundary leaves
-// one partial sum per chunk; the warp of the chunk where it starts adds them in chunk order and
-// updates the row. The order of every sum is fixed by the sort, so tables are bit-identical
-// from run to run, and a hot row's gradient is summed by many warps. Per-sample weights get
-// their gradient (the pooled gradient · the row before the update) in the same pass.
+// Forward: a group of lanes per bag (a warp, or a part of one for short rows) sums its rows in
+// f32 registers and writes the pooled row once, in the output dtype. Backward, without any
+// [R, D] gradient: the (row, position) pairs are radix-sorted; a warp per chunk of kChunk
+// sorted positions sums the upstream rows of each run of equal rows in f32, in sorted order,
+// and updates the rows whose run lies inside its chunk (SGD, or row-wise Adagrad with its
+// accumulator). A run that crosses a chunk boundary leaves one partial sum per chunk; the warp
+// of the chunk where it starts adds them in chunk order and updates the row. The order of every
+// sum is fixed by the sort, so tables are bit-identical from run to run, and a hot row's
+// gradient is summed by many warps. Per-sample weights get their gradient (the pooled gradient
+// · the row before the update) in the same pass.
 // Twin: bag_rows, gather_rows, mul, segment_sum, cast; updates by row scatter-add and puts.
 #include <cub/device/device_radix_sort.cuh>
 
@@ -25,7 +26,7 @@ namespace ft::cuda {
 namespace {
 
 constexpr int kMaxPacks = 4;  // packs per lane: rows up to 32 · VEC · kMaxPacks columns
-constexpr int kChunk = 32;    // sorted positions per warp in the backward
+constexpr int kChunk = 8;     // sorted positions per warp in the backward: 27K warps at dlrm-kaggle sizes
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 template <int VEC>
@@ -94,34 +95,41 @@ __device__ __forceinline__ void update_row(float* weight, int64_t row, int64_t c
   store_lane_row<float, VEC>(p, cols, lane, w);
 }
 
+/// A group of `lanes` threads per bag (a power of two up to 32: D / VEC when that is smaller
+/// than a warp), so that one warp keeps several bags' rows in flight when rows are short.
 template <class TO, int VEC>
 __global__ void embedding_bag_forward_kernel(const float* weight, const int64_t* row_offsets, int64_t tables,
                                              const void* ids, bool ids64, const void* offsets, bool offsets64,
                                              const float* per_sample_weights, bool mean, TO* out, int64_t bags,
-                                             int64_t n, int64_t cols, unsigned* error_word) {
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t k = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32; k < bags; k += warps) {
+                                             int64_t n, int64_t cols, int lanes, unsigned* error_word) {
+  const int sublane = threadIdx.x % lanes;
+  const int64_t groups_per_block = blockDim.x / lanes;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * groups_per_block;
+  for (int64_t k = blockIdx.x * groups_per_block + threadIdx.x / lanes; k < bags; k += stride) {
     const BagRange range = bag_range(offsets, offsets64, k, bags, n, error_word);
-    LaneRow<VEC> sum = {};
+    float sum[kMaxPacks][VEC] = {};
     for (int64_t i = range.begin; i < range.end; ++i) {
-      LaneRow<VEC> row;
-      load_lane_row<float, VEC>(weight + bag_row(ids, ids64, i, row_offsets, k % tables, error_word) * cols, cols,
-                                lane, row);
+      const float* row = weight + bag_row(ids, ids64, i, row_offsets, k % tables, error_word) * cols;
       const float w = per_sample_weights ? per_sample_weights[i] : 1.0f;
 #pragma unroll
-      for (int p = 0; p < kMaxPacks; ++p)
+      for (int p = 0; p < kMaxPacks; ++p) {
+        const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
+        if (c >= cols) break;
+        float v[VEC];
+        load_vec<float, VEC>(row + c, v);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) sum[p][q] += w * row[p][q];
+        for (int q = 0; q < VEC; ++q) sum[p][q] += w * v[q];
+      }
     }
-    if (mean && range.end > range.begin) {
-      const float scale = 1.0f / static_cast<float>(range.end - range.begin);
+    const float scale = mean && range.end > range.begin ? 1.0f / static_cast<float>(range.end - range.begin) : 1.0f;
 #pragma unroll
-      for (int p = 0; p < kMaxPacks; ++p)
+    for (int p = 0; p < kMaxPacks; ++p) {
+      const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
+      if (c >= cols) break;
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) sum[p][q] *= scale;
+      for (int q = 0; q < VEC; ++q) sum[p][q] *= scale;
+      store_vec<TO, VEC>(out + k * cols + c, sum[p]);
     }
-    store_lane_row<TO, VEC>(out + k * cols, cols, lane, sum);
   }
 }
 
@@ -138,29 +146,51 @@ __global__ void rows_update_kernel(const TG* grad, const int32_t* keys, const in
   if (chunk_begin >= n) return;
   const int lane = threadIdx.x % 32;
   const int64_t chunk_end = n < chunk_begin + kChunk ? n : chunk_begin + kChunk;
+  const int count = static_cast<int>(chunk_end - chunk_begin);
+  // The chunk's rows, bags and scales, a position per lane, loaded at once: the loop below then
+  // waits only for upstream rows, and fetches the next one while it adds the current one.
+  int32_t lane_row = -1, lane_i = 0, lane_bag = 0;
+  float lane_scale = 1.0f, lane_weight = 1.0f;
+  if (lane < count) {
+    lane_row = keys[chunk_begin + lane];
+    lane_i = perm[chunk_begin + lane];
+    lane_bag = bag_of[lane_i];
+    if (mean)
+      lane_scale /= static_cast<float>(load_id(offsets, offsets64, lane_bag + 1) - load_id(offsets, offsets64, lane_bag));
+    if (per_sample_weights) lane_weight = per_sample_weights[lane_i];
+  }
+  const int32_t row_before = chunk_begin > 0 ? keys[chunk_begin - 1] : -1;
+  const int32_t row_after = chunk_end < n ? keys[chunk_end] : -1;
+  constexpr unsigned kAll = 0xffffffffu;
   int32_t crossing = 0;
-  for (int64_t pos = chunk_begin; pos < chunk_end;) {
-    const int32_t row = keys[pos];
-    const bool run_start = pos == 0 || keys[pos - 1] != row;
+  LaneRow<VEC> next;
+  load_lane_row<TG, VEC>(grad + int64_t{__shfl_sync(kAll, lane_bag, 0)} * cols, cols, lane, next);
+  for (int j = 0; j < count;) {
+    const int32_t row = __shfl_sync(kAll, lane_row, j);
+    const bool run_start = j > 0 || row_before != row;
     LaneRow<VEC> sum = {}, before;
     if (per_sample_weights_grad) load_lane_row<float, VEC>(weight + int64_t{row} * cols, cols, lane, before);
-    for (; pos < chunk_end && keys[pos] == row; ++pos) {
-      const int32_t i = perm[pos], k = bag_of[i];
-      float scale = 1.0f;
-      if (mean) scale /= static_cast<float>(load_id(offsets, offsets64, k + 1) - load_id(offsets, offsets64, k));
+    for (; j < count && __shfl_sync(kAll, lane_row, j) == row; ++j) {
       LaneRow<VEC> g;
-      load_lane_row<TG, VEC>(grad + int64_t{k} * cols, cols, lane, g);
+#pragma unroll
+      for (int p = 0; p < kMaxPacks; ++p)
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) g[p][q] = next[p][q];
+      const int32_t next_bag = __shfl_sync(kAll, lane_bag, j + 1 < count ? j + 1 : j);
+      if (j + 1 < count) load_lane_row<TG, VEC>(grad + int64_t{next_bag} * cols, cols, lane, next);
+      const float scale = __shfl_sync(kAll, lane_scale, j);
+      const int32_t i = __shfl_sync(kAll, lane_i, j);
       if (per_sample_weights_grad) {
         const float dot = warp_sum(lane_dot<VEC>(g, before));
         if (lane == 0) per_sample_weights_grad[i] = scale * dot;
       }
-      if (per_sample_weights) scale *= per_sample_weights[i];
+      const float factor = scale * __shfl_sync(kAll, lane_weight, j);
 #pragma unroll
       for (int p = 0; p < kMaxPacks; ++p)
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) sum[p][q] += scale * g[p][q];
+        for (int q = 0; q < VEC; ++q) sum[p][q] += factor * g[p][q];
     }
-    const bool run_end = pos == n || keys[pos] != row;
+    const bool run_end = j < count || row_after != row;
     if (run_start && run_end) {
       update_row<VEC>(weight, row, cols, update, sum, lane);
     } else {
@@ -221,13 +251,15 @@ void embedding_bag_forward(const Tensor& weight, const Tensor& row_offsets, cons
     constexpr int V = decltype(vec)::value;
     dispatch_half_float(out.dtype(), "embedding_bag", [&](auto tag) {
       using TO = decltype(tag);
-      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((bags + kWarpsPerBlock - 1) / kWarpsPerBlock,
-                                                                      int64_t{1} << 20));
+      int lanes = 1;
+      while (lanes < 32 && lanes * V < cols) lanes *= 2;
+      const int64_t groups = kThreads / lanes;
+      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((bags + groups - 1) / groups, int64_t{1} << 20));
       embedding_bag_forward_kernel<TO, V><<<blocks, kThreads, 0, stream()>>>(
           weight.data<float>(), row_offsets.data<int64_t>(), row_offsets.numel() - 1, ids.data_ptr(),
           ids.dtype() == DType::I64, offsets.data_ptr(), offsets.dtype() == DType::I64,
           per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
-          out.data<TO>(), bags, ids.numel(), cols, device_error_word());
+          out.data<TO>(), bags, ids.numel(), cols, lanes, device_error_word());
     });
   });
   FT_CUDA_CHECK_LAUNCH("embedding_bag_forward_kernel");

@@ -119,7 +119,7 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& row_offsets, const Tens
   return record(
       "embedding_bag", out, {weight, per_sample_weights},
       [weight = weight.detach(), row_offsets, ids = ids.detach(), offsets = offsets.detach(),
-       psw = per_sample_weights.detach(), options, psw_grad](const Tensor& g) {
+       psw = per_sample_weights.defined() ? per_sample_weights.detach() : Tensor(), options, psw_grad](const Tensor& g) {
         const Tensor grad = g.reshape({g.size(0) * g.size(1), g.size(2)});
         Tensor dpsw = psw_grad ? Tensor::empty({ids.numel()}, DType::F32, g.device()) : Tensor();
         cuda::embedding_bag_backward_update(grad, weight, row_offsets, ids, offsets, psw, options.mode,

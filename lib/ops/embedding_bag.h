@@ -16,7 +16,7 @@
 //
 // Fused (CUDA, f32 weight, f32 or bf16 out, D ≤ 512): the forward is one kernel, a warp per
 // bag summing its rows in f32. The backward with an update sorts (row, position) pairs (CUB
-// radix sort) and sums each row's gradient in f32 in sorted order: a warp per chunk of 32
+// radix sort) and sums each row's gradient in f32 in sorted order: a warp per chunk of 8
 // sorted positions updates the rows whose ids all lie in its chunk, and writes partial sums
 // for rows that cross a chunk boundary, which a second kernel adds in chunk order before
 // updating. Two runs therefore give bit-identical tables, and a row that half the batch hits

@@ -164,7 +164,7 @@ UpdateResult run_update(const Bags& b, const Tensor& weight0, const Tensor& accu
 /// The reference: the twin in f64 on the CPU from the same values.
 void expect_update_matches(const UpdateCase& c, Device device, DType out_dtype, Generator& gen) {
   // 600 ids over 2 tables; a third of them hit one row, so its run crosses many of the fused
-  // kernel's 32-position chunks; the rest repeat within a few chunks.
+  // kernel's chunks of sorted positions; the rest repeat within a few chunks.
   Bags b = random_bags({50, 300}, 100, 5, 40, gen);
   std::vector<double> ids = b.ids.to_vector();
   for (size_t i = 0; i < ids.size(); i += 3) ids[i] = 7;
