@@ -2,12 +2,14 @@
 // can reach on them, so a training run has a target to compare against.
 //
 // Labels come from a hidden logistic model over what a DLRM sees: each categorical feature
-// draws from a small vocabulary of random 32-bit values with Zipf-like frequencies (or is
+// draws from a vocabulary of 10 to 100 random 32-bit values with Zipf-like frequencies (or is
 // missing), and every hashed id (value % table_rows[t]) has a hidden weight; dense features
 // are heavy-tailed counts (a few negative, some missing) with hidden weights on log(max(x, 0)
 // + 1); two pairs of categorical features add the dot product of small hidden vectors of their
 // ids, which a DLRM's dot interaction can capture. The logits are scaled to a chosen spread and
-// shifted to a chosen click rate.
+// shifted to a chosen click rate. The vocabularies are small enough for a small DLRM to learn
+// from a million rows: D 8 comes within about 0.01 AUC of the best in two epochs
+// (tests/train/dlrm_auc_check.sh).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -463,6 +463,14 @@ TEST(CriteoSynthetic, SameSeedSameBytesAndItParsesBack) {
   negative = std::count(text.begin(), text.end(), '-');
   EXPECT_GT(missing, 0);
   EXPECT_GT(negative, 0);
+  // Each feature's vocabulary is 10 to 100 values (besides missing), so a small DLRM can learn them.
+  for (int t = 0; t < kCriteoSparse; ++t) {
+    std::set<uint32_t> values;
+    for (int64_t i = 0; i < ds.rows(); ++i)
+      if (ds.sparse(i)[t] != 0) values.insert(ds.sparse(i)[t]);
+    EXPECT_GE(values.size(), 10u) << "C" << t + 1;
+    EXPECT_LE(values.size(), 100u) << "C" << t + 1;
+  }
   const double rate = std::count(labels.begin(), labels.end(), 1.0f) / static_cast<double>(labels.size());
   EXPECT_DOUBLE_EQ(info.positive_rate, rate);
   EXPECT_GT(rate, 0.2);
