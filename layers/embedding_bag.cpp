@@ -53,8 +53,9 @@ Tensor EmbeddingBagCollection::forward_one_hot(const Tensor& ids, DType out_dtyp
   FT_CHECK(ids.dim() == 2 && ids.size(1) == tables(), "EmbeddingBagCollection: ids must be [B, ", tables(), "], got ",
            shape_str(ids.shape()));
   const int64_t n = ids.numel();
-  const Tensor offsets = Tensor::arange(n + 1, DType::I32, ids.device());
-  return forward_bags(ids.reshape({n}), offsets, Tensor(), out_dtype);
+  if (!one_hot_offsets_.defined() || one_hot_offsets_.numel() != n + 1 || one_hot_offsets_.device() != ids.device())
+    one_hot_offsets_ = Tensor::arange(n + 1, DType::I32, ids.device());
+  return forward_bags(ids.reshape({n}), one_hot_offsets_, Tensor(), out_dtype);
 }
 
 }  // namespace ft

@@ -40,6 +40,7 @@ class EmbeddingBagCollection : public Module {
 
   Options options_;
   Tensor weight_, accumulator_, row_offsets_, lr_;
+  Tensor one_hot_offsets_;  // 0, 1, ..., B·T for the last batch shape: made once, not every step
 };
 
 }  // namespace ft

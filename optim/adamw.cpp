@@ -22,39 +22,8 @@ AdamW::AdamW(std::vector<Tensor> params, Options options)
   }
 }
 
-std::map<std::string, Tensor> AdamW::state() const {
-  std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const std::string k = std::to_string(i);
-    out[k + ".m"] = slots_[i].m;
-    out[k + ".v"] = slots_[i].v;
-    out[k + ".master"] = slots_[i].master;
-  }
-  out["applied"] = state_.applied;
-  out["skipped"] = state_.skipped;
-  return out;
-}
-
-void AdamW::load_state(const std::map<std::string, Tensor>& state) {
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const std::string k = std::to_string(i);
-    for (auto [suffix, slot] : {std::pair<const char*, Tensor*>{".m", &slots_[i].m}, {".v", &slots_[i].v},
-                                {".master", &slots_[i].master}}) {
-      auto it = state.find(k + suffix);
-      FT_CHECK(it != state.end(), "AdamW::load_state: missing '", k, suffix, "'");
-      FT_CHECK(it->second.shape() == slot->shape(), "AdamW::load_state: '", k, suffix, "' has shape ",
-               shape_str(it->second.shape()), ", expected ", shape_str(slot->shape()));
-      slot->copy_(it->second.to(slot->device()));
-    }
-    // A parameter that is its own master was just overwritten; a separate master refreshes it.
-    if (!own_master(i)) params_[i].copy_(slots_[i].master);
-  }
-  for (auto [name, slot] : {std::pair<const char*, const Tensor*>{"applied", &state_.applied}, {"skipped", &state_.skipped}}) {
-    auto it = state.find(name);
-    if (it == state.end()) continue;
-    FT_CHECK(it->second.numel() == 1, "AdamW::load_state: '", name, "' must hold one value, has ", it->second.numel());
-    slot->copy_(cast(it->second.to(slot->device()).reshape({1}), slot->dtype()));
-  }
+std::vector<std::pair<std::string, Tensor>> AdamW::moments(size_t i) const {
+  return {{"m", slots_[i].m}, {"v", slots_[i].v}};
 }
 
 void AdamW::update() {

@@ -33,14 +33,10 @@ class AdamW : public Optimizer {
   };
   AdamW(std::vector<Tensor> params, Options options);
   const Options& options() const { return options_; }
-  /// The optimizer state as named tensors ("<i>.m", "<i>.v", "<i>.master" for parameter i, and
-  /// "applied" and "skipped" step counts), for checkpoints; load_state restores it (shapes must
-  /// match; every per-parameter name must be present; counts missing from older files are
-  /// taken from set_step_count).
-  std::map<std::string, Tensor> state() const;
-  void load_state(const std::map<std::string, Tensor>& state);
 
  private:
+  /// "m" and "v" (Optimizer::state names them "<i>.m", "<i>.v").
+  std::vector<std::pair<std::string, Tensor>> moments(size_t i) const override;
   void update() override;
   void update_twin(size_t i);
 

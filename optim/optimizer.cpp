@@ -170,6 +170,43 @@ void Optimizer::store_unless_skipped(const Tensor& slot, const Tensor& updated, 
   slot.copy_(keep.defined() ? where(keep, updated, slot) : updated);
 }
 
+std::map<std::string, Tensor> Optimizer::state() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string prefix = std::to_string(i) + ".";
+    out[prefix + "master"] = masters_[i];
+    for (const auto& [name, tensor] : moments(i)) out[prefix + name] = tensor;
+  }
+  out["applied"] = state_.applied;
+  out["skipped"] = state_.skipped;
+  return out;
+}
+
+void Optimizer::load_state(const std::map<std::string, Tensor>& state) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::vector<std::pair<std::string, Tensor>> slots = moments(i);
+    slots.emplace_back("master", masters_[i]);
+    for (const auto& [name, slot] : slots) {
+      const std::string key = std::to_string(i) + "." + name;
+      auto it = state.find(key);
+      FT_CHECK(it != state.end(), "Optimizer::load_state: missing '", key, "'");
+      FT_CHECK(it->second.shape() == slot.shape(), "Optimizer::load_state: '", key, "' has shape ",
+               shape_str(it->second.shape()), ", expected ", shape_str(slot.shape()));
+      slot.copy_(it->second.to(slot.device()));
+    }
+    // A parameter that is its own master was just overwritten; a separate master refreshes it.
+    if (!own_master(i)) params_[i].copy_(masters_[i]);
+  }
+  for (auto [name, slot] : {std::pair<const char*, const Tensor*>{"applied", &state_.applied},
+                            {"skipped", &state_.skipped}}) {
+    auto it = state.find(name);
+    if (it == state.end()) continue;
+    FT_CHECK(it->second.numel() == 1, "Optimizer::load_state: '", name, "' must hold one value, has ",
+             it->second.numel());
+    slot->copy_(cast(it->second.to(slot->device()).reshape({1}), slot->dtype()));
+  }
+}
+
 int64_t Optimizer::applied_steps() const { return static_cast<int64_t>(state_.applied.item()); }
 int64_t Optimizer::skipped_steps() const { return static_cast<int64_t>(state_.skipped.item()); }
 

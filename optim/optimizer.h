@@ -19,6 +19,9 @@
 // KernelMode is read once per op: the norm and the update each run as one multi-tensor fused
 // kernel chain (optim/multi_tensor.h) or as their per-tensor primitive twins.
 #pragma once
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/grad_buffer.h"
@@ -86,10 +89,18 @@ class Optimizer {
   const std::vector<Tensor>& params() const { return params_; }
   /// The master weights, one flat buffer per gradient group, laid out like grad_buffer().
   const std::vector<Tensor>& master_buffers() const { return master_flats_; }
+  /// The optimizer state as named tensors, for checkpoints: "<i>.master" and "<i>.<moment>" for
+  /// parameter i (AdamW's "m" and "v", SGD's "momentum"), and the "applied" and "skipped" step
+  /// counts. load_state restores it: shapes must match and every per-parameter name must be
+  /// present; counts missing from older files are taken from set_step_count (call it first).
+  std::map<std::string, Tensor> state() const;
+  void load_state(const std::map<std::string, Tensor>& state);
 
  protected:
   /// The update of every parameter, reading state_ (lr, applied, keep, clip).
   virtual void update() = 0;
+  /// Parameter i's state beyond its master weights, by name, for state() and load_state().
+  virtual std::vector<std::pair<std::string, Tensor>> moments(size_t i) const = 0;
   /// A zeroed state buffer per gradient group, in the gradients' dtype (f32, or f64), for moments.
   std::vector<Tensor> allocate_state() const;
   /// Parameter i's view of one of allocate_state()'s buffers.

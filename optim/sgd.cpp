@@ -15,6 +15,11 @@ SGD::SGD(std::vector<Tensor> params, Options options)
     slots_.push_back(Slot{master(i), momentum_flats_.empty() ? Tensor() : state_view(momentum_flats_, i)});
 }
 
+std::vector<std::pair<std::string, Tensor>> SGD::moments(size_t i) const {
+  if (!slots_[i].momentum.defined()) return {};
+  return {{"momentum", slots_[i].momentum}};
+}
+
 void SGD::update() {
   if (fused_update()) {
     std::vector<multi_tensor::ParamSlots> slots;

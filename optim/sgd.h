@@ -21,6 +21,8 @@ class SGD : public Optimizer {
 
  private:
   void update() override;
+  /// "momentum", when momentum is on.
+  std::vector<std::pair<std::string, Tensor>> moments(size_t i) const override;
   void update_twin(size_t i);
 
   struct Slot {

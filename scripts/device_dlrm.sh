@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, the DLRM part of the device check: build with every core, the DLRM ops'
-# tests (and the same under compute-sanitizer memcheck), `ft-bench dlrm` for the bench and mlperf
+# tests (and the same under compute-sanitizer memcheck), ft-dlrm's resume check on CUDA, `ft-bench dlrm` for the bench and mlperf
 # presets with the PyTorch peer (eager and torch.compile) in the same run, and ft-dlrm fused
 # and unfused on one synthetic Criteo file (the same AUC expected). Prints a short table last
 # (also in $OUT/summary-dlrm.txt); logs go to $OUT/logs-dlrm.tgz.
@@ -16,9 +16,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 BUILD_DIR=$B scripts/build.sh >"$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "build ok"
 
-filter='*EmbeddingBag*:*DotInteraction*:*Bce*:*SparseRows*:*Criteo*:*Module*'
+filter='*EmbeddingBag*:*DotInteraction*:*Bce*:*SparseRows*:*Criteo*:*Module*:*Checkpoint*:*Gather*:*IndexPut*'
 $B/tests/ft_tests --gtest_filter="$filter" >"$logs/gtest.log" 2>&1
 tests=$(grep -E '^\[  (PASSED|FAILED) ' "$logs/gtest.log" | tr '\n' ' ')
+# ft-dlrm on the GPU (CUDA graph on) resumes exactly from a checkpoint in its second epoch.
+(cd $B && timeout 200 ctest -R 'dlrm_resume' --output-on-failure) >"$logs/resume.log" 2>&1
+resume=$(grep -q '100% tests passed' "$logs/resume.log" && echo "exact (ctest dlrm_resume_is_exact on CUDA)" ||
+  echo "FAILED (see resume.log)")
 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 $B/tests/ft_tests \
   --gtest_filter='*EmbeddingBag*cuda*:*EmbeddingBagFused*:*DotInteraction*cuda*:*DotInteractionFused*:*Bce*cuda*:*BceFused*' \
   >"$logs/memcheck.log" 2>&1
@@ -67,6 +71,7 @@ echo
 echo "== fusedtrain DLRM device check ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
 echo "tests: $tests"
 echo "memcheck (DLRM ops' GPU tests): $memcheck"
+echo "resume: $resume"
 echo
 sed -n '/^kernels/,$p' "$logs/bench.log"
 sed -n '/^ops at/,$p' "$logs/ops.log"

@@ -22,7 +22,7 @@ for mode in fused unfused; do
   parity[$mode]=$(grep -o 'RESULT parity .*' "$logs/parity-$mode.log" || echo "no result (see parity-$mode.log)")
   grep -E '^(step 1 loss|gradients|loss curve|FAIL)' "$logs/parity-$mode.log"
 done
-timeout 150 tests/train/gpt2_resume_check.sh $B/examples/ft-gpt2 /tmp/ft-resume --train 'docs/*.md' --format text \
+timeout 150 tests/train/resume_check.sh $B/examples/ft-gpt2 /tmp/ft-resume --train 'docs/*.md' --format text \
   --model d6 --batch 8 --seq 128 --device cuda >"$logs/resume.log" 2>&1
 resume=$([ $? -eq 0 ] && echo "exact (steps 21-30 identical)" || echo "FAILED (see resume.log)")
 

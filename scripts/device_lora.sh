@@ -24,7 +24,7 @@ for mode in fused unfused; do
   timeout 200 python3 tests/parity/lora_parity.py --ft $B/examples/ft-gpt2 --kernels $mode >"$logs/parity-$mode.log" 2>&1
   parity[$mode]=$(grep -o 'RESULT lora-parity .*' "$logs/parity-$mode.log" || echo "no result (see parity-$mode.log)")
 done
-timeout 150 tests/train/gpt2_resume_check.sh $B/examples/ft-gpt2 /tmp/ft-lora-resume --train 'docs/*.md' --format text \
+timeout 150 tests/train/resume_check.sh $B/examples/ft-gpt2 /tmp/ft-lora-resume --train 'docs/*.md' --format text \
   --model d6 --batch 8 --seq 128 --device cuda --lora-rank 16 --lora-dropout 0.1 >"$logs/resume.log" 2>&1
 resume=$([ $? -eq 0 ] && echo "exact (steps 21-30 identical)" || echo "FAILED (see resume.log)")
 

@@ -40,6 +40,34 @@ Tensor BatchSampler::batch_ids(int64_t b) const {
   return ids;
 }
 
+EpochBatches::EpochBatches(BatchSampler sampler) : sampler_(std::move(sampler)) {}
+
+Tensor EpochBatches::next_ids() {
+  if (batch_ == sampler_.batches_per_epoch()) {
+    ++epoch_;
+    batch_ = 0;
+    sampler_.start_epoch(epoch_);
+  }
+  return sampler_.batch_ids(batch_++);
+}
+
+DataPosition EpochBatches::position() const {
+  // A finished epoch reads as the start of the next one: the same batches follow.
+  if (batch_ == sampler_.batches_per_epoch()) return {{"epoch", std::to_string(epoch_ + 1)}, {"batch", "0"}};
+  return {{"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_)}};
+}
+
+void EpochBatches::set_position(const DataPosition& position, const char* source) {
+  const auto epoch = position.find("epoch"), batch = position.find("batch");
+  FT_CHECK(epoch != position.end() && batch != position.end(), source, ": a position needs 'epoch' and 'batch'");
+  const int64_t e = std::stoll(epoch->second), b = std::stoll(batch->second);
+  FT_CHECK(e >= 0 && b >= 0 && b < sampler_.batches_per_epoch(), source, ": no batch ", b, " in epoch ", e, " (",
+           sampler_.batches_per_epoch(), " batches an epoch)");
+  epoch_ = e;
+  batch_ = b;
+  sampler_.start_epoch(epoch_);
+}
+
 Tensor take_rows(const Tensor& data, const Tensor& ids, Device device) {
   NoGradGuard no_grad;
   if (data.dim() == 1) return gather_rows(data.reshape({-1, 1}), ids).reshape({ids.numel()}).to(device);
@@ -50,13 +78,13 @@ Tensor take_rows(const Tensor& data, const Tensor& ids, Device device) {
 }
 
 RowBatchSource::RowBatchSource(std::map<std::string, Tensor> columns, BatchSampler sampler)
-    : columns_(std::move(columns)), sampler_(std::move(sampler)) {
+    : columns_(std::move(columns)), batches_(std::move(sampler)) {
   FT_CHECK(!columns_.empty(), "RowBatchSource: no columns");
   for (const auto& [name, column] : columns_) {
     FT_CHECK(column.device().is_cpu() && column.dim() >= 1, "RowBatchSource: column '", name,
              "' must be a host tensor [N, ...], got ", shape_str(column.shape()), " on ", column.device().str());
-    FT_CHECK(column.size(0) == sampler_.dataset_size(), "RowBatchSource: column '", name, "' has ", column.size(0),
-             " rows, the sampler ", sampler_.dataset_size());
+    FT_CHECK(column.size(0) == batches_.sampler().dataset_size(), "RowBatchSource: column '", name, "' has ",
+             column.size(0), " rows, the sampler ", batches_.sampler().dataset_size());
   }
 }
 
@@ -67,12 +95,7 @@ Batch RowBatchSource::next() {
 }
 
 void RowBatchSource::next_into(BatchWriter& out) {
-  if (batch_ == sampler_.batches_per_epoch()) {
-    ++epoch_;
-    batch_ = 0;
-    sampler_.start_epoch(epoch_);
-  }
-  const Tensor ids = sampler_.batch_ids(batch_);
+  const Tensor ids = batches_.next_ids();
   const int64_t* id = ids.data<int64_t>();
   const int64_t n = ids.numel();
   for (const auto& [name, column] : columns_) {
@@ -88,25 +111,12 @@ void RowBatchSource::next_into(BatchWriter& out) {
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(id[i]) * row_bytes, row_bytes);
   }
-  ++batch_;
 }
 
-DataPosition RowBatchSource::position() const {
-  // A finished epoch reads as the start of the next one: the same batches follow.
-  if (batch_ == sampler_.batches_per_epoch()) return {{"epoch", std::to_string(epoch_ + 1)}, {"batch", "0"}};
-  return {{"epoch", std::to_string(epoch_)}, {"batch", std::to_string(batch_)}};
-}
+DataPosition RowBatchSource::position() const { return batches_.position(); }
 
 void RowBatchSource::set_position(const DataPosition& position) {
-  const auto epoch = position.find("epoch"), batch = position.find("batch");
-  FT_CHECK(epoch != position.end() && batch != position.end(),
-           "RowBatchSource: a position needs 'epoch' and 'batch'");
-  const int64_t e = std::stoll(epoch->second), b = std::stoll(batch->second);
-  FT_CHECK(e >= 0 && b >= 0 && b < sampler_.batches_per_epoch(), "RowBatchSource: no batch ", b, " in epoch ", e,
-           " (", sampler_.batches_per_epoch(), " batches an epoch)");
-  epoch_ = e;
-  batch_ = b;
-  sampler_.start_epoch(epoch_);
+  batches_.set_position(position, "RowBatchSource");
 }
 
 }  // namespace ft

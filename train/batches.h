@@ -29,6 +29,26 @@ class BatchSampler {
   std::vector<int64_t> order_;
 };
 
+/// A sampler's batches, epoch after epoch: which batch comes next, and the position
+/// {"epoch", "batch"} that names it. The batch sources over rows (RowBatchSource,
+/// CriteoBatchSource) keep their place with it.
+class EpochBatches {
+ public:
+  explicit EpochBatches(BatchSampler sampler);
+  /// Row ids of the next batch; after an epoch's last batch, the next epoch starts with the
+  /// sampler's next permutation.
+  Tensor next_ids();
+  DataPosition position() const;
+  /// Moves to a position that position() returned; `source` names the caller in errors.
+  void set_position(const DataPosition& position, const char* source);
+  const BatchSampler& sampler() const { return sampler_; }
+  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+
+ private:
+  BatchSampler sampler_;
+  int64_t epoch_ = 0, batch_ = 0;  // the next batch
+};
+
 /// Rows `ids` of `data` ([N, ...] on the CPU), moved to `device`.
 Tensor take_rows(const Tensor& data, const Tensor& ids, Device device);
 
@@ -46,12 +66,11 @@ class RowBatchSource : public BatchSource {
   void next_into(BatchWriter& out) override;
   DataPosition position() const override;
   void set_position(const DataPosition& position) override;
-  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+  int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
 
  private:
   std::map<std::string, Tensor> columns_;
-  BatchSampler sampler_;
-  int64_t epoch_ = 0, batch_ = 0;  // the next batch
+  EpochBatches batches_;
 };
 
 }  // namespace ft

@@ -41,7 +41,7 @@ Device model_device(const Module& model) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const AdamW& optimizer,
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const Optimizer& optimizer,
                             const std::map<std::string, std::string>& run_state) {
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -82,7 +82,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
   return final_dir.string();
 }
 
-std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, AdamW& optimizer) {
+std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer) {
   fs::path dir(folder);
   if (fs::exists(dir / "latest")) {
     std::ifstream in(dir / "latest");

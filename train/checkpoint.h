@@ -10,18 +10,18 @@
 #include <string>
 
 #include "layers/module.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 
 namespace ft {
 
 /// Writes a checkpoint of `model`, `optimizer` and `run_state` under root for `step`; returns
 /// its folder.
-std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const AdamW& optimizer,
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const Optimizer& optimizer,
                             const std::map<std::string, std::string>& run_state);
 
 /// Loads the checkpoint folder `folder` (or, when `folder` is a root holding `latest`, the one it
 /// names) into model and optimizer; returns its run state. Missing or mismatched tensors are an
 /// ft::Error.
-std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, AdamW& optimizer);
+std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer);
 
 }  // namespace ft

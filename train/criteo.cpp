@@ -452,11 +452,11 @@ CriteoSplit criteo_kaggle_split(int64_t rows) {
 
 CriteoBatchSource::CriteoBatchSource(CriteoDataset data, RowRange range, std::vector<int64_t> table_rows,
                                      BatchSampler sampler)
-    : data_(std::move(data)), range_(range), sampler_(std::move(sampler)) {
+    : data_(std::move(data)), range_(range), batches_(std::move(sampler)) {
   FT_CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= data_.rows(), "CriteoBatchSource: rows [",
            range.begin, ", ", range.end, ") are not inside the dataset's ", data_.rows());
-  FT_CHECK(sampler_.dataset_size() == range.size(), "CriteoBatchSource: the sampler is over ",
-           sampler_.dataset_size(), " rows, the range holds ", range.size());
+  FT_CHECK(batches_.sampler().dataset_size() == range.size(), "CriteoBatchSource: the sampler is over ",
+           batches_.sampler().dataset_size(), " rows, the range holds ", range.size());
   FT_CHECK(table_rows.size() == kCriteoSparse, "CriteoBatchSource: ", table_rows.size(), " table sizes given, ",
            kCriteoSparse, " needed");
   for (size_t t = 0; t < table_rows.size(); ++t) {
@@ -475,12 +475,7 @@ Batch CriteoBatchSource::next() {
 }
 
 void CriteoBatchSource::next_into(BatchWriter& out) {
-  if (batch_ == sampler_.batches_per_epoch()) {
-    ++epoch_;
-    batch_ = 0;
-    sampler_.start_epoch(epoch_);
-  }
-  const Tensor ids = sampler_.batch_ids(batch_);
+  const Tensor ids = batches_.next_ids();
   const int64_t* id = ids.data<int64_t>();
   const int64_t n = ids.numel();
   auto* dense = static_cast<float*>(out.buffer("dense", {n, kCriteoDense}, DType::F32));
@@ -500,25 +495,12 @@ void CriteoBatchSource::next_into(BatchWriter& out) {
     for (int t = 0; t < kCriteoSparse; ++t)
       dst[t] = static_cast<int32_t>(fast_modulo(src[t], modulo_magic_[t], table_rows_[t]));
   }
-  ++batch_;
 }
 
-DataPosition CriteoBatchSource::position() const {
-  // A finished epoch reads as the start of the next one: the same batches follow.
-  const bool done = batch_ == sampler_.batches_per_epoch();
-  return {{"epoch", std::to_string(done ? epoch_ + 1 : epoch_)}, {"batch", std::to_string(done ? 0 : batch_)}};
-}
+DataPosition CriteoBatchSource::position() const { return batches_.position(); }
 
 void CriteoBatchSource::set_position(const DataPosition& position) {
-  const auto epoch = position.find("epoch"), batch = position.find("batch");
-  FT_CHECK(epoch != position.end() && batch != position.end(),
-           "CriteoBatchSource: a position needs 'epoch' and 'batch'");
-  const int64_t e = std::stoll(epoch->second), b = std::stoll(batch->second);
-  FT_CHECK(e >= 0 && b >= 0 && b < sampler_.batches_per_epoch(), "CriteoBatchSource: no batch ", b, " in epoch ", e,
-           " (", sampler_.batches_per_epoch(), " batches an epoch)");
-  epoch_ = e;
-  batch_ = b;
-  sampler_.start_epoch(epoch_);
+  batches_.set_position(position, "CriteoBatchSource");
 }
 
 }  // namespace ft

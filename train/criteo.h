@@ -121,15 +121,14 @@ class CriteoBatchSource : public BatchSource {
   void next_into(BatchWriter& out) override;
   DataPosition position() const override;
   void set_position(const DataPosition& position) override;
-  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+  int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
 
  private:
   CriteoDataset data_;
   RowRange range_;
   std::vector<uint32_t> table_rows_;
   std::vector<uint64_t> modulo_magic_;  // per table: 2^64 / rows, rounded up (Lemire's fastmod)
-  BatchSampler sampler_;
-  int64_t epoch_ = 0, batch_ = 0;  // the next batch
+  EpochBatches batches_;
 };
 
 }  // namespace ft

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from ops_torch import time_ms  # the same CUDA-event median as the ops peer (same folder)
+from timing import median_ms
 
 # The fewest bytes a step moves per parameter: read grad, param, m, v and write param, m, v (fp32).
 BYTES_PER_PARAM = 7 * 4
@@ -37,7 +37,7 @@ def time_adamw_step(shapes, warmup, iterations, **impl):
     for p in params:
         p.grad = torch.randn_like(p)
     opt = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, **impl)
-    ms = time_ms(opt.step, warmup, iterations)
+    ms = median_ms(opt.step, warmup, iterations)
     del opt, params
     torch.cuda.empty_cache()
     return ms

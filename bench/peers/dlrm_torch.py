@@ -13,11 +13,12 @@ import argparse
 import gc
 import math
 import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from timing import time_steps
 
 PRESETS = {  # bottom and top exclude the input widths (13 and D + pairs)
     "bench": dict(dim=64, rows=100_000, bottom=[512, 256, 64], top=[512, 256, 1], batch=8192, opt="adamw"),
@@ -80,30 +81,6 @@ def make_inputs(batch, rows, tables, device, seed):
     return [t.to(device) for t in (x, ids, offsets, y)]
 
 
-def time_steps(step, warmup, steps, device):
-    for _ in range(warmup):
-        step()
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            loss = step()
-            end.record()
-            times.append((start, end))
-        else:
-            t0 = time.perf_counter()
-            loss = step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    if cuda:
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) for s, e in times]
-    return statistics.median(times), loss.item()
-
-
 def run_mode(mode, a, cfg, device):
     torch.manual_seed(a.seed)  # same weights for every mode
     model = DLRM(cfg["dim"], a.table_rows, NUM_TABLES, cfg["bottom"], cfg["top"], device=device)
@@ -130,7 +107,8 @@ def run_mode(mode, a, cfg, device):
         opt_sparse.step()
         return loss
 
-    ms, loss = time_steps(step, a.warmup, a.steps, device)
+    times, loss = time_steps(step, a.warmup, a.steps, device)
+    ms, loss = statistics.median(times), loss.item()
     mem = torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else float("nan")
     return ms, mem, loss
 

@@ -9,6 +9,7 @@ import statistics
 import torch
 
 from gpt2_model import GPT, init_gpt2_
+from timing import time_steps
 
 
 def main():
@@ -40,19 +41,8 @@ def main():
         opt.step()
         return loss
 
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    events = []
-    for _ in range(a.steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        loss = step()
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    ms = statistics.median(s.elapsed_time(e) for s, e in events)
+    times, loss = time_steps(step, a.warmup, a.steps, reset_peak_memory=True)
+    ms = statistics.median(times)
     params = sum(p.numel() for p in model.parameters())
     tok_per_s = a.batch * a.seq / (ms / 1e3)
     mfu = (6 * params + 6 * a.layers * 768 * a.seq) * tok_per_s / 989e12

@@ -13,11 +13,11 @@ MFU (ft's count: 4 FLOPs a parameter a token, 2 more a trainable one, and the at
 """
 import argparse
 import statistics
-import time
 
 import torch
 
 from gpt2_model import GPT, init_gpt2_
+from timing import time_steps
 
 
 def main():
@@ -57,26 +57,7 @@ def main():
         opt.step()
         return loss
 
-    for _ in range(a.warmup):
-        step()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.steps):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            loss = step()
-            end.record()
-            times.append((start, end))
-        else:
-            t0 = time.perf_counter()
-            loss = step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    if cuda:
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) for s, e in times]
+    times, loss = time_steps(step, a.warmup, a.steps, a.device, reset_peak_memory=True)
     ms = statistics.median(times)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in adapters)

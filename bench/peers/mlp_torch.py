@@ -4,11 +4,12 @@ by LayerNorm, GELU (tanh) and Dropout 0.1, cross-entropy, AdamW (lr 1e-3, weight
 the step eagerly and with the whole step in one CUDA graph (capturable AdamW, static inputs),
 each with CUDA events after a warm-up, and prints a RESULT line with both medians."""
 import argparse
-import statistics
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from timing import median_ms
 
 
 def build():
@@ -18,21 +19,6 @@ def build():
         width = 1024
     layers.append(nn.Linear(width, 10))
     return nn.Sequential(*layers).cuda()
-
-
-def time_steps(step, warmup, steps):
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    events = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
 def main():
@@ -57,7 +43,7 @@ def main():
             return loss
 
         if mode == "eager":
-            results[mode] = time_steps(step, a.warmup, a.steps)
+            results[mode] = median_ms(step, a.warmup, a.steps)
             continue
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -68,7 +54,7 @@ def main():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-        results[mode] = time_steps(graph.replay, a.warmup, a.steps)
+        results[mode] = median_ms(graph.replay, a.warmup, a.steps)
     print(f"RESULT mlp torch_eager_ms={results['eager']:.4f} torch_graph_ms={results['graph']:.4f}", flush=True)
 
 

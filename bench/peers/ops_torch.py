@@ -3,25 +3,11 @@ backward, timed with CUDA events after a warm-up; prints one RESULT line per op.
 are taken with torch.autograd.grad, as ft-bench takes them with ft::gradients: no copies into
 leaves' .grad."""
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 
-
-def time_ms(work, warmup, iterations):
-    for _ in range(warmup):
-        work()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        work()
-        end.record()
-        times.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in times)
+from timing import median_ms
 
 
 def leaf(*shape):
@@ -64,7 +50,7 @@ def main():
     if a.only in ("", "ops"):
         for name, work in [("residual+layernorm", ln), ("bias+gelu (4C)", gelu), ("bias+dropout+residual", dropout),
                            (f"cross-entropy V={v}", ce)]:
-            print(f"RESULT op={name} torch_eager_ms={time_ms(work, a.warmup, a.iterations):.4f}", flush=True)
+            print(f"RESULT op={name} torch_eager_ms={median_ms(work, a.warmup, a.iterations):.4f}", flush=True)
     if a.only in ("", "attention"):
         attention(a)
 
@@ -94,8 +80,8 @@ def attention(a):
             def both():
                 torch.autograd.grad(f(), (q, k, vv), dy)
 
-            fwd_ms = time_ms(fwd, a.warmup, a.iterations)
-            total_ms = time_ms(both, a.warmup, a.iterations)
+            fwd_ms = median_ms(fwd, a.warmup, a.iterations)
+            total_ms = median_ms(both, a.warmup, a.iterations)
             print(f"RESULT attention=HS{hs} torch={name} fwd_ms={fwd_ms:.4f} total_ms={total_ms:.4f} "
                   f"fwd_tflops={flops / fwd_ms / 1e9:.1f} bwd_tflops={2.5 * flops / (total_ms - fwd_ms) / 1e9:.1f}",
                   flush=True)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/cli.h"
 #include "layers/dlrm.h"
 #include "lib/kernel_mode.h"
@@ -110,6 +111,7 @@ int run(int argc, char** argv) {
   args.flag("eval-batches", "0", "batches per validation pass (0: the whole validation split)");
   args.flag("seed", "0", "seed for initialization, shuffling and --make-synthetic");
   args.flag("metrics", "", "write one JSON line per logged step and evaluation to this file");
+  ft::cli::add_checkpoint_flags(args);
   args.flag("log-every", "100", "steps between progress lines");
   if (!args.parse(argc, argv)) return 0;
 
@@ -168,6 +170,12 @@ int run(int argc, char** argv) {
     optimizer = std::make_unique<ft::SGD>(model->dense_parameters(), ft::SGD::Options{.lr = lr});
   else
     FT_FAIL("ft-dlrm: --optimizer must be sgd or adamw, got '", optimizer_name, "'");
+  // The tables and their Adagrad accumulators are model state (state_dict); the optimizer's holds
+  // the MLPs' moments or momentum.
+  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"});
+  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
+    FT_CHECK(saved->second == std::to_string(batch), "ft-dlrm: --resume: the checkpoint was written with --batch ",
+             saved->second, ", this run has ", batch, " (its data position counts batches of that size)");
   std::printf("ft-dlrm: %lld parameters (%lld in 26 tables of %lld x %lld, f32) on %s (MLPs %s), kernels %s%s, "
               "batch %lld, %s lr %g, sparse %s lr %g\n",
               static_cast<long long>(model->parameter_count()), static_cast<long long>(model->tables().weight().numel()),
@@ -202,12 +210,17 @@ int run(int argc, char** argv) {
     const ft::BinaryMetrics m = eval_on(split.val, args.integer("eval-batches"));
     return std::map<std::string, double>{{"val auc", m.auc}, {"val logloss", m.logloss}, {"val accuracy", m.accuracy}};
   };
+  ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {
+    run_state["data"] = data_path;
+    run_state["batch size"] = std::to_string(batch);
+  });
   ft::Trainer trainer(*model, *optimizer, source,
                       [&](ft::Module&, const ft::Batch& b) {
                         return ft::binary_cross_entropy_with_logits(model->logits(b.at("dense"), b.at("sparse")),
                                                                     b.at("labels"));
                       },
                       options);
+  if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
   const ft::FitSummary summary = trainer.fit(steps);
   const ft::BinaryMetrics test = eval_on(split.test, 0);
   std::printf("ft-dlrm: test: %s\n", metrics_line(test).c_str());

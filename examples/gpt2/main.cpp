@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/cli.h"
 #include "layers/gpt.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
-#include "train/checkpoint.h"
 #include "train/gpt2_init.h"
 #include "train/peft_adapter.h"
 #include "train/safetensors.h"
@@ -103,9 +103,7 @@ int run(int argc, char** argv) {
   args.flag("metrics", "", "write one JSON line per logged step to this file");
   args.flag("val-every", "0", "steps between validations (0: never)");
   args.flag("val-batches", "8", "batches per validation");
-  args.flag("ckpt-dir", "", "folder for checkpoints (empty: none)");
-  args.flag("ckpt-every", "0", "steps between checkpoints (0: only at the end, when --ckpt-dir is set)");
-  args.flag("resume", "", "checkpoint folder, or a --ckpt-dir holding 'latest', to continue from");
+  ft::cli::add_checkpoint_flags(args);
   args.flag("sample-every", "0", "steps between samples (byte-level models only; 0: never)");
   args.flag("sample-len", "128", "bytes per sample");
   args.flag("prompt", "", "text the samples start from");
@@ -178,14 +176,7 @@ int run(int argc, char** argv) {
                       ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                                          .weight_decay = args.number("weight-decay"),
                                          .policy = {.max_grad_norm = std::max(0.0, args.number("clip"))}});
-  int64_t resumed_step = 0;
-  ft::DataPosition resumed_position;
-  if (!args.str("resume").empty()) {
-    const auto state = ft::load_checkpoint(args.str("resume"), model, optimizer);
-    resumed_step = std::stoll(state.at("step"));
-    for (const char* key : {"epoch", "shard", "offset"}) resumed_position[key] = state.at(key);
-    std::printf("resumed from step %lld\n", static_cast<long long>(resumed_step));
-  }
+  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, model, optimizer, {"epoch", "shard", "offset"});
   ft::mark_startup("optimizer");
   const int64_t params = model.parameter_count(), trainable = model.trainable_parameter_count();
   std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
@@ -234,18 +225,16 @@ int run(int argc, char** argv) {
                                                      seed + static_cast<uint64_t>(step), device)
                                                   .c_str());
                                 }});
-  if (!args.str("ckpt-dir").empty()) {
-    options.checkpoint_every = args.integer("ckpt-every");
-    options.checkpoint = [&](int64_t step, const ft::DataPosition& position) {
-      ft::DataPosition run_state = position;
-      run_state["model"] = args.str("model");
-      run_state["vocab"] = std::to_string(vocab);
-      const std::string folder = ft::save_checkpoint(args.str("ckpt-dir"), step, model, optimizer, run_state);
-      // The adapters on their own too, as PEFT saves them (PeftModel.from_pretrained reads the folder).
-      if (lora_rank > 0) ft::save_peft_adapter(folder, model.lora_state_dict(), adapter);
-      std::printf("checkpoint: %s\n", folder.c_str());
-    };
-  }
+  ft::cli::wire_checkpoints(
+      args, options, model, optimizer,
+      [&](ft::DataPosition& run_state) {
+        run_state["model"] = args.str("model");
+        run_state["vocab"] = std::to_string(vocab);
+      },
+      [&](const std::string& folder) {
+        // The adapters on their own too, as PEFT saves them (PeftModel.from_pretrained reads the folder).
+        if (lora_rank > 0) ft::save_peft_adapter(folder, model.lora_state_dict(), adapter);
+      });
 
   // Parity dumps (tests/parity/gpt2_parity.py): parameters in f32, batches as i64. The hook runs
   // every step eagerly, between backward and the optimizer step.
@@ -285,7 +274,7 @@ int run(int argc, char** argv) {
   ft::Trainer trainer(model, optimizer, source,
                       [&](ft::Module&, const ft::Batch& b) { return model.loss(b.at("inputs"), b.at("targets")); },
                       options);
-  if (!args.str("resume").empty()) trainer.resume(resumed_step, resumed_position);
+  if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
   const ft::FitSummary summary = trainer.fit(steps);
   if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to

@@ -29,15 +29,15 @@ constexpr int kMaxPacks = 4;  // packs per lane: rows up to 32 · VEC · kMaxPac
 constexpr int kChunk = 8;     // sorted positions per warp in the backward: 27K warps at dlrm-kaggle sizes
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-template <int VEC>
-using LaneRow = float[kMaxPacks][VEC];
+template <int VEC, int PACKS>
+using LaneRow = float[PACKS][VEC];
 
 __device__ __forceinline__ int64_t pack_column(int p, int lane, int vec) { return (int64_t{p} * 32 + lane) * vec; }
 
-template <class T, int VEC>
-__device__ __forceinline__ void load_lane_row(const T* row, int64_t cols, int lane, LaneRow<VEC>& v) {
+template <class T, int VEC, int PACKS>
+__device__ __forceinline__ void load_lane_row(const T* row, int64_t cols, int lane, LaneRow<VEC, PACKS>& v) {
 #pragma unroll
-  for (int p = 0; p < kMaxPacks; ++p) {
+  for (int p = 0; p < PACKS; ++p) {
     const int64_t c = pack_column(p, lane, VEC);
     if (c < cols) load_vec<T, VEC>(row + c, v[p]);
     else
@@ -46,20 +46,20 @@ __device__ __forceinline__ void load_lane_row(const T* row, int64_t cols, int la
   }
 }
 
-template <class T, int VEC>
-__device__ __forceinline__ void store_lane_row(T* row, int64_t cols, int lane, const LaneRow<VEC>& v) {
+template <class T, int VEC, int PACKS>
+__device__ __forceinline__ void store_lane_row(T* row, int64_t cols, int lane, const LaneRow<VEC, PACKS>& v) {
 #pragma unroll
-  for (int p = 0; p < kMaxPacks; ++p) {
+  for (int p = 0; p < PACKS; ++p) {
     const int64_t c = pack_column(p, lane, VEC);
     if (c < cols) store_vec<T, VEC>(row + c, v[p]);
   }
 }
 
-template <int VEC>
-__device__ __forceinline__ float lane_dot(const LaneRow<VEC>& a, const LaneRow<VEC>& b) {
+template <int VEC, int PACKS>
+__device__ __forceinline__ float lane_dot(const LaneRow<VEC, PACKS>& a, const LaneRow<VEC, PACKS>& b) {
   float s = 0.0f;
 #pragma unroll
-  for (int p = 0; p < kMaxPacks; ++p)
+  for (int p = 0; p < PACKS; ++p)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) s += a[p][k] * b[p][k];
   return s;
@@ -73,62 +73,124 @@ struct UpdateArgs {
   float eps;
 };
 
-/// Applies one step to weight row `row` from its whole gradient g (the warp holds it, a lane its
-/// packs). Every lane of the warp calls it.
-template <int VEC>
+/// Row `row`'s weights (each lane its packs) and, for Adagrad, its accumulator: loaded when a
+/// run starts, so that the loads overlap the run's gradient sum instead of following it.
+template <int VEC, int PACKS>
+struct RowState {
+  LaneRow<VEC, PACKS> w;
+  float accumulator;
+};
+
+template <int VEC, int PACKS>
+__device__ __forceinline__ void load_row_state(const float* weight, int64_t row, int64_t cols, const UpdateArgs& u,
+                                               int lane, RowState<VEC, PACKS>& state) {
+  load_lane_row<float, VEC, PACKS>(weight + row * cols, cols, lane, state.w);
+  state.accumulator = u.kind == RowUpdateKind::RowWiseAdagrad ? u.accumulator[row] : 0.0f;
+}
+
+/// Applies one step to weight row `row` (loaded in `state`) from its whole gradient g (the warp
+/// holds it, a lane its packs). Every lane of the warp calls it.
+template <int VEC, int PACKS>
 __device__ __forceinline__ void update_row(float* weight, int64_t row, int64_t cols, const UpdateArgs& u,
-                                           const LaneRow<VEC>& g, int lane) {
+                                           RowState<VEC, PACKS>& state, const LaneRow<VEC, PACKS>& g, int lane) {
   float rate = u.lr_scale * *u.lr;
   if (u.kind == RowUpdateKind::RowWiseAdagrad) {
-    const float acc = u.accumulator[row] + warp_sum(lane_dot<VEC>(g, g)) / static_cast<float>(cols);
-    __syncwarp();
+    const float acc = state.accumulator + warp_sum(lane_dot<VEC, PACKS>(g, g)) / static_cast<float>(cols);
+    __syncwarp();  // every lane has read the old value before lane 0 writes the new one
     if (lane == 0) u.accumulator[row] = acc;
     rate /= sqrtf(acc) + u.eps;
   }
-  LaneRow<VEC> w;
-  float* p = weight + row * cols;
-  load_lane_row<float, VEC>(p, cols, lane, w);
 #pragma unroll
-  for (int q = 0; q < kMaxPacks; ++q)
+  for (int q = 0; q < PACKS; ++q)
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) w[q][k] -= rate * g[q][k];
-  store_lane_row<float, VEC>(p, cols, lane, w);
+    for (int k = 0; k < VEC; ++k) state.w[q][k] -= rate * g[q][k];
+  store_lane_row<float, VEC, PACKS>(weight + row * cols, cols, lane, state.w);
 }
 
-/// A group of `lanes` threads per bag (a power of two up to 32: D / VEC when that is smaller
-/// than a warp), so that one warp keeps several bags' rows in flight when rows are short.
-template <class TO, int VEC>
-__global__ void embedding_bag_forward_kernel(const float* weight, const int64_t* row_offsets, int64_t tables,
-                                             const void* ids, bool ids64, const void* offsets, bool offsets64,
-                                             const float* per_sample_weights, bool mean, TO* out, int64_t bags,
-                                             int64_t n, int64_t cols, int lanes, unsigned* error_word) {
-  const int sublane = threadIdx.x % lanes;
-  const int64_t groups_per_block = blockDim.x / lanes;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * groups_per_block;
-  for (int64_t k = blockIdx.x * groups_per_block + threadIdx.x / lanes; k < bags; k += stride) {
-    const BagRange range = bag_range(offsets, offsets64, k, bags, n, error_word);
-    float sum[kMaxPacks][VEC] = {};
-    for (int64_t i = range.begin; i < range.end; ++i) {
-      const float* row = weight + bag_row(ids, ids64, i, row_offsets, k % tables, error_word) * cols;
-      const float w = per_sample_weights ? per_sample_weights[i] : 1.0f;
-#pragma unroll
-      for (int p = 0; p < kMaxPacks; ++p) {
-        const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
-        if (c >= cols) break;
-        float v[VEC];
-        load_vec<float, VEC>(row + c, v);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) sum[p][q] += w * v[q];
-      }
+/// A warp takes 32 bags at a time. First lane j reads bag j's offsets and the table row of its
+/// first id: the three dependent loads (offsets → id → row) are paid once per 32 bags instead of
+/// once per bag. Then groups of `lanes` threads (a power of two up to 32: D / VEC when that is
+/// smaller than a warp) take the bags, kRowsInFlight per group at once: every lane has that many
+/// independent row loads outstanding before it adds any of them (rows of several packs already
+/// give a lane that many). Further ids of a bag (pooling over more than one) are read after the
+/// first, in order. Registers decide the speed: at D = 64, 4 blocks of 256 per SM (64 registers)
+/// keep 32 warps with 4 rows of 16 bytes in flight per lane; at 129 registers (before PACKS was
+/// a template argument) one block fitted and the kernel ran at a third of this rate.
+template <class TO, int VEC, int PACKS>
+__global__ void __launch_bounds__(kThreads, 4)
+    embedding_bag_forward_kernel(const float* __restrict__ weight, const int64_t* __restrict__ row_offsets,
+                                 int64_t tables, const void* ids, bool ids64, const void* offsets, bool offsets64,
+                                 const float* __restrict__ per_sample_weights, bool mean, TO* __restrict__ out,
+                                 int64_t bags, int64_t n, int64_t cols, int lanes, unsigned* error_word) {
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr int kRowsInFlight = PACKS == 1 ? 4 : 1;
+  const int lane = threadIdx.x % 32, group = lane / lanes, sublane = lane % lanes, groups = 32 / lanes;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t base = (blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32) * 32; base < bags;
+       base += warps * 32) {
+    int64_t lane_begin = 0, lane_first_row = 0;
+    int lane_count = 0;  // ids in the bag; a bag of 2^31 ids or more is not a bag this kernel meets
+    if (base + lane < bags) {
+      const BagRange range = bag_range(offsets, offsets64, base + lane, bags, n, error_word);
+      lane_begin = range.begin;
+      lane_count = static_cast<int>(range.end - range.begin);
+      if (lane_count > 0)
+        lane_first_row = bag_row(ids, ids64, range.begin, row_offsets, (base + lane) % tables, error_word);
     }
-    const float scale = mean && range.end > range.begin ? 1.0f / static_cast<float>(range.end - range.begin) : 1.0f;
+    for (int first = 0; first < 32; first += groups * kRowsInFlight) {
+      int count[kRowsInFlight];
+      float sum[kRowsInFlight][PACKS][VEC];
 #pragma unroll
-    for (int p = 0; p < kMaxPacks; ++p) {
-      const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
-      if (c >= cols) break;
+      for (int u = 0; u < kRowsInFlight; ++u) {
+        const int src = first + u * groups + group;  // the bag's lane in the staging above
+        const int64_t row = __shfl_sync(kAll, lane_first_row, src & 31);
+        count[u] = src < 32 ? __shfl_sync(kAll, lane_count, src & 31) : 0;  // past the warp's 32 bags: none
+        float w = 1.0f;
+        if (per_sample_weights) {
+          const int64_t begin = __shfl_sync(kAll, lane_begin, src & 31);
+          if (count[u] > 0) w = per_sample_weights[begin];
+        }
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) sum[p][q] *= scale;
-      store_vec<TO, VEC>(out + k * cols + c, sum[p]);
+        for (int p = 0; p < PACKS; ++p) {
+          const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
+          if (count[u] > 0 && c < cols) {
+            load_vec<float, VEC>(weight + row * cols + c, sum[u][p]);
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) sum[u][p][q] *= w;
+          } else {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) sum[u][p][q] = 0.0f;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) {
+        const int src = first + u * groups + group;
+        const int64_t begin = __shfl_sync(kAll, lane_begin, src & 31), k = base + src;
+        if (src >= 32 || k >= bags) continue;
+        for (int64_t i = begin + 1; i < begin + count[u]; ++i) {
+          const float* row = weight + bag_row(ids, ids64, i, row_offsets, k % tables, error_word) * cols;
+          const float w = per_sample_weights ? per_sample_weights[i] : 1.0f;
+#pragma unroll
+          for (int p = 0; p < PACKS; ++p) {
+            const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
+            if (c >= cols) break;
+            float v[VEC];
+            load_vec<float, VEC>(row + c, v);
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) sum[u][p][q] += w * v[q];
+          }
+        }
+        const float scale = mean && count[u] > 0 ? 1.0f / static_cast<float>(count[u]) : 1.0f;
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p) {
+          const int64_t c = (int64_t{p} * lanes + sublane) * VEC;
+          if (c >= cols) break;
+#pragma unroll
+          for (int q = 0; q < VEC; ++q) sum[u][p][q] *= scale;
+          store_vec<TO, VEC>(out + k * cols + c, sum[u][p]);
+        }
+      }
     }
   }
 }
@@ -136,7 +198,7 @@ __global__ void embedding_bag_forward_kernel(const float* weight, const int64_t*
 /// A warp per chunk of sorted positions: sums each run's upstream rows, updates the rows whose
 /// run lies inside the chunk, and leaves partial sums of the others in partials[chunk][slot]
 /// (slot 0: a run continued from the chunk before; slot 1: a run starting here and going on).
-template <class TG, int VEC>
+template <class TG, int VEC, int PACKS>
 __global__ void rows_update_kernel(const TG* grad, const int32_t* keys, const int32_t* perm, const int32_t* bag_of,
                                    const void* offsets, bool offsets64, const float* per_sample_weights, bool mean,
                                    float* weight, int64_t n, int64_t cols, UpdateArgs update, float* partials,
@@ -163,38 +225,39 @@ __global__ void rows_update_kernel(const TG* grad, const int32_t* keys, const in
   const int32_t row_after = chunk_end < n ? keys[chunk_end] : -1;
   constexpr unsigned kAll = 0xffffffffu;
   int32_t crossing = 0;
-  LaneRow<VEC> next;
-  load_lane_row<TG, VEC>(grad + int64_t{__shfl_sync(kAll, lane_bag, 0)} * cols, cols, lane, next);
+  LaneRow<VEC, PACKS> next;
+  load_lane_row<TG, VEC, PACKS>(grad + int64_t{__shfl_sync(kAll, lane_bag, 0)} * cols, cols, lane, next);
   for (int j = 0; j < count;) {
     const int32_t row = __shfl_sync(kAll, lane_row, j);
     const bool run_start = j > 0 || row_before != row;
-    LaneRow<VEC> sum = {}, before;
-    if (per_sample_weights_grad) load_lane_row<float, VEC>(weight + int64_t{row} * cols, cols, lane, before);
+    LaneRow<VEC, PACKS> sum = {};
+    RowState<VEC, PACKS> state;  // the row before the update: also what a per-sample weight's gradient reads
+    load_row_state<VEC, PACKS>(weight, row, cols, update, lane, state);
     for (; j < count && __shfl_sync(kAll, lane_row, j) == row; ++j) {
-      LaneRow<VEC> g;
+      LaneRow<VEC, PACKS> g;
 #pragma unroll
-      for (int p = 0; p < kMaxPacks; ++p)
+      for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int q = 0; q < VEC; ++q) g[p][q] = next[p][q];
       const int32_t next_bag = __shfl_sync(kAll, lane_bag, j + 1 < count ? j + 1 : j);
-      if (j + 1 < count) load_lane_row<TG, VEC>(grad + int64_t{next_bag} * cols, cols, lane, next);
+      if (j + 1 < count) load_lane_row<TG, VEC, PACKS>(grad + int64_t{next_bag} * cols, cols, lane, next);
       const float scale = __shfl_sync(kAll, lane_scale, j);
       const int32_t i = __shfl_sync(kAll, lane_i, j);
       if (per_sample_weights_grad) {
-        const float dot = warp_sum(lane_dot<VEC>(g, before));
+        const float dot = warp_sum(lane_dot<VEC, PACKS>(g, state.w));
         if (lane == 0) per_sample_weights_grad[i] = scale * dot;
       }
       const float factor = scale * __shfl_sync(kAll, lane_weight, j);
 #pragma unroll
-      for (int p = 0; p < kMaxPacks; ++p)
+      for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int q = 0; q < VEC; ++q) sum[p][q] += factor * g[p][q];
     }
     const bool run_end = j < count || row_after != row;
     if (run_start && run_end) {
-      update_row<VEC>(weight, row, cols, update, sum, lane);
+      update_row<VEC, PACKS>(weight, row, cols, update, state, sum, lane);
     } else {
-      store_lane_row<float, VEC>(partials + (chunk * 2 + (run_start ? 1 : 0)) * cols, cols, lane, sum);
+      store_lane_row<float, VEC, PACKS>(partials + (chunk * 2 + (run_start ? 1 : 0)) * cols, cols, lane, sum);
       crossing = crossing || run_start;
     }
   }
@@ -203,7 +266,7 @@ __global__ void rows_update_kernel(const TG* grad, const int32_t* keys, const in
 
 /// A warp per chunk where a run starts and crosses into the next chunks: adds its partial sums
 /// in chunk order and updates the row.
-template <int VEC>
+template <int VEC, int PACKS>
 __global__ void crossing_rows_update_kernel(const int32_t* keys, int64_t n, int64_t chunks, int64_t cols,
                                             const float* partials, const int32_t* starts_crossing, float* weight,
                                             UpdateArgs update) {
@@ -212,17 +275,19 @@ __global__ void crossing_rows_update_kernel(const int32_t* keys, int64_t n, int6
   const int lane = threadIdx.x % 32;
   const int64_t chunk_end = n < (chunk + 1) * kChunk ? n : (chunk + 1) * kChunk;
   const int32_t row = keys[chunk_end - 1];
-  LaneRow<VEC> sum;
-  load_lane_row<float, VEC>(partials + (chunk * 2 + 1) * cols, cols, lane, sum);
+  LaneRow<VEC, PACKS> sum;
+  load_lane_row<float, VEC, PACKS>(partials + (chunk * 2 + 1) * cols, cols, lane, sum);
   for (int64_t next = chunk + 1; next < chunks && keys[next * kChunk] == row; ++next) {
-    LaneRow<VEC> part;
-    load_lane_row<float, VEC>(partials + next * 2 * cols, cols, lane, part);
+    LaneRow<VEC, PACKS> part;
+    load_lane_row<float, VEC, PACKS>(partials + next * 2 * cols, cols, lane, part);
 #pragma unroll
-    for (int p = 0; p < kMaxPacks; ++p)
+    for (int p = 0; p < PACKS; ++p)
 #pragma unroll
       for (int q = 0; q < VEC; ++q) sum[p][q] += part[p][q];
   }
-  update_row<VEC>(weight, row, cols, update, sum, lane);
+  RowState<VEC, PACKS> state;
+  load_row_state<VEC, PACKS>(weight, row, cols, update, lane, state);
+  update_row<VEC, PACKS>(weight, row, cols, update, state, sum, lane);
 }
 
 int key_bits(int64_t rows) {
@@ -231,12 +296,20 @@ int key_bits(int64_t rows) {
   return bits;
 }
 
-/// Calls f with the pack width the rows allow: 4 floats when D and the pointers allow it, else 1.
+/// Calls f with the pack width the rows allow (4 floats when D and the pointers allow it, else 1)
+/// and the packs a lane holds: one when a warp's 32 · VEC columns cover the row, kMaxPacks
+/// otherwise. The kernels keep PACKS rows of VEC floats in registers per lane, so D = 64 must not
+/// pay for kMaxPacks: at 129 registers the forward ran one block per SM, 1.6x slower.
 template <class F>
-void with_pack_width(int64_t cols, std::initializer_list<const void*> pointers, F&& f) {
-  if (packable<float>(cols, pointers)) return f(std::integral_constant<int, 4>{});
+void with_row_packing(int64_t cols, std::initializer_list<const void*> pointers, F&& f) {
+  auto with_packs = [&](auto vec) {
+    constexpr int V = decltype(vec)::value;
+    if (cols <= 32 * V) return f(vec, std::integral_constant<int, 1>{});
+    f(vec, std::integral_constant<int, kMaxPacks>{});
+  };
+  if (packable<float>(cols, pointers)) return with_packs(std::integral_constant<int, 4>{});
   FT_CHECK(cols <= 32 * kMaxPacks, "embedding_bag: rows of ", cols, " columns need 16-byte aligned tensors");
-  f(std::integral_constant<int, 1>{});
+  with_packs(std::integral_constant<int, 1>{});
 }
 
 }  // namespace
@@ -247,15 +320,16 @@ void embedding_bag_forward(const Tensor& weight, const Tensor& row_offsets, cons
                            const Tensor& per_sample_weights, BagMode mode, const Tensor& out) {
   const int64_t bags = offsets.numel() - 1, cols = weight.size(1);
   if (bags == 0) return;
-  with_pack_width(cols, {weight.data_ptr(), out.data_ptr()}, [&](auto vec) {
-    constexpr int V = decltype(vec)::value;
+  with_row_packing(cols, {weight.data_ptr(), out.data_ptr()}, [&](auto vec, auto packs) {
+    constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
     dispatch_half_float(out.dtype(), "embedding_bag", [&](auto tag) {
       using TO = decltype(tag);
       int lanes = 1;
       while (lanes < 32 && lanes * V < cols) lanes *= 2;
-      const int64_t groups = kThreads / lanes;
-      const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((bags + groups - 1) / groups, int64_t{1} << 20));
-      embedding_bag_forward_kernel<TO, V><<<blocks, kThreads, 0, stream()>>>(
+      const int64_t bags_per_block = 32 * kWarpsPerBlock;  // a warp stages 32 bags at a time
+      const unsigned blocks =
+          static_cast<unsigned>(std::min<int64_t>((bags + bags_per_block - 1) / bags_per_block, int64_t{1} << 20));
+      embedding_bag_forward_kernel<TO, V, P><<<blocks, kThreads, 0, stream()>>>(
           weight.data<float>(), row_offsets.data<int64_t>(), row_offsets.numel() - 1, ids.data_ptr(),
           ids.dtype() == DType::I64, offsets.data_ptr(), offsets.dtype() == DType::I64,
           per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
@@ -291,18 +365,18 @@ void embedding_bag_backward_update(const Tensor& grad, const Tensor& weight, con
                         update.kind == RowUpdateKind::RowWiseAdagrad ? update.accumulator.data<float>() : nullptr,
                         static_cast<float>(update.eps)};
   const unsigned blocks = static_cast<unsigned>((chunks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  with_pack_width(cols, {grad.data_ptr(), weight.data_ptr()}, [&](auto vec) {
-    constexpr int V = decltype(vec)::value;
+  with_row_packing(cols, {grad.data_ptr(), weight.data_ptr()}, [&](auto vec, auto packs) {
+    constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
     dispatch_half_float(grad.dtype(), "embedding_bag backward", [&](auto tag) {
       using TG = decltype(tag);
-      rows_update_kernel<TG, V><<<blocks, kThreads, 0, stream()>>>(
+      rows_update_kernel<TG, V, P><<<blocks, kThreads, 0, stream()>>>(
           grad.data<TG>(), keys, perm, bags.data<int32_t>(), offsets.data_ptr(), offsets.dtype() == DType::I64,
           per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
           weight.data<float>(), n, cols, args, partials.data<float>(), starts_crossing.data<int32_t>(),
           per_sample_weights_grad.defined() ? per_sample_weights_grad.data<float>() : nullptr);
     });
     FT_CUDA_CHECK_LAUNCH("rows_update_kernel");
-    crossing_rows_update_kernel<V><<<blocks, kThreads, 0, stream()>>>(keys, n, chunks, cols, partials.data<float>(),
+    crossing_rows_update_kernel<V, P><<<blocks, kThreads, 0, stream()>>>(keys, n, chunks, cols, partials.data<float>(),
                                                                       starts_crossing.data<int32_t>(),
                                                                       weight.data<float>(), args);
     FT_CUDA_CHECK_LAUNCH("crossing_rows_update_kernel");

@@ -1,5 +1,6 @@
 // Data-movement kernels: transpose of the last two dims (tiled through shared memory), pitched
 // row copies (narrow, cat), and row gather/scatter for embeddings.
+#include "lib/cuda/indexed_rows.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -34,22 +35,6 @@ void launch_transpose(const void* x, void* out, int64_t batch, int64_t rows, int
             static_cast<unsigned>(batch));
   transpose_kernel<Word><<<grid, dim3(kTile, 8), 0, stream()>>>(static_cast<const Word*>(x), static_cast<Word*>(out),
                                                                  rows, cols);
-}
-
-template <class Word>
-__global__ void gather_rows_kernel(const Word* table, const void* ids, bool ids64, Word* out, int64_t n,
-                                   int64_t rows, int64_t words_per_row, unsigned* error_word) {
-  const int64_t total = n * words_per_row;
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = j / words_per_row, w = j % words_per_row;
-    const int64_t id = load_id(ids, ids64, i);
-    if (id < 0 || id >= rows) {
-      if (w == 0) atomicOr(error_word, kIndexOutOfRange);
-      out[j] = Word{};
-    } else {
-      out[j] = table[id * words_per_row + w];
-    }
-  }
 }
 
 template <class T>
@@ -97,23 +82,8 @@ void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, s
 }
 
 void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
-  const int64_t n = ids.numel(), rows = table.size(0);
   const size_t row_bytes = static_cast<size_t>(table.size(1)) * dtype_size(table.dtype());
-  const bool ids64 = ids.dtype() == DType::I64;
-  const unsigned blocks = elementwise_blocks(n * static_cast<int64_t>(row_bytes / 2), kThreads);
-  // Move rows in the widest word that divides the row size.
-  if (row_bytes % 16 == 0)
-    gather_rows_kernel<<<blocks, kThreads, 0, stream()>>>(table.data<uint4>(), ids.data_ptr(), ids64, out.data<uint4>(),
-                                                          n, rows, static_cast<int64_t>(row_bytes / 16), device_error_word());
-  else if (row_bytes % 4 == 0)
-    gather_rows_kernel<<<blocks, kThreads, 0, stream()>>>(table.data<uint32_t>(), ids.data_ptr(), ids64,
-                                                          out.data<uint32_t>(), n, rows,
-                                                          static_cast<int64_t>(row_bytes / 4), device_error_word());
-  else
-    gather_rows_kernel<<<blocks, kThreads, 0, stream()>>>(table.data<uint16_t>(), ids.data_ptr(), ids64,
-                                                          out.data<uint16_t>(), n, rows,
-                                                          static_cast<int64_t>(row_bytes / 2), device_error_word());
-  FT_CUDA_CHECK_LAUNCH("gather_rows_kernel");
+  move_indexed_rows<RowMove::Gather>(table.data_ptr(), table.size(0), ids, out.data_ptr(), row_bytes);
 }
 
 void scatter_add_rows(const Tensor& grad, const Tensor& ids, const Tensor& table_grad) {

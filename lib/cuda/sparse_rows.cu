@@ -2,6 +2,7 @@
 // one thread per bag or per element, as an eager framework runs them. The fused embedding bag
 // (lib/cuda/embedding_bag.cu) shares bag_rows and does the rest in its own kernels.
 #include "lib/cuda/bags.cuh"
+#include "lib/cuda/indexed_rows.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -49,21 +50,6 @@ __global__ void segment_spread_kernel(const T* grad, const void* offsets, bool o
   }
 }
 
-template <class Word>
-__global__ void index_put_rows_kernel(Word* dst, const void* ids, bool ids64, const Word* src, int64_t n,
-                                      int64_t rows, int64_t words_per_row, unsigned* error_word) {
-  const int64_t total = n * words_per_row;
-  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = j / words_per_row, w = j % words_per_row;
-    const int64_t id = load_id(ids, ids64, i);
-    if (id < 0 || id >= rows) {
-      if (w == 0) atomicOr(error_word, kIndexOutOfRange);
-    } else {
-      dst[id * words_per_row + w] = src[j];
-    }
-  }
-}
-
 }  // namespace
 
 void bag_rows(const Tensor& ids, const Tensor& offsets, const Tensor& row_offsets, const Tensor& rows,
@@ -99,20 +85,8 @@ void segment_spread(const Tensor& grad, const Tensor& offsets, const Tensor& bag
 }
 
 void index_put_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
-  const int64_t n = ids.numel(), rows = dst.size(0);
   const size_t row_bytes = static_cast<size_t>(dst.size(1)) * dtype_size(dst.dtype());
-  const bool ids64 = ids.dtype() == DType::I64;
-  auto launch = [&](auto word) {
-    using Word = decltype(word);
-    const int64_t words = static_cast<int64_t>(row_bytes / sizeof(Word));
-    index_put_rows_kernel<Word><<<elementwise_blocks(n * words, kThreads), kThreads, 0, stream()>>>(
-        static_cast<Word*>(dst.data_ptr()), ids.data_ptr(), ids64, static_cast<const Word*>(src.data_ptr()), n, rows,
-        words, device_error_word());
-  };
-  if (row_bytes % 16 == 0) launch(uint4{});
-  else if (row_bytes % 4 == 0) launch(uint32_t{});
-  else launch(uint16_t{});
-  FT_CUDA_CHECK_LAUNCH("index_put_rows_kernel");
+  move_indexed_rows<RowMove::Put>(dst.data_ptr(), dst.size(0), ids, src.data_ptr(), row_bytes);
 }
 
 }  // namespace ft::cuda

@@ -57,7 +57,10 @@ TEST_P(DotInteractionDeviceTest, MatchesF64Reference) {
   struct Case {
     int64_t b, t, d;
   };
-  for (const Case& c : {Case{9, 26, 64}, Case{5, 26, 16}, Case{4, 3, 7}})
+  // bf16 with F <= 32 and D % 16 == 0 takes the tensor-core kernels (F = 27, 16 and 32 below:
+  // 16 rows of tiles or 32, the full 32); F = 33, D = 7 and f32 take the block-per-sample ones.
+  for (const Case& c : {Case{9, 26, 64}, Case{5, 26, 16}, Case{6, 15, 32}, Case{3, 31, 128}, Case{3, 32, 16},
+                        Case{4, 3, 7}})
     for (DType dtype : {DType::F32, DType::BF16}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " T " + std::to_string(c.t) + " D " + std::to_string(c.d));
       EXPECT_TRUE(matches_f64_reference([](const std::vector<Tensor>& in) { return dot_interaction(in[0], in[1]); },

@@ -1,14 +1,16 @@
 // Checkpoints: a run resumed from a checkpoint reproduces the uninterrupted run's losses
-// exactly (model, AdamW state, step count and data position all restored), and a crash while
+// exactly (model, AdamW's or SGD's state, step count and data position all restored), and a crash while
 // writing leaves the previous checkpoint as `latest`.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "layers/gpt.h"
 #include "lib/error.h"
 #include "optim/adamw.h"
+#include "optim/sgd.h"
 #include "tests/train/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -27,13 +29,20 @@ std::string write_text(const TempDir& dir) {
   return path;
 }
 
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const std::vector<Tensor>& params) {
+  if (kind == "sgd") return std::make_unique<SGD>(params, SGD::Options{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
+  return std::make_unique<AdamW>(params, AdamW::Options{.lr = 1e-2});
+}
+
 struct TrainingRun {
   GPT model;
-  AdamW optimizer;
+  std::unique_ptr<Optimizer> optimizer_ptr;
+  Optimizer& optimizer;
   TokenLoader loader;
-  TrainingRun(uint64_t seed, const std::string& text)
+  TrainingRun(uint64_t seed, const std::string& text, const std::string& optimizer_kind = "adamw")
       : model(GPTConfig{.vocab = 256, .block_size = 16, .layers = 1, .heads = 2, .channels = 16}, seed),
-        optimizer(model.parameters(), AdamW::Options{.lr = 1e-2}),
+        optimizer_ptr(make_optimizer(optimizer_kind, model.parameters())),
+        optimizer(*optimizer_ptr),
         loader(text, TokenLoader::Options{.batch_size = 2, .seq_len = 16, .vocab_size = 256, .seed = 5,
                                           .shuffle = false, .format = TokenFormat::Text}) {}
   double step() {
@@ -51,21 +60,39 @@ struct TrainingRun {
   }
 };
 
-TEST(Checkpoint, ResumeReproducesTheUninterruptedRunExactly) {
+class CheckpointResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CheckpointResume, ReproducesTheUninterruptedRunExactly) {
   TempDir dir("ft_ckpt");
   const std::string text = write_text(dir), root = dir.file("ckpt");
-  TrainingRun straight(1, text);
+  TrainingRun straight(1, text, GetParam());
   std::vector<double> losses;
   for (int s = 1; s <= 6; ++s) {
     losses.push_back(straight.step());
     if (s == 3) save_checkpoint(root, s, straight.model, straight.optimizer, straight.run_state());
   }
-  TrainingRun resumed(99, text);  // different initial weights: everything must come from the checkpoint
+  TrainingRun resumed(99, text, GetParam());  // different initial weights: everything must come from the checkpoint
   const auto state = load_checkpoint(root, resumed.model, resumed.optimizer);
   EXPECT_EQ(resumed.optimizer.step_count(), 3);
   resumed.loader.set_position(
       TokenPosition{std::stoll(state.at("epoch")), std::stoll(state.at("shard")), std::stoll(state.at("offset"))});
   for (int s = 4; s <= 6; ++s) EXPECT_EQ(resumed.step(), losses[static_cast<size_t>(s - 1)]) << "step " << s;
+}
+
+// AdamW's moments and SGD's momentum buffer both live in the checkpoint (Optimizer::state).
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointResume, ::testing::Values("adamw", "sgd"));
+
+TEST(Checkpoint, SgdMomentumIsPartOfTheState) {
+  const GPTConfig config{.vocab = 256, .block_size = 16, .layers = 1, .heads = 2, .channels = 16};
+  GPT a(config, 3), b(config, 3);
+  SGD with_momentum(a.parameters(), SGD::Options{.lr = 0.1, .momentum = 0.9});
+  SGD plain(b.parameters(), SGD::Options{.lr = 0.1});
+  EXPECT_EQ(with_momentum.state().count("0.momentum"), 1u);
+  EXPECT_EQ(plain.state().count("0.momentum"), 0u);
+  EXPECT_EQ(plain.state().count("0.master"), 1u);
+  std::map<std::string, Tensor> missing = with_momentum.state();
+  missing.erase("1.momentum");
+  EXPECT_THROW(with_momentum.load_state(missing), Error);
 }
 
 TEST(Checkpoint, ModelFileHoldsNamedParametersAndLatestSurvivesAnInterruptedWrite) {

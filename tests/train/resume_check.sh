@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Resuming reproduces the uninterrupted run exactly: ft-gpt2 trains 30 steps with a checkpoint
+# Resuming reproduces the uninterrupted run exactly: a binary (ft-gpt2, ft-dlrm) trains 30 steps with a checkpoint
 # at step 20, then a second run resumes from that checkpoint; the losses of steps 21-30 (printed
 # to 9 significant digits in the metrics) must be identical.
-#   gpt2_resume_check.sh <ft-gpt2> <work folder> [ft-gpt2 arguments...]
+#   resume_check.sh <binary> <work folder> [its arguments...]
 set -euo pipefail
 binary=$1 work=$2
 shift 2

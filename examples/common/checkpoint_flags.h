@@ -1,0 +1,65 @@
+// --ckpt-dir, --ckpt-every and --resume, the same in every binary: checkpoints go through
+// train/checkpoint.h (atomic folders, `latest`), and a resumed run continues exactly (model,
+// optimizer state, step count, data position).
+#pragma once
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "examples/common/cli.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace ft::cli {
+
+inline void add_checkpoint_flags(Args& args) {
+  args.flag("ckpt-dir", "", "folder for checkpoints (empty: none)");
+  args.flag("ckpt-every", "0", "steps between checkpoints (0: only at the end, when --ckpt-dir is set)");
+  args.flag("resume", "", "checkpoint folder, or a --ckpt-dir holding 'latest', to continue from (the run's\n"
+                          "other flags must match the checkpointed run's)");
+}
+
+/// Where --resume left the run: the checkpoint's step and the data source's position.
+struct Resumed {
+  int64_t step = 0;
+  DataPosition position;
+  std::map<std::string, std::string> run_state;  ///< everything the checkpoint's metadata holds
+};
+
+/// Loads --resume, when given, into model and optimizer; `position_keys` are the data source's
+/// position fields (each must be in the checkpoint).
+inline Resumed resume_from_flag(const Args& args, Module& model, Optimizer& optimizer,
+                                const std::vector<std::string>& position_keys) {
+  Resumed out;
+  if (args.str("resume").empty()) return out;
+  out.run_state = load_checkpoint(args.str("resume"), model, optimizer);
+  out.step = std::stoll(out.run_state.at("step"));
+  for (const std::string& key : position_keys) {
+    auto it = out.run_state.find(key);
+    FT_CHECK(it != out.run_state.end(), "--resume: the checkpoint '", args.str("resume"), "' has no data position '",
+             key, "' (was it written by another binary?)");
+    out.position[key] = it->second;
+  }
+  std::printf("resumed from step %lld\n", static_cast<long long>(out.step));
+  return out;
+}
+
+/// With --ckpt-dir set, has the trainer write checkpoints there (every --ckpt-every steps and at
+/// the end). `describe` adds run state of the binary's own; `after_save` gets each folder.
+inline void wire_checkpoints(const Args& args, Trainer::Options& options, const Module& model,
+                             const Optimizer& optimizer,
+                             std::function<void(DataPosition&)> describe = {},
+                             std::function<void(const std::string&)> after_save = {}) {
+  if (args.str("ckpt-dir").empty()) return;
+  options.checkpoint_every = args.integer("ckpt-every");
+  options.checkpoint = [&args, &model, &optimizer, describe, after_save](int64_t step, const DataPosition& position) {
+    DataPosition run_state = position;
+    if (describe) describe(run_state);
+    const std::string folder = save_checkpoint(args.str("ckpt-dir"), step, model, optimizer, run_state);
+    if (after_save) after_save(folder);
+    std::printf("checkpoint: %s\n", folder.c_str());
+  };
+}
+
+}  // namespace ft::cli
