@@ -27,6 +27,10 @@ timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 $B/tests/ft_tes
   --gtest_filter='*EmbeddingBag*cuda*:*EmbeddingBagFused*:*DotInteraction*cuda*:*DotInteractionFused*:*Bce*cuda*:*BceFused*' \
   >"$logs/memcheck.log" 2>&1
 memcheck=$([ $? -eq 0 ] && echo "clean" || echo "FINDINGS (see memcheck.log): $(grep -c 'Invalid\|uninitialized' "$logs/memcheck.log")")
+# The interaction's warps share staged vectors through shared memory: racecheck them.
+timeout 120 compute-sanitizer --tool racecheck --error-exitcode 1 $B/tests/ft_tests \
+  --gtest_filter='*DotInteraction*cuda*:*DotInteractionFused*' >"$logs/racecheck.log" 2>&1
+racecheck=$([ $? -eq 0 ] && echo "clean" || echo "FINDINGS (see racecheck.log)")
 
 timeout 150 $B/examples/ft-bench dlrm --preset bench --ops 0 >"$logs/bench.log" 2>&1 || tail -5 "$logs/bench.log"
 timeout 150 $B/examples/ft-bench dlrm --preset mlperf --kernels fused --steps 10 >"$logs/mlperf.log" 2>&1 ||
@@ -71,6 +75,7 @@ echo
 echo "== fusedtrain DLRM device check ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
 echo "tests: $tests"
 echo "memcheck (DLRM ops' GPU tests): $memcheck"
+echo "racecheck (interaction tests): $racecheck"
 echo "resume: $resume"
 echo
 sed -n '/^kernels/,$p' "$logs/bench.log"
