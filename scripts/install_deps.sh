@@ -3,7 +3,7 @@
 # Idempotent: packages already present are left alone. The CUDA toolkit is not installed here;
 # without nvcc the library builds CPU-only.
 set -euo pipefail
-packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev zlib1g-dev dataset-fashion-mnist ccache)
+packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev zlib1g-dev dataset-fashion-mnist ccache libgloo-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

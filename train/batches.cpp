@@ -13,10 +13,14 @@
 
 namespace ft {
 
-BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, bool shuffle, bool drop_last)
-    : size_(dataset_size), batch_(batch_size), seed_(seed), shuffle_(shuffle), drop_last_(drop_last) {
+BatchSampler::BatchSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, bool shuffle, bool drop_last,
+                           BatchShard shard)
+    : size_(dataset_size), batch_(batch_size), seed_(seed), shuffle_(shuffle), drop_last_(drop_last), shard_(shard) {
   FT_CHECK(batch_size > 0, "BatchSampler: batch size must be positive, got ", batch_size);
-  FT_CHECK(!drop_last || dataset_size >= batch_size, "BatchSampler: batch size ", batch_size,
+  FT_CHECK(shard.world >= 1 && shard.rank >= 0 && shard.rank < shard.world, "BatchSampler: rank ", shard.rank,
+           " of world size ", shard.world);
+  FT_CHECK(!drop_last || dataset_size >= batch_size * shard.world, "BatchSampler: batch size ", batch_size,
+           shard.world > 1 ? " times the world size " + std::to_string(shard.world) : std::string(),
            " is larger than the dataset (", dataset_size, " rows)");
   start_epoch(0);
 }
@@ -30,11 +34,15 @@ void BatchSampler::start_epoch(int64_t epoch) {
   }
 }
 
-int64_t BatchSampler::batches_per_epoch() const { return drop_last_ ? size_ / batch_ : (size_ + batch_ - 1) / batch_; }
+int64_t BatchSampler::batches_per_epoch() const {
+  const int64_t global = batch_ * shard_.world;
+  return drop_last_ ? size_ / global : (size_ + global - 1) / global;
+}
 
 Tensor BatchSampler::batch_ids(int64_t b) const {
   FT_CHECK(b >= 0 && b < batches_per_epoch(), "BatchSampler: batch ", b, " of ", batches_per_epoch());
-  const int64_t start = b * batch_, n = std::min(batch_, size_ - start);
+  const int64_t start = std::min(size_, (b * shard_.world + shard_.rank) * batch_);
+  const int64_t n = std::min(batch_, size_ - start);
   Tensor ids = Tensor::empty({n}, DType::I64);
   std::copy_n(order_.begin() + start, n, ids.data<int64_t>());
   return ids;

@@ -11,21 +11,32 @@
 
 namespace ft {
 
+/// Which part of every batch this process takes in a data-parallel run.
+struct BatchShard {
+  int rank = 0, world = 1;
+};
+
+/// Batches of one epoch in a seeded order. In a data-parallel run every rank draws the same
+/// permutation and batch b of the run is world · batch_size rows, of which rank r takes the r-th
+/// slice of batch_size: N ranks see exactly the batches one process would with N times the batch.
 class BatchSampler {
  public:
   /// drop_last skips a final partial batch (fixed shapes for timing and graphs).
-  BatchSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, bool shuffle = true, bool drop_last = true);
+  BatchSampler(int64_t dataset_size, int64_t batch_size, uint64_t seed, bool shuffle = true, bool drop_last = true,
+               BatchShard shard = {});
   /// Starts epoch `epoch`: a new permutation derived from (seed, epoch).
   void start_epoch(int64_t epoch);
   int64_t batches_per_epoch() const;
   int64_t dataset_size() const { return size_; }
-  /// Row ids of batch b of the current epoch, i64 [batch].
+  /// This rank's row ids of batch b of the current epoch, i64 [batch] (fewer in a last partial
+  /// batch; none when the rows run out before this rank's slice).
   Tensor batch_ids(int64_t b) const;
 
  private:
   int64_t size_, batch_;
   uint64_t seed_;
   bool shuffle_, drop_last_;
+  BatchShard shard_;
   std::vector<int64_t> order_;
 };
 

@@ -8,9 +8,10 @@
 
 namespace ft {
 
-StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward) {
-  return [&model, &optimizer, loss_fn = std::move(loss_fn),
-          after_backward = std::move(after_backward)](const std::vector<Batch>& micro_batches) {
+StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward,
+                     std::function<void()> sync_gradients) {
+  return [&model, &optimizer, loss_fn = std::move(loss_fn), after_backward = std::move(after_backward),
+          sync_gradients = std::move(sync_gradients)](const std::vector<Batch>& micro_batches) {
     FT_CHECK(!micro_batches.empty(), "training step: no micro-batches");
     const double scale = 1.0 / static_cast<double>(micro_batches.size());
     optimizer.zero_grad();
@@ -24,6 +25,7 @@ StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, Backwa
       loss.backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
+    if (sync_gradients) sync_gradients();
     if (after_backward) after_backward(micro_batches, total);
     optimizer.step();
     return total;

@@ -37,7 +37,10 @@ using BackwardDoneFn = std::function<void(const std::vector<Batch>& micro_batche
 /// The training step: optimizer.zero_grad(); for each of the n micro-batches,
 /// (loss_fn(model, batch) · 1/n).backward(); after_backward when set; optimizer.step(). Returns
 /// the sum of the scaled losses (the mean over the micro-batches), detached.
-StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward = {});
+/// `sync_gradients` runs after the last micro-batch's backward, before after_backward and the
+/// optimizer step (data parallelism averages the gradients there).
+StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward = {},
+                     std::function<void()> sync_gradients = {});
 
 class GraphedStep {
  public:

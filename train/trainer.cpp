@@ -56,7 +56,8 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, BatchSource& source, LossF
       device_(training_device(model)),
       dtype_(training_dtype(model)),
       peak_flops_(device_peak_flops(device_, dtype_)),
-      log_(options_.unit, options_.metrics_path, device_.is_cuda() ? "gpu" : "step"),
+      // Only rank 0 writes the metrics file (the others would truncate and interleave it).
+      log_(options_.unit, primary() ? options_.metrics_path : std::string(), device_.is_cuda() ? "gpu" : "step"),
       timer_(device_) {
   FT_CHECK(options_.grad_accum >= 1, "Trainer: grad_accum must be at least 1, got ", options_.grad_accum);
   FT_CHECK(options_.log_every >= 0 && options_.warmup_steps >= 0, "Trainer: log_every and warmup_steps must not be negative");
@@ -65,7 +66,9 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, BatchSource& source, LossF
     after_backward = [this](const std::vector<Batch>& micro_batches, const Tensor& loss) {
       options_.after_backward(step_, micro_batches, loss);
     };
-  step_fn_ = training_step(model_, optimizer_, std::move(loss_fn), std::move(after_backward));
+  std::function<void()> sync_gradients;
+  if (options_.data_parallel) sync_gradients = [dp = options_.data_parallel] { dp->average_gradients(); };
+  step_fn_ = training_step(model_, optimizer_, std::move(loss_fn), std::move(after_backward), std::move(sync_gradients));
   // A hook that reads the gradients cannot run inside a graph.
   if (options_.graph && device_.is_cuda() && !options_.after_backward)
     graphed_ = std::make_unique<GraphedStep>(step_fn_);
@@ -183,13 +186,13 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   if (!times.empty()) m.step_ms = median(times);
   m.items_per_s = m.ms > 0 ? static_cast<double>(items_per_step_) * 1000.0 / m.ms : 0.0;
   if (options_.flops_per_item) {
-    m.mfu = mfu(*options_.flops_per_item, m.items_per_s, peak_flops_);
+    m.mfu = mfu(*options_.flops_per_item, m.items_per_s / world_size(), peak_flops_);
     m.mfu_expected = true;
   }
   m.lr = options_.schedule.at(point.step - 1);
   if (point.grad_norm.defined()) m.grad_norm = value(point.grad_norm, 1);
   m.skipped_steps = static_cast<int64_t>(value(point.skipped, 2));
-  if (print) {
+  if (print && primary()) {
     if (!startup_printed) {
       const std::string startup = startup_summary();
       if (!startup.empty()) std::cout << startup << std::endl;
@@ -229,8 +232,10 @@ FitSummary Trainer::fit(int64_t total_steps) {
   std::optional<LinePoint> pending;
   while (step_ < total_steps) {
     for (Batch& b : micro_batches) b = prefetcher_->next();
-    if (items_per_step_ == 0)
-      items_per_step_ = accum * (options_.items_per_batch > 0 ? options_.items_per_batch : micro_batches[0].rows());
+    if (items_per_step_ == 0)  // summed over the ranks: the global batch
+      items_per_step_ = world_size() * accum *
+                        (options_.items_per_batch > 0 ? options_.items_per_batch : micro_batches[0].rows());
+    if (options_.data_parallel) options_.data_parallel->comm().set_step(step_ + 1);
     if (!first_step_done) mark_startup("first batch");
     timer_.begin_step();
     const Tensor loss = run_step(micro_batches);
@@ -279,7 +284,8 @@ FitSummary Trainer::fit(int64_t total_steps) {
                         static_cast<double>(summary.timed_steps);
       summary.step_ms = median(window.timed_step_ms);
       summary.items_per_s = static_cast<double>(items_per_step_) * 1000.0 / summary.wall_ms;
-      if (options_.flops_per_item) summary.mfu = mfu(*options_.flops_per_item, summary.items_per_s, peak_flops_);
+      if (options_.flops_per_item)
+        summary.mfu = mfu(*options_.flops_per_item, summary.items_per_s / world_size(), peak_flops_);
       summary.replayed = replaying();
     }
     if (options_.eval && (last || (options_.eval_every > 0 && step_ % options_.eval_every == 0)))
@@ -288,11 +294,12 @@ FitSummary Trainer::fit(int64_t total_steps) {
         model_.eval();
         summary.eval = options_.eval(model_);
         model_.train();
-        log_.log_eval(step_, summary.eval);
+        if (primary()) log_.log_eval(step_, summary.eval);
       });
     for (const Periodic& p : options_.periodic)
       if (p.every > 0 && step_ % p.every == 0) outside_steps(window, [&] { p.run(step_); });
-    if (options_.checkpoint && (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
+    if (options_.checkpoint && primary() &&
+        (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
       outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
   }
   summary.steps = step_ - first;

@@ -24,6 +24,7 @@
 #include "optim/optimizer.h"
 #include "train/batch.h"
 #include "train/batch_source.h"
+#include "train/dist/data_parallel.h"
 #include "train/graphed_step.h"
 #include "train/metrics.h"
 #include "train/prefetcher.h"
@@ -79,6 +80,9 @@ class Trainer {
     std::vector<Periodic> periodic = {};
     AfterBackwardFn after_backward = {};  ///< set: every step runs eagerly (it reads the gradients)
     int64_t prefetch_depth = 3;       ///< batches the loader thread keeps ready
+    /// Set: the gradients are averaged over the ranks before each optimizer step; items per
+    /// second count the global batch; only rank 0 prints, records metrics and checkpoints.
+    DataParallel* data_parallel = nullptr;
   };
 
   /// The model's parameters say the device it trains on. The source is read from its current
@@ -100,6 +104,9 @@ class Trainer {
   int64_t step() const { return step_; }
   /// The data position after the last batch a step took.
   DataPosition data_position() const;
+  /// Rank 0 of a data-parallel run, or a single process: the one that prints and checkpoints.
+  bool primary() const { return !options_.data_parallel || options_.data_parallel->rank() == 0; }
+  int world_size() const { return options_.data_parallel ? options_.data_parallel->world_size() : 1; }
   /// Whether the last step was replayed from a CUDA graph.
   bool replaying() const { return graphed_ && graphed_->replaying(); }
 

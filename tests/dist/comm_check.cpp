@@ -1,0 +1,149 @@
+// ft-comm-check: run under scripts/launch.sh N, it checks every collective of the run's
+// communicator against sums computed locally (each rank can draw every rank's inputs, since rank
+// r's come from seed r), over sizes that do not divide by the world size, in f32 and f64. With
+// --fault kill|stop the last rank kills or stops itself after --fault-after collectives, and the
+// others must fail with an ft::Error naming it within --comm-timeout-ms (the ctest checks the
+// message); a rank that hangs or crashes fails the test.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/tensor.h"
+#include "train/dist/communicator.h"
+
+namespace {
+
+using ft::CommOp;
+using ft::Tensor;
+
+/// Rank r's input of `n` values for collective number `call`: drawn from (r, call), so every
+/// rank can build every other rank's.
+std::vector<double> inputs_of(int rank, int call, int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1) + static_cast<uint64_t>(call) * 7919u;
+  for (double& e : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    e = static_cast<double>(x % 2001) / 1000.0 - 1.0;  // in [-1, 1], never all zero
+  }
+  return v;
+}
+
+Tensor to_tensor(const std::vector<double>& v, ft::DType dtype) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, ft::DType::F64).to(ft::kCPU).to(dtype);
+}
+
+int failures = 0;
+
+void expect_close(const std::string& what, const Tensor& got, const std::vector<double>& want, double tol) {
+  const Tensor g = got.to(ft::DType::F64);
+  const double* p = g.data<double>();
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::fabs(p[i] - want[i]) > tol * (1.0 + std::fabs(want[i]))) {
+      std::printf("FAIL %s: element %zu is %.17g, expected %.17g\n", what.c_str(), i, p[i], want[i]);
+      ++failures;
+      return;
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string fault;
+  int fault_after = 3;
+  int timeout_ms = 5000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--fault")) fault = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--fault-after")) fault_after = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--comm-timeout-ms")) timeout_ms = std::atoi(argv[i + 1]);
+  }
+  try {
+    const ft::LaunchEnv env = ft::launch_env();
+    auto comm = ft::make_communicator(env, ft::kCPU, {.timeout = std::chrono::milliseconds(timeout_ms)});
+    const int rank = comm->rank(), world = comm->world_size();
+    int call = 0;
+    if (!fault.empty()) {
+      // Collectives until the last rank leaves; the others must end with a clear error.
+      for (int step = 1;; ++step) {
+        comm->set_step(step);
+        if (rank == world - 1 && step > fault_after) {
+          std::printf("rank %d: %s myself at step %d\n", rank, fault == "kill" ? "killing" : "stopping", step);
+          std::fflush(stdout);
+          raise(fault == "kill" ? SIGKILL : SIGSTOP);
+        }
+        Tensor t = to_tensor(inputs_of(rank, step, 1000), ft::DType::F32);
+        comm->all_reduce(t, CommOp::Sum)->wait();
+      }
+    }
+    for (ft::DType dtype : {ft::DType::F32, ft::DType::F64}) {
+      const double tol = dtype == ft::DType::F32 ? 1e-5 : 1e-12;
+      const std::string tag = std::string(" ") + ft::dtype_name(dtype);
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) {
+        const std::string size = " n=" + std::to_string(n);
+        // all_reduce, sum and average
+        for (CommOp op : {CommOp::Sum, CommOp::Average}) {
+          ++call;
+          std::vector<double> want(static_cast<size_t>(n), 0.0);
+          for (int r = 0; r < world; ++r) {
+            const std::vector<double> v = inputs_of(r, call, n);
+            for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
+          }
+          if (op == CommOp::Average)
+            for (double& w : want) w /= world;
+          Tensor t = to_tensor(inputs_of(rank, call, n), dtype);
+          comm->all_reduce(t, op)->wait();
+          expect_close((op == CommOp::Sum ? "all_reduce sum" : "all_reduce average") + tag + size, t, want, tol);
+        }
+        // reduce_scatter: [world * n] in, this rank's [n] slice of the sum out
+        ++call;
+        std::vector<double> want(static_cast<size_t>(n), 0.0);
+        for (int r = 0; r < world; ++r) {
+          const std::vector<double> v = inputs_of(r, call, n * world);
+          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)];
+        }
+        Tensor out = Tensor::empty({n}, dtype, ft::kCPU);
+        comm->reduce_scatter(to_tensor(inputs_of(rank, call, n * world), dtype), out, CommOp::Sum)->wait();
+        expect_close("reduce_scatter" + tag + size, out, want, tol);
+        // all_gather
+        ++call;
+        std::vector<double> gathered;
+        for (int r = 0; r < world; ++r) {
+          const std::vector<double> v = inputs_of(r, call, n);
+          gathered.insert(gathered.end(), v.begin(), v.end());
+        }
+        Tensor all = Tensor::empty({n * world}, dtype, ft::kCPU);
+        comm->all_gather(to_tensor(inputs_of(rank, call, n), dtype), all)->wait();
+        expect_close("all_gather" + tag + size, all, to_tensor(gathered, dtype).to_vector(), 0);
+        // broadcast from the last rank
+        ++call;
+        Tensor b = to_tensor(inputs_of(rank, call, n), dtype);
+        comm->broadcast(b, world - 1)->wait();
+        expect_close("broadcast" + tag + size, b, to_tensor(inputs_of(world - 1, call, n), dtype).to_vector(), 0);
+      }
+    }
+    // Several collectives in flight at once complete in order.
+    std::vector<Tensor> many;
+    std::vector<std::unique_ptr<ft::Work>> works;
+    for (int k = 0; k < 8; ++k) {
+      many.push_back(to_tensor(std::vector<double>(64, rank + k), ft::DType::F64));
+      works.push_back(comm->all_reduce(many.back(), CommOp::Sum));
+    }
+    for (int k = 0; k < 8; ++k) {
+      works[static_cast<size_t>(k)]->wait();
+      expect_close("in flight " + std::to_string(k), many[static_cast<size_t>(k)],
+                   std::vector<double>(64, world * (world - 1) / 2.0 + world * k), 0);
+    }
+    comm->barrier()->wait();
+    std::printf("rank %d of %d (%s): %s\n", rank, world, comm->backend().c_str(),
+                failures ? "collectives FAILED" : "all collectives match");
+    return failures ? 1 : 0;
+  } catch (const ft::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,79 @@
+// Collectives between the processes of a data-parallel run. Every call is asynchronous: it
+// returns a Work to wait on, and a backend keeps the calls' order (every rank must issue the same
+// collectives in the same order, as with NCCL and Gloo themselves).
+//
+// Backends: Gloo for CPU tensors (train/dist/gloo_communicator.h), NCCL for CUDA tensors
+// (train/dist/nccl_communicator.h); make_communicator picks one from the tensors' device. A
+// collective that does not complete within the timeout, or whose peer has died, ends in an
+// ft::Error naming the collective, the training step (set_step) and, where the backend can tell,
+// the rank it waited for.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "lib/tensor.h"
+#include "train/dist/launch_env.h"
+
+namespace ft {
+
+enum class CommOp { Sum, Average };
+
+/// A collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Returns once the result may be used: on the CPU when the collective is done; for NCCL when
+  /// the compute stream is ordered after it (no host wait). A failure is an ft::Error here.
+  virtual void wait() = 0;
+};
+
+struct CommOptions {
+  std::chrono::milliseconds timeout{60000};
+  /// Gloo's rendezvous folder (a FileStore), shared by all ranks; empty: $FT_STORE_DIR, else
+  /// /tmp/fusedtrain-rendezvous (enough on one machine).
+  std::string store_dir = {};
+  /// Gloo across hosts: "host:port" of a Redis server for the rendezvous ($FT_REDIS), instead of
+  /// the folder.
+  std::string redis = {};
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// "gloo" or "nccl".
+  virtual std::string backend() const = 0;
+
+  /// In place: t = the sum (or mean) of every rank's t.
+  virtual std::unique_ptr<Work> all_reduce(const Tensor& t, CommOp op) = 0;
+  /// input [world · n] on every rank; out [n] = the sum (or mean) of every rank's slice
+  /// [rank · n, (rank + 1) · n).
+  virtual std::unique_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& out, CommOp op) = 0;
+  /// input [n]; out [world · n] = every rank's input in rank order.
+  virtual std::unique_ptr<Work> all_gather(const Tensor& input, const Tensor& out) = 0;
+  /// In place: t = root's t.
+  virtual std::unique_ptr<Work> broadcast(const Tensor& t, int root) = 0;
+  virtual std::unique_ptr<Work> barrier() = 0;
+
+  /// The training step the next collectives belong to, for error messages.
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+
+ protected:
+  /// Checks a collective's tensor: defined, on `device`.
+  static void check_tensor(const char* collective, const Tensor& t, Device device);
+  /// `whole` holds world_size() times the elements of `part`, of one dtype (reduce_scatter's
+  /// input and output, all_gather's output and input), both on `device`.
+  void check_parts(const char* collective, const Tensor& whole, const Tensor& part, Device device) const;
+
+ private:
+  int64_t step_ = 0;
+};
+
+/// The communicator of this process's run (launch env), for tensors on `device`: NCCL on CUDA,
+/// Gloo on the CPU. A build without the backend the device needs is an ft::Error.
+std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, Device device, const CommOptions& options);
+
+}  // namespace ft

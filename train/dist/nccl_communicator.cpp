@@ -1,0 +1,135 @@
+#include "train/dist/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <cstdlib>
+
+#include "lib/cuda/runtime.h"
+#include "lib/error.h"
+
+namespace ft {
+
+namespace {
+
+#define FT_NCCL_CHECK(expr, what)                                                                       \
+  do {                                                                                                 \
+    const ncclResult_t ft_nccl_ = (expr);                                                              \
+    FT_CHECK(ft_nccl_ == ncclSuccess, "NCCL ", what, " failed: ", ncclGetErrorString(ft_nccl_), " (", \
+             ncclGetLastError(nullptr), ")");                                                          \
+  } while (0)
+
+ncclDataType_t nccl_type(DType dtype, const char* collective) {
+  switch (dtype) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I64: return ncclInt64;
+    case DType::I32: return ncclInt32;
+    default: FT_FAIL(collective, ": NCCL does not take ", dtype_name(dtype), " tensors here");
+  }
+}
+
+/// The compute stream waits for this event: recorded on the communication stream after the
+/// collective.
+class NcclWork : public Work {
+ public:
+  explicit NcclWork(cudaEvent_t done) : done_(done) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+  void wait() override { FT_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), done_, 0)); }
+
+ private:
+  cudaEvent_t done_;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(const LaunchEnv& env, Device device, const CommOptions& options)
+      : rank_(env.rank), world_(env.world_size), device_(device) {
+    (void)options;  // the timeout: see the design notes (the watchdog is not built yet)
+    if (!std::getenv("NCCL_COMM_ID")) {
+      const std::string id = env.master_addr + ":" + std::to_string(env.master_port);
+      ::setenv("NCCL_COMM_ID", id.c_str(), 0);
+    }
+    ncclUniqueId id;
+    FT_NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    FT_NCCL_CHECK(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank");
+    FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  }
+  ~NcclCommunicator() override {
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(comm_stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "nccl"; }
+
+  std::unique_ptr<Work> all_reduce(const Tensor& t, CommOp op) override {
+    check_tensor("all_reduce", t, device_);
+    return on_comm_stream("ncclAllReduce", [&] {
+      return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype(), "all_reduce"),
+                           op == CommOp::Average ? ncclAvg : ncclSum, comm_, comm_stream_);
+    });
+  }
+  std::unique_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& out, CommOp op) override {
+    check_parts("reduce_scatter", input, out, device_);
+    return on_comm_stream("ncclReduceScatter", [&] {
+      return ncclReduceScatter(input.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
+                               nccl_type(out.dtype(), "reduce_scatter"), op == CommOp::Average ? ncclAvg : ncclSum,
+                               comm_, comm_stream_);
+    });
+  }
+  std::unique_ptr<Work> all_gather(const Tensor& input, const Tensor& out) override {
+    check_parts("all_gather", out, input, device_);
+    return on_comm_stream("ncclAllGather", [&] {
+      return ncclAllGather(input.data_ptr(), out.data_ptr(), static_cast<size_t>(input.numel()),
+                           nccl_type(input.dtype(), "all_gather"), comm_, comm_stream_);
+    });
+  }
+  std::unique_ptr<Work> broadcast(const Tensor& t, int root) override {
+    check_tensor("broadcast", t, device_);
+    FT_CHECK(root >= 0 && root < world_, "broadcast: root ", root, " is outside [0, ", world_, ")");
+    return on_comm_stream("ncclBroadcast", [&] {
+      return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                           nccl_type(t.dtype(), "broadcast"), root, comm_, comm_stream_);
+    });
+  }
+  std::unique_ptr<Work> barrier() override {
+    // NCCL has no barrier: an all-reduce of one value, then the host waits for it.
+    Tensor one = Tensor::zeros({1}, DType::F32, device_);
+    all_reduce(one, CommOp::Sum)->wait();
+    FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));
+    return std::make_unique<NcclWork>(recorded_event(cuda::stream()));
+  }
+
+ private:
+  static cudaEvent_t recorded_event(cudaStream_t on) {
+    cudaEvent_t e;
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    FT_CUDA_CHECK(cudaEventRecord(e, on));
+    return e;
+  }
+
+  /// The collective `launch` enqueues, ordered after the compute stream's work so far.
+  template <class Launch>
+  std::unique_ptr<Work> on_comm_stream(const char* what, Launch&& launch) {
+    cudaEvent_t ready = recorded_event(cuda::stream());
+    FT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready, 0));
+    cudaEventDestroy(ready);
+    FT_NCCL_CHECK(launch(), what);
+    return std::make_unique<NcclWork>(recorded_event(comm_stream_));
+  }
+
+  int rank_, world_;
+  Device device_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, Device device, const CommOptions& options) {
+  return std::make_unique<NcclCommunicator>(env, device, options);
+}
+
+}  // namespace ft
