@@ -5,7 +5,9 @@
 #include <memory>
 #include <string>
 
+#include "examples/common/checkpoint_flags.h"
 #include "examples/common/cli.h"
+#include "examples/common/data_parallel_flags.h"
 #include "layers/activation.h"
 #include "layers/linear.h"
 #include "layers/norm.h"
@@ -15,6 +17,7 @@
 #include "lib/ops/elementwise.h"
 #include "lib/ops/shape_ops.h"
 #include "optim/adamw.h"
+#include "optim/sgd.h"
 #include "train/batches.h"
 #include "train/evaluate.h"
 #include "train/idx.h"
@@ -45,10 +48,12 @@ int run(int argc, char** argv) {
   ft::cli::add_device_flags(args);
   args.flag("epochs", "3", "passes over the 60,000 training images");
   args.flag("batch", "256", "samples per step (the benchmark uses 4096)");
-  args.flag("lr", "1e-3", "AdamW peak learning rate");
+  args.flag("optimizer", "adamw", "adamw, or sgd (with --momentum)");
+  args.flag("lr", "1e-3", "peak learning rate");
+  args.flag("momentum", "0.9", "SGD's momentum");
   args.flag("schedule", "cosine", "constant, or cosine: linear warmup then cosine decay to 0 at the last step");
   args.flag("warmup", "10", "warmup steps of the cosine schedule");
-  args.flag("weight-decay", "0.01", "AdamW decoupled weight decay");
+  args.flag("weight-decay", "0.01", "weight decay (AdamW's decoupled; SGD's added to the gradient)");
   args.flag("hidden", "1024", "width of each hidden layer");
   args.flag("layers", "3", "number of hidden layers");
   args.flag("dropout", "0.1", "dropout probability after each hidden layer");
@@ -56,6 +61,9 @@ int run(int argc, char** argv) {
   args.flag("data-dir", "/usr/share/datasets/fashion-mnist", "folder with the four gzipped IDX files");
   args.flag("metrics", "", "write one JSON line per logged step to this file");
   args.flag("log-every", "20", "steps between progress lines");
+  args.flag("steps", "0", "stop after this many steps (0: --epochs decides)");
+  ft::cli::add_checkpoint_flags(args);
+  ft::cli::add_data_parallel_flags(args);
   if (!args.parse(argc, argv)) return 0;
 
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-mlp");
@@ -81,43 +89,66 @@ int run(int argc, char** argv) {
   ft::mark_startup("data");
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
-  auto model = build_mlp(args.integer("hidden"), args.integer("layers"), args.number("dropout"), seed);
+  // Each rank of a data-parallel run draws its own dropout masks (the weights come from rank 0).
+  const ft::LaunchEnv launch = ft::launch_env();
+  auto model = build_mlp(args.integer("hidden"), args.integer("layers"), args.number("dropout"),
+                         seed + 7919 * static_cast<uint64_t>(launch.rank));
   model->to(device, dtype);
   ft::mark_startup("model");
-  ft::AdamW optimizer(model->parameters(), ft::AdamW::Options{.lr = args.number("lr"),
-                                                              .weight_decay = args.number("weight-decay")});
+  const std::string optimizer_name = args.str("optimizer");
+  std::unique_ptr<ft::Optimizer> optimizer_ptr;
+  if (optimizer_name == "adamw")
+    optimizer_ptr = std::make_unique<ft::AdamW>(
+        model->parameters(), ft::AdamW::Options{.lr = args.number("lr"), .weight_decay = args.number("weight-decay")});
+  else if (optimizer_name == "sgd")
+    optimizer_ptr = std::make_unique<ft::SGD>(model->parameters(),
+                                              ft::SGD::Options{.lr = args.number("lr"), .momentum = args.number("momentum"),
+                                                               .weight_decay = args.number("weight-decay")});
+  else
+    FT_FAIL("ft-mlp: --optimizer must be adamw or sgd, got '", optimizer_name, "'");
+  ft::Optimizer& optimizer = *optimizer_ptr;
+  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, optimizer, {"epoch", "batch"});
+  // After the resume: rank 0's weights (resumed or fresh) are every rank's.
+  const ft::cli::DataParallelRun dp = ft::cli::start_data_parallel(args, "ft-mlp", device, *model, optimizer);
   ft::mark_startup("optimizer");
-  std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s%s, batch %lld, %lld epochs\n",
-              static_cast<long long>(model->parameter_count()), device.str().c_str(), ft::dtype_name(dtype),
-              ft::kernel_mode_name(mode), device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "",
-              static_cast<long long>(batch), static_cast<long long>(epochs));
+  if (dp.primary())
+    std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s%s, batch %lld per process, %lld epochs\n",
+                static_cast<long long>(model->parameter_count()), device.str().c_str(), ft::dtype_name(dtype),
+                ft::kernel_mode_name(mode), device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "",
+                static_cast<long long>(batch), static_cast<long long>(epochs));
 
   ft::RowBatchSource source({{"ids", ft::Tensor::arange(train.size())}, {"labels", train.labels}},
-                            ft::BatchSampler(train.size(), batch, seed));
+                            ft::BatchSampler(train.size(), batch, seed, true, true, dp.shard()));
   const int64_t steps_per_epoch = source.batches_per_epoch();
+  const int64_t steps = args.integer("steps") > 0 ? args.integer("steps") : epochs * steps_per_epoch;
   ft::Trainer::Options options{.log_every = args.integer("log-every"),
                                .metrics_path = args.str("metrics"),
                                .graph = ft::cli::graph_flag(args),
                                // The step's loss is read at logged steps only: no extra kernel a step.
                                .window_loss = false,
-                               .eval_every = steps_per_epoch};
+                               .eval_every = steps_per_epoch,
+                               .data_parallel = dp.get()};
   options.schedule.max_lr = args.number("lr");
   if (schedule == "cosine") {
     options.schedule.kind = ft::LRSchedule::Kind::WarmupCosine;
     options.schedule.warmup_steps = args.integer("warmup");
-    options.schedule.total_steps = epochs * steps_per_epoch;
+    options.schedule.total_steps = steps;
   }
   options.eval = [&](ft::Module& m) {
     return std::map<std::string, double>{
         {"test accuracy", ft::evaluate_accuracy(m, test_images, test.labels, 1024, device, dtype)}};
   };
+  ft::cli::wire_checkpoints(args, options, *model, optimizer);
   ft::Trainer trainer(*model, optimizer, source,
                       [&](ft::Module& m, const ft::Batch& b) {
                         const ft::Tensor images = ft::gather_rows(train_images, b.at("ids"));
                         return ft::cross_entropy(m.forward(images), b.at("labels"));
                       },
                       options);
-  const ft::FitSummary summary = trainer.fit(epochs * steps_per_epoch);
+  if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
+  const ft::FitSummary summary = trainer.fit(steps);
+  if (dp.get() && args.integer("check-replicas")) dp.get()->check_replicas();  // the last step's update too
+  if (!dp.primary()) return 0;
   // One machine-readable summary line for scripts: median_ms is the step alone (GPU events on
   // CUDA), wall_ms the wall clock per step with the data pipeline.
   std::printf("RESULT device=%s kernels=%s batch=%lld median_ms=%.4f wall_ms=%.4f test_accuracy=%.4f\n",

@@ -16,12 +16,20 @@ namespace ft {
 
 class DataParallel {
  public:
-  DataParallel(Communicator& comm, Optimizer& optimizer);
+  struct Options {
+    /// Before each reduction, check that every rank's master weights equal rank 0's bit for bit
+    /// (they were updated identically in the step before); a difference is an ft::Error.
+    bool check_replicas = false;
+  };
+  DataParallel(Communicator& comm, Optimizer& optimizer, Options options);
   /// Every rank takes rank 0's parameters, buffers and master weights (call before training, and
   /// after loading a checkpoint on rank 0 only).
   void broadcast_parameters(Module& model);
   /// Averages the gradients of the optimizer's parameters over the ranks (in place; waits).
   void average_gradients();
+  /// Every rank's master weights equal rank 0's, bit for bit, or an ft::Error names the first
+  /// element that differs.
+  void check_replicas();
   Communicator& comm() { return comm_; }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
@@ -29,6 +37,7 @@ class DataParallel {
  private:
   Communicator& comm_;
   Optimizer& optimizer_;
+  Options options_;
 };
 
 }  // namespace ft
