@@ -1,4 +1,4 @@
-// ft-comm-check: run under scripts/launch.sh N, it checks every collective of the run's
+// ft-comm-check [--device cuda]: run under scripts/launch.sh N, it checks every collective of the run's
 // communicator against sums computed locally (each rank can draw every rank's inputs, since rank
 // r's come from seed r), over sizes that do not divide by the world size, in f32 and f64. With
 // --fault kill|stop the last rank kills or stops itself after --fault-after collectives, and the
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/runtime.h"
 #include "lib/tensor.h"
 #include "train/dist/communicator.h"
 
@@ -34,14 +35,16 @@ std::vector<double> inputs_of(int rank, int call, int64_t n) {
   return v;
 }
 
+ft::Device on_device = ft::kCPU;  // where the collectives' tensors live (--device)
+
 Tensor to_tensor(const std::vector<double>& v, ft::DType dtype) {
-  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, ft::DType::F64).to(ft::kCPU).to(dtype);
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, ft::DType::F64).to(dtype).to(on_device);
 }
 
 int failures = 0;
 
 void expect_close(const std::string& what, const Tensor& got, const std::vector<double>& want, double tol) {
-  const Tensor g = got.to(ft::DType::F64);
+  const Tensor g = got.to(ft::kCPU).to(ft::DType::F64);
   const double* p = g.data<double>();
   for (size_t i = 0; i < want.size(); ++i)
     if (std::fabs(p[i] - want[i]) > tol * (1.0 + std::fabs(want[i]))) {
@@ -57,14 +60,17 @@ int main(int argc, char** argv) {
   std::string fault;
   int fault_after = 3;
   int timeout_ms = 5000;
+  ft::Device device = ft::kCPU;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--fault")) fault = argv[i + 1];
+    if (!std::strcmp(argv[i], "--device")) device = ft::Device::parse(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--fault")) fault = argv[i + 1];
     else if (!std::strcmp(argv[i], "--fault-after")) fault_after = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--comm-timeout-ms")) timeout_ms = std::atoi(argv[i + 1]);
   }
   try {
     const ft::LaunchEnv env = ft::launch_env();
-    auto comm = ft::make_communicator(env, ft::kCPU, {.timeout = std::chrono::milliseconds(timeout_ms)});
+    on_device = device;
+    auto comm = ft::make_communicator(env, device, {.timeout = std::chrono::milliseconds(timeout_ms)});
     const int rank = comm->rank(), world = comm->world_size();
     int call = 0;
     if (!fault.empty()) {
@@ -106,7 +112,7 @@ int main(int argc, char** argv) {
           const std::vector<double> v = inputs_of(r, call, n * world);
           for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)];
         }
-        Tensor out = Tensor::empty({n}, dtype, ft::kCPU);
+        Tensor out = Tensor::empty({n}, dtype, on_device);
         comm->reduce_scatter(to_tensor(inputs_of(rank, call, n * world), dtype), out, CommOp::Sum)->wait();
         expect_close("reduce_scatter" + tag + size, out, want, tol);
         // all_gather
@@ -116,7 +122,7 @@ int main(int argc, char** argv) {
           const std::vector<double> v = inputs_of(r, call, n);
           gathered.insert(gathered.end(), v.begin(), v.end());
         }
-        Tensor all = Tensor::empty({n * world}, dtype, ft::kCPU);
+        Tensor all = Tensor::empty({n * world}, dtype, on_device);
         comm->all_gather(to_tensor(inputs_of(rank, call, n), dtype), all)->wait();
         expect_close("all_gather" + tag + size, all, to_tensor(gathered, dtype).to_vector(), 0);
         // broadcast from the last rank
@@ -139,6 +145,7 @@ int main(int argc, char** argv) {
                    std::vector<double>(64, world * (world - 1) / 2.0 + world * k), 0);
     }
     comm->barrier()->wait();
+    if (device.is_cuda()) ft::synchronize();
     std::printf("rank %d of %d (%s): %s\n", rank, world, comm->backend().c_str(),
                 failures ? "collectives FAILED" : "all collectives match");
     return failures ? 1 : 0;
