@@ -34,4 +34,10 @@ FixedBatchSource::FixedBatchSource(Batch batch) : batch_(std::move(batch)) {
              "; sources yield host tensors");
 }
 
+Batch WritingBatchSource::next() {
+  HostBatchWriter writer;
+  next_into(writer);
+  return writer.take();
+}
+
 }  // namespace ft

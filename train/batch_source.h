@@ -56,6 +56,14 @@ class BatchSource {
   virtual void set_position(const DataPosition& position);
 };
 
+/// A source that assembles each batch itself (a gather of rows) straight into the writer it is
+/// given; next() collects one into host tensors.
+class WritingBatchSource : public BatchSource {
+ public:
+  Batch next() final;
+  void next_into(BatchWriter& out) override = 0;
+};
+
 /// The same batch every time: benchmarks time whole steps on fixed random tokens.
 class FixedBatchSource : public BatchSource {
  public:

@@ -96,12 +96,6 @@ RowBatchSource::RowBatchSource(std::map<std::string, Tensor> columns, BatchSampl
   }
 }
 
-Batch RowBatchSource::next() {
-  HostBatchWriter writer;
-  next_into(writer);
-  return writer.take();
-}
-
 void RowBatchSource::next_into(BatchWriter& out) {
   const Tensor ids = batches_.next_ids();
   const int64_t* id = ids.data<int64_t>();

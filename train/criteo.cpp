@@ -468,12 +468,6 @@ CriteoBatchSource::CriteoBatchSource(CriteoDataset data, RowRange range, std::ve
   }
 }
 
-Batch CriteoBatchSource::next() {
-  HostBatchWriter writer;
-  next_into(writer);
-  return writer.take();
-}
-
 void CriteoBatchSource::next_into(BatchWriter& out) {
   const Tensor ids = batches_.next_ids();
   const int64_t* id = ids.data<int64_t>();

@@ -111,12 +111,11 @@ CriteoSplit criteo_kaggle_split(int64_t rows);
 /// "sparse" i32 [B, 26] (each value modulo its table's row count) and "labels" f32 [B] (0 or 1).
 /// After an epoch's last batch the next epoch starts with the sampler's next permutation. Its
 /// position is {"epoch", "batch"}.
-class CriteoBatchSource : public BatchSource {
+class CriteoBatchSource : public WritingBatchSource {
  public:
   /// `table_rows` holds the 26 embedding tables' row counts, each in [1, 2^31]; the sampler must
   /// be over range.size() rows (shuffle and drop_last for training, neither for evaluation).
   CriteoBatchSource(CriteoDataset data, RowRange range, std::vector<int64_t> table_rows, BatchSampler sampler);
-  Batch next() override;
   /// Writes the batch straight into `out`'s buffers.
   void next_into(BatchWriter& out) override;
   DataPosition position() const override;

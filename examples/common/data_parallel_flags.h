@@ -33,12 +33,12 @@ struct DataParallelRun {
   DataParallel* get() const { return dp.get(); }
 };
 
-/// Joins the run when launched as one, broadcasts rank 0's weights and returns it; a single
-/// process gets an empty DataParallelRun.
-inline DataParallelRun start_data_parallel(const Args& args, const std::string& program, Device device, Module& model,
-                                           Optimizer& optimizer) {
+/// Joins the run `env` describes (launch_env()) when it has several processes, broadcasts rank
+/// 0's weights and returns it; a single process gets an empty DataParallelRun.
+inline DataParallelRun start_data_parallel(const Args& args, const std::string& program, const LaunchEnv& env,
+                                           Device device, Module& model, Optimizer& optimizer) {
   DataParallelRun run;
-  run.env = launch_env();
+  run.env = env;
   if (!run.env.distributed()) return run;
   const double timeout_s = args.number("comm-timeout");
   FT_CHECK(timeout_s > 0, program, ": --comm-timeout must be positive, got ", timeout_s);

@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
   ft::Optimizer& optimizer = *optimizer_ptr;
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, optimizer, {"epoch", "batch"});
   // After the resume: rank 0's weights (resumed or fresh) are every rank's.
-  const ft::cli::DataParallelRun dp = ft::cli::start_data_parallel(args, "ft-mlp", device, *model, optimizer);
+  const ft::cli::DataParallelRun dp = ft::cli::start_data_parallel(args, "ft-mlp", launch, device, *model, optimizer);
   ft::mark_startup("optimizer");
   if (dp.primary())
     std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s%s, batch %lld per process, %lld epochs\n",

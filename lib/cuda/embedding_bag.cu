@@ -344,23 +344,27 @@ void embedding_bag_backward_update(const Tensor& grad, const Tensor& weight, con
                                    BagMode mode, const SparseRowUpdate& update, const Tensor& per_sample_weights_grad) {
   const int64_t n = ids.numel(), cols = weight.size(1), chunks = (n + kChunk - 1) / kChunk;
   // Rows and bags of every id (the twin's primitive), then the rows sorted with their positions.
-  Tensor scratch = Tensor::empty({5 * n}, DType::I32, grad.device());
+  // Two allocations per call: the i32 lists (rows, bags, positions, sorted keys and positions,
+  // and a flag per chunk), and the f32 partial sums followed by CUB's sort scratch.
+  size_t temp_bytes = 0;
+  const int bits = key_bits(weight.size(0));
+  FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
+                                                static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                                static_cast<int32_t*>(nullptr), static_cast<int>(n), 0, bits,
+                                                stream()));
+  Tensor scratch = Tensor::empty({5 * n + chunks}, DType::I32, grad.device());
   Tensor rows = scratch.narrow(0, 0, n), bags = scratch.narrow(0, n, n), positions = scratch.narrow(0, 2 * n, n);
   int32_t* keys = scratch.data<int32_t>() + 3 * n;
   int32_t* perm = scratch.data<int32_t>() + 4 * n;
+  int32_t* starts_crossing = scratch.data<int32_t>() + 5 * n;
+  const int64_t partial_floats = chunks * 2 * cols;
+  Tensor floats = Tensor::empty({partial_floats + static_cast<int64_t>((temp_bytes + 3) / 4)}, DType::F32, grad.device());
+  float* partials = floats.data<float>();
   cuda::bag_rows(ids, offsets, row_offsets, rows, bags);
   cuda::arange(positions);
-  size_t temp_bytes = 0;
-  const int bits = key_bits(weight.size(0));
-  FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, rows.data<int32_t>(), keys,
+  FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(partials + partial_floats, temp_bytes, rows.data<int32_t>(), keys,
                                                 positions.data<int32_t>(), perm, static_cast<int>(n), 0, bits,
                                                 stream()));
-  Tensor temp = Tensor::empty({static_cast<int64_t>(temp_bytes)}, DType::U8, grad.device());
-  FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, rows.data<int32_t>(), keys,
-                                                positions.data<int32_t>(), perm, static_cast<int>(n), 0, bits,
-                                                stream()));
-  Tensor partials = Tensor::empty({chunks * 2 * cols}, DType::F32, grad.device());
-  Tensor starts_crossing = Tensor::empty({chunks}, DType::I32, grad.device());
   const UpdateArgs args{update.kind, update.lr.data<float>(), static_cast<float>(update.lr_scale),
                         update.kind == RowUpdateKind::RowWiseAdagrad ? update.accumulator.data<float>() : nullptr,
                         static_cast<float>(update.eps)};
@@ -372,12 +376,12 @@ void embedding_bag_backward_update(const Tensor& grad, const Tensor& weight, con
       rows_update_kernel<TG, V, P><<<blocks, kThreads, 0, stream()>>>(
           grad.data<TG>(), keys, perm, bags.data<int32_t>(), offsets.data_ptr(), offsets.dtype() == DType::I64,
           per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
-          weight.data<float>(), n, cols, args, partials.data<float>(), starts_crossing.data<int32_t>(),
+          weight.data<float>(), n, cols, args, partials, starts_crossing,
           per_sample_weights_grad.defined() ? per_sample_weights_grad.data<float>() : nullptr);
     });
     FT_CUDA_CHECK_LAUNCH("rows_update_kernel");
-    crossing_rows_update_kernel<V, P><<<blocks, kThreads, 0, stream()>>>(keys, n, chunks, cols, partials.data<float>(),
-                                                                      starts_crossing.data<int32_t>(),
+    crossing_rows_update_kernel<V, P><<<blocks, kThreads, 0, stream()>>>(keys, n, chunks, cols, partials,
+                                                                      starts_crossing,
                                                                       weight.data<float>(), args);
     FT_CUDA_CHECK_LAUNCH("crossing_rows_update_kernel");
   });

@@ -54,9 +54,11 @@ class NcclCommunicator : public Communicator {
     FT_NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
     FT_NCCL_CHECK(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank");
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
   }
   ~NcclCommunicator() override {
     ncclCommDestroy(comm_);
+    cudaEventDestroy(compute_ready_);
     cudaStreamDestroy(comm_stream_);
   }
 
@@ -110,12 +112,13 @@ class NcclCommunicator : public Communicator {
     return e;
   }
 
-  /// The collective `launch` enqueues, ordered after the compute stream's work so far.
+  /// The collective `launch` enqueues, ordered after the compute stream's work so far. One event
+  /// serves every call: the wait is enqueued right after the record, so re-recording it later
+  /// cannot change what an earlier wait waited for.
   template <class Launch>
   std::unique_ptr<Work> on_comm_stream(const char* what, Launch&& launch) {
-    cudaEvent_t ready = recorded_event(cuda::stream());
-    FT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready, 0));
-    cudaEventDestroy(ready);
+    FT_CUDA_CHECK(cudaEventRecord(compute_ready_, cuda::stream()));
+    FT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
     FT_NCCL_CHECK(launch(), what);
     return std::make_unique<NcclWork>(recorded_event(comm_stream_));
   }
@@ -124,6 +127,7 @@ class NcclCommunicator : public Communicator {
   Device device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;
 };
 
 }  // namespace
