@@ -7,8 +7,10 @@
 
 namespace ft {
 
-FlatLayout::FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes) {
+FlatLayout::FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes, int64_t group_multiple) {
   FT_CHECK(tensors.size() == dtypes.size(), "FlatLayout: ", tensors.size(), " tensors but ", dtypes.size(), " dtypes");
+  FT_CHECK(group_multiple > 0 && group_multiple % kAlign == 0, "FlatLayout: group_multiple ", group_multiple,
+           " is not a positive multiple of ", kAlign);
   for (size_t i = 0; i < tensors.size(); ++i) {
     check_defined(tensors[i], "FlatLayout", "tensor");
     auto it = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) {
@@ -20,6 +22,7 @@ FlatLayout::FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DTy
     it->members.push_back(i);
     slots_.push_back(std::move(slot));
   }
+  for (Group& g : groups_) g.size = (g.size + group_multiple - 1) / group_multiple * group_multiple;
 }
 
 Tensor FlatLayout::allocate(size_t g) const { return allocate(g, groups_.at(g).dtype); }
@@ -38,12 +41,32 @@ Tensor FlatLayout::view(const Tensor& flat, size_t i) const {
   return flat.narrow(0, s.offset, s.numel()).reshape(s.shape);
 }
 
-std::pair<int64_t, int64_t> FlatLayout::shard(size_t g, int rank, int world) const {
-  FT_CHECK(world > 0 && rank >= 0 && rank < world, "FlatLayout::shard: rank ", rank, " of world ", world);
-  const int64_t size = groups_.at(g).size;
-  const int64_t per_rank = ((size + world - 1) / world + kAlign - 1) / kAlign * kAlign;
-  const int64_t begin = std::min(size, per_rank * rank);
-  return {begin, std::min(size, begin + per_rank)};
+std::pair<int64_t, int64_t> FlatLayout::Bucket::chunk(int rank, int world) const {
+  FT_CHECK(world > 0 && rank >= 0 && rank < world, "FlatLayout::Bucket::chunk: rank ", rank, " of world ", world);
+  const int64_t part = size() / world;
+  return {begin + part * rank, begin + part * (rank + 1)};
+}
+
+std::vector<FlatLayout::Bucket> FlatLayout::buckets(int64_t max_elements, int world) const {
+  FT_CHECK(world > 0, "FlatLayout::buckets: world size ", world);
+  const int64_t unit = kAlign * world;
+  const int64_t cap = std::max(unit, max_elements / unit * unit);
+  std::vector<Bucket> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const Group& group = groups_[g];
+    FT_CHECK(group.size % unit == 0, "FlatLayout::buckets: group ", g, " holds ", group.size,
+             " elements, not a multiple of ", unit, " (build the layout with group_multiple ", unit, ")");
+    for (int64_t end = group.size; end > 0;) {
+      Bucket b{g, std::max<int64_t>(0, end - cap), end, {}};
+      for (size_t i : group.members) {
+        const Slot& s = slots_[i];
+        if (s.offset < b.end && s.offset + s.numel() > b.begin) b.members.push_back(i);
+      }
+      end = b.begin;
+      out.push_back(std::move(b));
+    }
+  }
+  return out;
 }
 
 }  // namespace ft

@@ -35,10 +35,23 @@ class FlatLayout {
     int64_t numel() const { return shape_numel(shape); }
   };
 
+  /// A contiguous range [begin, end) of group `group`, reduced as one collective by data
+  /// parallelism; `members` are the tensors with an element in it.
+  struct Bucket {
+    size_t group = 0;
+    int64_t begin = 0, end = 0;
+    std::vector<size_t> members;
+    int64_t size() const { return end - begin; }
+    /// Rank `rank`'s equal part of it, [first, second) (ZeRO-1's shard of the bucket).
+    std::pair<int64_t, int64_t> chunk(int rank, int world) const;
+  };
+
   FlatLayout() = default;
   /// tensors[i] goes to the group of (dtypes[i], tensors[i].device()); groups are ordered by first
-  /// appearance, and tensors within a group by their index.
-  FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes);
+  /// appearance, and tensors within a group by their index. Each group's size is rounded up to a
+  /// multiple of `group_multiple` (a multiple of kAlign): kAlign times the data-parallel world
+  /// size, so that every bucket splits into equal parts (the padding is zeros, never written).
+  FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes, int64_t group_multiple = kAlign);
 
   size_t size() const { return slots_.size(); }
   const std::vector<Group>& groups() const { return groups_; }
@@ -49,10 +62,12 @@ class FlatLayout {
   Tensor allocate(size_t g, DType dtype) const;
   /// Tensor i's view (its shape) into `flat`, a buffer of its group from allocate().
   Tensor view(const Tensor& flat, size_t i) const;
-  /// Elements [begin, end) of group g that rank `rank` of `world` owns: the group cut into
-  /// `world` contiguous ranges of equal size rounded up to kAlign (the last ones may be shorter
-  /// or empty). A parameter may straddle two shards; its elements are updated independently.
-  std::pair<int64_t, int64_t> shard(size_t g, int rank, int world) const;
+  /// Every group cut into buckets of at most `max_elements` (at least kAlign · world), each a
+  /// multiple of kAlign · world elements (the group sizes must be: see group_multiple), in the
+  /// order backward produces gradients: each group from its end to its beginning (the last
+  /// parameters' gradients come first). A bucket boundary may fall inside a tensor: that
+  /// tensor is a member of both buckets.
+  std::vector<Bucket> buckets(int64_t max_elements, int world) const;
 
  private:
   std::vector<Group> groups_;

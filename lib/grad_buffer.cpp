@@ -10,7 +10,7 @@ namespace ft {
 
 DType GradBuffer::grad_dtype(const Tensor& param) { return param.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 
-GradBuffer::GradBuffer(const std::vector<Tensor>& leaves) : leaves_(leaves) {
+GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple) : leaves_(leaves) {
   std::vector<DType> dtypes;
   for (const Tensor& leaf : leaves_) {
     check_defined(leaf, "GradBuffer", "leaf");
@@ -18,7 +18,7 @@ GradBuffer::GradBuffer(const std::vector<Tensor>& leaves) : leaves_(leaves) {
     FT_CHECK(is_floating(leaf.dtype()), "GradBuffer: a leaf of dtype ", dtype_name(leaf.dtype()));
     dtypes.push_back(grad_dtype(leaf));
   }
-  layout_ = FlatLayout(leaves_, dtypes);
+  layout_ = FlatLayout(leaves_, dtypes, group_multiple);
   for (size_t g = 0; g < layout_.groups().size(); ++g) flats_.push_back(layout_.allocate(g));
   for (size_t i = 0; i < leaves_.size(); ++i) {
     attach_grad_view(leaves_[i], layout_.view(flats_[layout_.slot(i).group], i));

@@ -18,8 +18,9 @@ class GradBuffer {
  public:
   GradBuffer() = default;
   /// Attaches a zeroed view to every leaf (each must require grad and have no view yet); a
-  /// gradient a leaf held before is dropped.
-  explicit GradBuffer(const std::vector<Tensor>& leaves);
+  /// gradient a leaf held before is dropped. Each buffer is padded to a multiple of
+  /// `group_multiple` elements (FlatLayout).
+  explicit GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple = FlatLayout::kAlign);
   ~GradBuffer();
   GradBuffer(const GradBuffer&) = delete;
   GradBuffer& operator=(const GradBuffer&) = delete;
@@ -40,6 +41,9 @@ class GradBuffer {
   /// Group g's flat buffer (a contiguous range of it is a bucket or a shard).
   const Tensor& flat(size_t g) const;
   const std::vector<Tensor>& flats() const;
+  /// Group g's buffer as it is, stale views included (a data-parallel bucket whose members the
+  /// running backward has all written).
+  const Tensor& storage(size_t g) const { return flats_.at(g); }
   /// Leaf i's gradient view.
   Tensor grad(size_t i) const { return leaves_.at(i).grad(); }
   const std::vector<Tensor>& leaves() const { return leaves_; }

@@ -27,6 +27,8 @@ class AdamW : public Optimizer {
     std::function<bool(const Tensor&)> decays = {};
     /// Gradient clipping and non-finite skipping.
     StepPolicy policy = {};
+    /// Data parallelism: the buffers' padding and buckets, and ZeRO-1.
+    DataPartition partition = {};
     /// Fused path only: round the bf16 working copy stochastically instead of to nearest.
     bool stochastic_rounding = false;
     uint64_t seed = 0;
@@ -36,13 +38,12 @@ class AdamW : public Optimizer {
 
  private:
   /// "m" and "v" (Optimizer::state names them "<i>.m", "<i>.v").
-  std::vector<std::pair<std::string, Tensor>> moments(size_t i) const override;
+  std::vector<std::pair<std::string, const std::vector<Tensor>*>> state_buffers() const override;
   void update() override;
-  void update_twin(size_t i);
+  void update_twin(size_t k);
 
-  struct Slot {
-    Tensor master;  // f32 (f64 for f64 params); the parameter itself when already that dtype
-    Tensor m, v;    // views of m_flats_ and v_flats_
+  struct Slot {    // piece k's state
+    Tensor m, v;   // views of m_flats_ and v_flats_
     bool decay = true;
   };
   Options options_;

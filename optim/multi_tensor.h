@@ -4,6 +4,7 @@
 // the callers choose between the two with use_fused and fused_supported.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "lib/tensor.h"
@@ -20,7 +21,11 @@ bool fused_supported(const std::vector<Tensor>& tensors, DType state_dtype = DTy
 /// max_grad_norm / (norm + 1e-6)) when max_grad_norm > 0, else 1; keep = 0 when skip_nonfinite
 /// and the norm is NaN or infinite, else 1; applied += keep; skipped += 1 − keep. Undefined
 /// members of `state` are not written. With `tensors` empty no norm is taken (keep = clip = 1).
-void settle_step(const std::vector<Tensor>& tensors, const StepState& state, const StepPolicy& policy);
+/// `sum_across`, when set, is given the sum of squares (f32 [1] on the device) before the step
+/// is settled, to add up in place with the other ranks' (ZeRO-1: each holds part of the
+/// gradient); the norm is then that of every rank's tensors, taken even when `tensors` is empty.
+void settle_step(const std::vector<Tensor>& tensors, const StepState& state, const StepPolicy& policy,
+                 const std::function<void(const Tensor&)>& sum_across = {});
 
 /// x *= factor[0] for every tensor (factor: f32 [1] on the device).
 void scale(const std::vector<Tensor>& tensors, const Tensor& factor);

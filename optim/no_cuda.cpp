@@ -11,7 +11,8 @@ namespace {
 [[noreturn]] void unavailable(const char* op) { FT_FAIL("multi_tensor::", op, ": this build has no CUDA"); }
 }  // namespace
 
-void settle_step(const std::vector<Tensor>&, const StepState&, const StepPolicy&) { unavailable("settle_step"); }
+void settle_step(const std::vector<Tensor>&, const StepState&, const StepPolicy&,
+                 const std::function<void(const Tensor&)>&) { unavailable("settle_step"); }
 void scale(const std::vector<Tensor>&, const Tensor&) { unavailable("scale"); }
 void zero(const std::vector<Tensor>&) { unavailable("zero"); }
 void adamw(const std::vector<ParamSlots>&, const AdamWConfig&, const StepState&) { unavailable("adamw"); }

@@ -1,6 +1,8 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "lib/autograd.h"
@@ -32,24 +34,35 @@ bool fused_for(const std::vector<Tensor>& tensors, DType state_dtype) {
 }
 
 // The twin of the norm: a sum of squares per tensor (f32, or f64 for f64 gradients), added up.
-Tensor grad_norm_twin(const std::vector<Tensor>& grads, DType dtype) {
+Tensor sum_of_squares_twin(const std::vector<Tensor>& grads, DType dtype) {
   Tensor total;
   for (const Tensor& g : grads) {
     Tensor wide = cast(g, dtype);
     Tensor sq = sum_all(wide * wide);
     total = total.defined() ? total + sq : sq;
   }
-  return sqrt(total).reshape({1});
+  return total.reshape({1});
 }
 
+Tensor grad_norm_twin(const std::vector<Tensor>& grads, DType dtype) { return sqrt(sum_of_squares_twin(grads, dtype)); }
+
 // The twin of settle_step, in primitive ops on the one-element state tensors.
-void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, const StepPolicy& policy) {
+void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, const StepPolicy& policy,
+                      const std::function<void(const Tensor&)>& sum_across) {
   const Tensor one = scalar_like(state.keep, 1.0);
-  if (grads.empty()) {
+  if (grads.empty() && !sum_across) {
     state.keep.fill_(1.0);
     state.clip.fill_(1.0);
   } else {
-    const Tensor norm = grad_norm_twin(grads, state.keep.dtype());
+    const DType dtype = state.keep.dtype();
+    // On the CPU the squares add up in f64: an f32 sum over 10^5 elements is off by ~1e-5, which
+    // the clip factor would pass on to every weight (and ZeRO-1, adding the same squares in
+    // another order, would not match the plain step).
+    const DType sum_dtype = state.keep.is_cuda() ? dtype : DType::F64;
+    Tensor squares = grads.empty() ? Tensor::zeros({1}, sum_dtype, state.keep.device())
+                                   : sum_of_squares_twin(grads, sum_dtype);
+    if (sum_across) sum_across(squares);
+    const Tensor norm = cast(sqrt(squares), dtype);
     state.grad_norm.copy_(norm);
     // norm >= 0, so "finite" is norm < inf (false for NaN and inf).
     const Tensor finite = cast(lt(norm, scalar_like(norm, std::numeric_limits<double>::infinity())), norm.dtype());
@@ -95,31 +108,153 @@ void move_into(const Tensor& param, const Tensor& view) {
 
 }  // namespace
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy)
-    : params_(trainable(params)), policy_(policy), grads_(params_), lr_(lr) {
+namespace {
+
+const DataPartition& checked(const DataPartition& partition) {
+  FT_CHECK(partition.world >= 1 && partition.rank >= 0 && partition.rank < partition.world, "Optimizer: rank ",
+           partition.rank, " of a data-parallel world of ", partition.world);
+  FT_CHECK(partition.bucket_bytes > 0, "Optimizer: the gradient bucket size must be positive, got ",
+           partition.bucket_bytes, " bytes");
+  return partition;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy, DataPartition partition)
+    : params_(trainable(params)),
+      policy_(policy),
+      partition_(checked(partition)),
+      grads_(params_, FlatLayout::kAlign * partition_.world),
+      lr_(lr) {
   FT_CHECK(policy_.max_grad_norm >= 0, "Optimizer: max_grad_norm must be >= 0, got ", policy_.max_grad_norm);
   const DType dtype = state_dtype_for(params_);
   const Device device = params_.front().device();
   auto scalar = [&](double v) { return Tensor::full({1}, v, dtype, device); };
   state_ = StepState{scalar(lr), scalar(0), scalar(0), scalar(std::numeric_limits<double>::quiet_NaN()), scalar(1),
                      scalar(1)};
+  const FlatLayout& layout = grads_.layout();
+  // Buckets in elements of f32 gradient (an f64 group's hold the same count, twice the bytes).
+  buckets_ = layout.buckets(std::max<int64_t>(1, partition_.bucket_bytes / 4), partition_.world);
   NoGradGuard no_grad;
-  master_flats_ = allocate_state();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    masters_.push_back(state_view(master_flats_, i));
-    if (params_[i].dtype() == masters_[i].dtype()) move_into(params_[i], masters_[i]);
-    else masters_[i].copy_(params_[i].detach());
+  for (size_t g = 0; g < layout.groups().size(); ++g) {
+    const FlatLayout::Group& group = layout.groups()[g];
+    const DType param_dtype = params_[group.members.front()].dtype();
+    bool own = true, mixed = false;
+    for (size_t i : group.members) {
+      own = own && params_[i].dtype() == group.dtype;
+      mixed = mixed || params_[i].dtype() != param_dtype;
+    }
+    FT_CHECK(!sharded() || !mixed, "Optimizer: ZeRO-1 needs the parameters of one gradient group to share a dtype; ",
+             "group ", g, " (", dtype_name(group.dtype), " gradients) mixes ", dtype_name(param_dtype), " and others");
+    group_owns_master_.push_back(own);
+    if (!sharded() || own) {
+      master_flats_.push_back(layout.allocate(g));
+      for (size_t i : group.members) {
+        const Tensor view = layout.view(master_flats_[g], i);
+        if (params_[i].dtype() == group.dtype) move_into(params_[i], view);
+        else view.copy_(params_[i].detach());
+      }
+      gather_flats_.push_back(sharded() ? master_flats_[g] : Tensor());
+    } else {
+      // The bf16 parameters move into one buffer of the layout (gathered after each step); the f32
+      // master holds this rank's chunks only, filled below from the pieces.
+      gather_flats_.push_back(layout.allocate(g, param_dtype));
+      for (size_t i : group.members) move_into(params_[i], layout.view(gather_flats_[g], i));
+      master_flats_.push_back(Tensor());
+    }
+  }
+  if (sharded()) {
+    const std::vector<Tensor> compact = allocate_state();
+    for (size_t g = 0; g < master_flats_.size(); ++g)
+      if (!master_flats_[g].defined()) master_flats_[g] = compact[g];
+  }
+  make_pieces();
+  for (const Piece& p : pieces_)
+    if (sharded() && p.master.defined()) p.master.copy_(p.value);
+}
+
+void Optimizer::make_pieces() {
+  const FlatLayout& layout = grads_.layout();
+  if (!sharded()) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatLayout::Slot& slot = layout.slot(i);
+      const bool own = params_[i].dtype() == layout.groups()[slot.group].dtype;
+      pieces_.push_back(Piece{i, 0, layout.view(grads_.flat(slot.group), i), params_[i],
+                              own ? Tensor() : layout.view(master_flats_[slot.group], i), slot.group, slot.offset});
+    }
+    return;
+  }
+  // This rank's chunk of every bucket, laid end to end in the compact state buffers in the order
+  // of the buckets' positions: bucket [begin, end) has its chunk at begin / world.
+  for (const FlatLayout::Bucket& bucket : buckets_) {
+    const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+    const size_t g = bucket.group;
+    const int64_t base = bucket.begin / partition_.world;
+    for (size_t i : bucket.members) {
+      const FlatLayout::Slot& slot = layout.slot(i);
+      const int64_t lo = std::max(slot.offset, first), hi = std::min(slot.offset + slot.numel(), last);
+      if (lo >= hi) continue;
+      const int64_t n = hi - lo, state_offset = base + (lo - first);
+      pieces_.push_back(Piece{i, lo - slot.offset, grads_.flat(g).narrow(0, lo, n), gather_flats_[g].narrow(0, lo, n),
+                              group_owns_master_[g] ? Tensor() : master_flats_[g].narrow(0, state_offset, n), g,
+                              state_offset});
+    }
   }
 }
 
 std::vector<Tensor> Optimizer::allocate_state() const {
   std::vector<Tensor> flats;
-  for (size_t g = 0; g < grads_.layout().groups().size(); ++g) flats.push_back(grads_.layout().allocate(g));
+  const FlatLayout& layout = grads_.layout();
+  for (size_t g = 0; g < layout.groups().size(); ++g) {
+    const FlatLayout::Group& group = layout.groups()[g];
+    flats.push_back(sharded() ? Tensor::zeros({group.size / partition_.world}, group.dtype, group.device)
+                              : layout.allocate(g));
+  }
   return flats;
 }
 
-Tensor Optimizer::state_view(const std::vector<Tensor>& flats, size_t i) const {
-  return grads_.layout().view(flats.at(grads_.layout().slot(i).group), i);
+Tensor Optimizer::state_piece(const std::vector<Tensor>& flats, size_t k) const {
+  const Piece& p = pieces_.at(k);
+  return flats.at(p.group).narrow(0, p.state_offset, p.value.numel()).reshape(p.value.shape());
+}
+
+std::vector<Tensor> Optimizer::gathered(const std::vector<Tensor>& flats) const {
+  FT_CHECK(collectives_, "Optimizer: a ZeRO-1 optimizer's state is gathered over the ranks, and it has no ",
+           "data-parallel group (DataParallel sets it)");
+  const FlatLayout& layout = grads_.layout();
+  std::vector<Tensor> whole;
+  // A buffer that covers its whole group already (an f32 group's masters: the parameters; any
+  // buffer at world size 1) is taken as it is.
+  auto complete = [&](size_t g) { return flats[g].numel() == layout.groups()[g].size; };
+  for (size_t g = 0; g < flats.size(); ++g) whole.push_back(complete(g) ? flats[g] : layout.allocate(g, flats[g].dtype()));
+  for (const FlatLayout::Bucket& bucket : buckets_) {
+    const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+    const size_t g = bucket.group;
+    if (complete(g)) continue;
+    const Tensor mine = whole[g].narrow(0, first, last - first);
+    mine.copy_(flats[g].narrow(0, bucket.begin / partition_.world, last - first));
+    collectives_->gather(mine, whole[g].narrow(0, bucket.begin, bucket.size()));
+  }
+  return whole;
+}
+
+void Optimizer::gather_parameters() {
+  FT_CHECK(collectives_, "Optimizer: a ZeRO-1 step gathers the parameters over the ranks, and it has no ",
+           "data-parallel group (DataParallel sets it)");
+  for (const FlatLayout::Bucket& bucket : buckets_) {
+    const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+    const Tensor& flat = gather_flats_[bucket.group];
+    collectives_->gather(flat.narrow(0, first, last - first), flat.narrow(0, bucket.begin, bucket.size()));
+  }
+}
+
+void Optimizer::scatter_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const {
+  const Tensor flat_value = value.reshape({value.numel()});
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const Piece& p = pieces_[k];
+    if (p.param != i) continue;
+    state_piece(flats, k).copy_(flat_value.narrow(0, p.param_offset, p.value.numel()).reshape(p.value.shape()));
+  }
 }
 
 void Optimizer::set_lr(double lr) {
@@ -151,7 +286,7 @@ void Optimizer::set_skipped_steps(int64_t skipped) {
 
 bool Optimizer::fused_update() const {
   std::vector<Tensor> touched;
-  for (size_t i = 0; i < params_.size(); ++i) touched.insert(touched.end(), {params_[i].grad(), params_[i], masters_[i]});
+  for (const Piece& p : pieces_) touched.insert(touched.end(), {p.grad, p.value, p.master});
   return use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype());
 }
 
@@ -171,11 +306,19 @@ void Optimizer::store_unless_skipped(const Tensor& slot, const Tensor& updated, 
 }
 
 std::map<std::string, Tensor> Optimizer::state() const {
+  const FlatLayout& layout = grads_.layout();
   std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const std::string prefix = std::to_string(i) + ".";
-    out[prefix + "master"] = masters_[i];
-    for (const auto& [name, tensor] : moments(i)) out[prefix + name] = tensor;
+  auto add = [&](const std::string& name, const std::vector<Tensor>& whole) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      out[std::to_string(i) + "." + name] = layout.view(whole[layout.slot(i).group], i);
+  };
+  if (sharded()) {
+    // An f32 group's masters are the parameters, whole on every rank; a bf16 group's are chunks.
+    add("master", gathered(master_flats_));
+    for (const auto& [name, flats] : state_buffers()) add(name, gathered(*flats));
+  } else {
+    add("master", master_flats_);
+    for (const auto& [name, flats] : state_buffers()) add(name, *flats);
   }
   out["applied"] = state_.applied;
   out["skipped"] = state_.skipped;
@@ -183,19 +326,28 @@ std::map<std::string, Tensor> Optimizer::state() const {
 }
 
 void Optimizer::load_state(const std::map<std::string, Tensor>& state) {
+  NoGradGuard no_grad;
+  const FlatLayout& layout = grads_.layout();
+  auto find = [&](size_t i, const std::string& name) {
+    const std::string key = std::to_string(i) + "." + name;
+    auto it = state.find(key);
+    FT_CHECK(it != state.end(), "Optimizer::load_state: missing '", key, "'");
+    FT_CHECK(it->second.shape() == params_[i].shape(), "Optimizer::load_state: '", key, "' has shape ",
+             shape_str(it->second.shape()), ", expected ", shape_str(params_[i].shape()));
+    return it->second.to(params_[i].device());
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
-    std::vector<std::pair<std::string, Tensor>> slots = moments(i);
-    slots.emplace_back("master", masters_[i]);
-    for (const auto& [name, slot] : slots) {
-      const std::string key = std::to_string(i) + "." + name;
-      auto it = state.find(key);
-      FT_CHECK(it != state.end(), "Optimizer::load_state: missing '", key, "'");
-      FT_CHECK(it->second.shape() == slot.shape(), "Optimizer::load_state: '", key, "' has shape ",
-               shape_str(it->second.shape()), ", expected ", shape_str(slot.shape()));
-      slot.copy_(it->second.to(slot.device()));
+    const size_t g = layout.slot(i).group;
+    for (const auto& [name, flats] : state_buffers()) {
+      const Tensor value = find(i, name);
+      if (sharded()) scatter_into(*flats, i, value);
+      else layout.view((*flats)[g], i).copy_(value);
     }
-    // A parameter that is its own master was just overwritten; a separate master refreshes it.
-    if (!own_master(i)) params_[i].copy_(masters_[i]);
+    const Tensor master = find(i, "master");
+    // The parameter takes the master's value (rounded to bf16 when it has its own master).
+    if (sharded() && !group_owns_master_[g]) scatter_into(master_flats_, i, master);
+    else layout.view(master_flats_[g], i).copy_(master);
+    if (!params_[i].shares_storage(master_flats_[g])) params_[i].copy_(master);
   }
   for (auto [name, slot] : {std::pair<const char*, const Tensor*>{"applied", &state_.applied},
                             {"skipped", &state_.skipped}}) {
@@ -218,15 +370,26 @@ void Optimizer::step() {
   // Parameters the backward did not reach still hold the last step's values: zero them first.
   grads_.materialize();
   // The norm is only taken when something reads it; the update then needs no separate pass. It
-  // reads the flat buffers whole (their gaps hold zeros), not one tensor per parameter.
+  // reads the flat buffers whole (their gaps hold zeros), not one tensor per parameter; sharded,
+  // this rank's reduced chunks, and the sum of squares is added up over the ranks.
   const bool need_norm = policy_.max_grad_norm > 0 || policy_.skip_nonfinite;
-  const std::vector<Tensor> grads = need_norm ? grads_.flats() : std::vector<Tensor>{};
+  std::vector<Tensor> grads;
+  std::function<void(const Tensor&)> sum_across;
+  if (need_norm && sharded()) {
+    FT_CHECK(collectives_, "Optimizer: a ZeRO-1 step adds its gradient norm up over the ranks, and it has no ",
+             "data-parallel group (DataParallel sets it)");
+    for (const Piece& p : pieces_) grads.push_back(p.grad);
+    sum_across = [this](const Tensor& t) { collectives_->sum(t); };
+  } else if (need_norm) {
+    grads = grads_.flats();
+  }
   if (fused_for(grads.empty() ? std::vector<Tensor>{params_.front()} : grads, state_dtype()))
-    multi_tensor::settle_step(grads, state_, policy_);
+    multi_tensor::settle_step(grads, state_, policy_, sum_across);
   else
-    settle_step_twin(grads, state_, policy_);
+    settle_step_twin(grads, state_, policy_, sum_across);
   norm_computed_ = need_norm;
   update();
+  if (sharded()) gather_parameters();
 }
 
 Tensor grad_norm(const std::vector<Tensor>& params) {
@@ -235,7 +398,7 @@ Tensor grad_norm(const std::vector<Tensor>& params) {
   FT_CHECK(!grads.empty(), "grad_norm: no parameter has a gradient");
   if (fused_for(grads, DType::F32)) {
     const Tensor norm = Tensor::empty({1}, DType::F32, grads.front().device());
-    multi_tensor::settle_step(grads, StepState{.grad_norm = norm}, StepPolicy{.skip_nonfinite = false});
+    multi_tensor::settle_step(grads, StepState{.grad_norm = norm}, StepPolicy{.skip_nonfinite = false}, {});
     return norm.reshape({});
   }
   const DType dtype = grads.front().dtype() == DType::F64 ? DType::F64 : DType::F32;
@@ -259,7 +422,9 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const Tensor one = scalar_like(norm, 1.0);
   const Tensor factor = pow(norm + 1e-6, -1.0) * max_norm;
   const Tensor clip = where(lt(factor, one), factor, one);
-  for (const Tensor& g : grads) g.assign_(g * cast(clip, g.dtype()));
+  // In place (copy_, not assign_): a gradient view must stay in its flat buffer, where the
+  // optimizer and the data-parallel buckets read it.
+  for (const Tensor& g : grads) g.copy_(g * cast(clip, g.dtype()));
   return norm.reshape({});
 }
 

@@ -19,6 +19,7 @@
 // KernelMode is read once per op: the norm and the update each run as one multi-tensor fused
 // kernel chain (optim/multi_tensor.h) or as their per-tensor primitive twins.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -50,11 +51,36 @@ struct StepState {
   Tensor clip = {};       // this step: the factor the update scales gradients by
 };
 
+/// How a data-parallel run divides the optimizer's flat buffers (train/dist/data_parallel.h). The
+/// buffers of every rank get the same layout, padded so that each bucket splits into `world`
+/// equal chunks; with `shard_state` (ZeRO-1) a rank keeps the master weights and moments of its
+/// chunk of every bucket only, updates that chunk, and the step ends by gathering the updated
+/// parameters from every rank.
+struct DataPartition {
+  int rank = 0;
+  int world = 1;
+  /// The size of a gradient bucket (the unit of reduction, and of ZeRO-1's shards), in bytes of
+  /// gradient; each is rounded down to a multiple of 256 · world bytes.
+  int64_t bucket_bytes = int64_t{25} << 20;
+  bool shard_state = false;
+};
+
+/// The collectives a sharded (ZeRO-1) step runs, given by the data-parallel layer. Both are
+/// ordered like the step's kernels (stream order on CUDA, done on return on the CPU).
+class ShardCollectives {
+ public:
+  virtual ~ShardCollectives() = default;
+  /// t = the sum of every rank's t, in place.
+  virtual void sum(const Tensor& t) = 0;
+  /// whole = every rank's chunk of it in rank order; `chunk` is this rank's part of `whole`.
+  virtual void gather(const Tensor& chunk, const Tensor& whole) = 0;
+};
+
 class Optimizer {
  public:
   /// Takes the trainable parameters among `params` (frozen ones are skipped; at least one must
   /// be trainable), attaches their gradient views and allocates the master weights.
-  Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy);
+  Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy, DataPartition partition = {});
   virtual ~Optimizer() = default;
   /// Applies one update from the gradients accumulated since zero_grad(). Reads nothing back
   /// from the device.
@@ -87,31 +113,54 @@ class Optimizer {
   const StepState& step_state() const { return state_; }
   /// The trainable parameters it updates, in the order given.
   const std::vector<Tensor>& params() const { return params_; }
-  /// The master weights, one flat buffer per gradient group, laid out like grad_buffer().
-  const std::vector<Tensor>& master_buffers() const { return master_flats_; }
+  const DataPartition& partition() const { return partition_; }
+  /// The gradient buckets of the partition, in the order backward completes them.
+  const std::vector<FlatLayout::Bucket>& buckets() const { return buckets_; }
+  /// ZeRO-1 (at world size 1 too: the whole path, each chunk being the whole bucket).
+  bool sharded() const { return partition_.shard_state; }
+  /// A sharded optimizer's collectives (DataParallel sets them; they must outlive the steps that
+  /// use them); a sharded step without them is an ft::Error.
+  void set_shard_collectives(ShardCollectives* collectives) { collectives_ = collectives; }
+  /// The buffers that hold every parameter's value, one per gradient group: the master weights
+  /// (unsharded), or the parameters themselves (sharded: what the step gathers). Replicas of a
+  /// data-parallel run hold them bit for bit alike.
+  const std::vector<Tensor>& replica_buffers() const { return sharded() ? gather_flats_ : master_flats_; }
   /// The optimizer state as named tensors, for checkpoints: "<i>.master" and "<i>.<moment>" for
   /// parameter i (AdamW's "m" and "v", SGD's "momentum"), and the "applied" and "skipped" step
-  /// counts. load_state restores it: shapes must match and every per-parameter name must be
-  /// present; counts missing from older files are taken from set_step_count (call it first).
+  /// counts; sharded, the whole state gathered from every rank (a collective: every rank calls
+  /// it). load_state restores it, and a sharded optimizer takes its chunks (so a run resumes on
+  /// any world size): shapes must match and every per-parameter name must be present; counts
+  /// missing from older files are taken from set_step_count (call it first).
   std::map<std::string, Tensor> state() const;
   void load_state(const std::map<std::string, Tensor>& state);
 
  protected:
-  /// The update of every parameter, reading state_ (lr, applied, keep, clip).
+  /// What the update covers: a parameter, or (sharded) the part of one in a chunk this rank
+  /// owns. Unsharded, the views have the parameter's shape; sharded they are 1-D.
+  struct Piece {
+    size_t param = 0;           // index into params_
+    int64_t param_offset = 0;   // its first element's index within the parameter
+    Tensor grad;       // its gradient (reduced over the ranks by then)
+    Tensor value;      // what the update writes: the parameter (bf16 or its own f32 master)
+    Tensor master;     // f32 master of a bf16 parameter; undefined when `value` is the master
+    size_t group = 0;
+    int64_t state_offset = 0;  // where its state starts in allocate_state()'s buffer of its group
+  };
+  /// The update of every piece, reading state_ (lr, applied, keep, clip).
   virtual void update() = 0;
-  /// Parameter i's state beyond its master weights, by name, for state() and load_state().
-  virtual std::vector<std::pair<std::string, Tensor>> moments(size_t i) const = 0;
-  /// A zeroed state buffer per gradient group, in the gradients' dtype (f32, or f64), for moments.
+  /// The optimizer's state buffers beyond the master weights, by name ("m", "v", "momentum"),
+  /// each from allocate_state(), for state() and load_state().
+  virtual std::vector<std::pair<std::string, const std::vector<Tensor>*>> state_buffers() const = 0;
+  /// A zeroed state buffer per gradient group, in the gradients' dtype (f32, or f64), for moments:
+  /// the group's size, or sharded the size of this rank's chunks.
   std::vector<Tensor> allocate_state() const;
-  /// Parameter i's view of one of allocate_state()'s buffers.
-  Tensor state_view(const std::vector<Tensor>& flats, size_t i) const;
-  /// Parameter i's master weights (the parameter itself when it is stored in its master dtype).
-  const Tensor& master(size_t i) const { return masters_[i]; }
-  bool own_master(size_t i) const { return params_[i].shares_storage(masters_[i]); }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  /// Piece k's view of one of allocate_state()'s buffers (shaped like the piece's `value`).
+  Tensor state_piece(const std::vector<Tensor>& flats, size_t k) const;
   /// The dtype of the optimizer's state: f64 when any parameter is f64, else f32.
   DType state_dtype() const { return state_.lr.dtype(); }
-  /// The update's dispatch: fused mode, and the fused kernels take every parameter, its gradient
-  /// and its master.
+  /// The update's dispatch: fused mode, and the fused kernels take every piece's gradient, value
+  /// and master.
   bool fused_update() const;
   /// A step-state scalar in the dtype of a master (the twins' arithmetic).
   static Tensor scalar_as(const Tensor& scalar, DType dtype);
@@ -123,11 +172,27 @@ class Optimizer {
 
   std::vector<Tensor> params_;
   StepPolicy policy_;
+  DataPartition partition_;
   StepState state_;
   GradBuffer grads_;
 
  private:
-  std::vector<Tensor> master_flats_, masters_;
+  void make_pieces();
+  /// Sharded: whole-group buffers gathered from every rank's chunks of `flats` (state buffers).
+  std::vector<Tensor> gathered(const std::vector<Tensor>& flats) const;
+  /// Sharded: every rank's updated chunk of the parameters, gathered into every rank's buffers.
+  void gather_parameters();
+  /// Copies a whole-parameter value (checkpoint) into parameter i's pieces of `flats`.
+  void scatter_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const;
+
+  std::vector<FlatLayout::Bucket> buckets_;
+  std::vector<Piece> pieces_;
+  // The master weights: whole groups unsharded, this rank's chunks sharded (an f32 parameter's
+  // group stays whole: the parameters live in it). Sharded, gather_flats_ holds the parameters
+  // of each group, which the step gathers: the f32 master group, or a bf16 copy of the layout.
+  std::vector<Tensor> master_flats_, gather_flats_;
+  std::vector<bool> group_owns_master_;
+  ShardCollectives* collectives_ = nullptr;
   double lr_;
   int64_t step_count_ = 0;
   bool norm_computed_ = false;

@@ -15,6 +15,8 @@ class SGD : public Optimizer {
     double momentum = 0.0;
     double weight_decay = 0.0;
     StepPolicy policy = {};
+    /// Data parallelism: the buffers' padding and buckets, and ZeRO-1.
+    DataPartition partition = {};
   };
   SGD(std::vector<Tensor> params, Options options);
   const Options& options() const { return options_; }
@@ -22,16 +24,12 @@ class SGD : public Optimizer {
  private:
   void update() override;
   /// "momentum", when momentum is on.
-  std::vector<std::pair<std::string, Tensor>> moments(size_t i) const override;
-  void update_twin(size_t i);
+  std::vector<std::pair<std::string, const std::vector<Tensor>*>> state_buffers() const override;
+  void update_twin(size_t k);
 
-  struct Slot {
-    Tensor master;    // the parameter itself when f32/f64, an f32 copy of a bf16 one
-    Tensor momentum;  // a view of momentum_flats_ (zeros until the first step); undefined without momentum
-  };
   Options options_;
   std::vector<Tensor> momentum_flats_;
-  std::vector<Slot> slots_;
+  std::vector<Tensor> momentum_;  // piece k's view of momentum_flats_; empty without momentum
 };
 
 }  // namespace ft

@@ -43,6 +43,12 @@ Device model_device(const Module& model) {
 
 std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const Optimizer& optimizer,
                             const std::map<std::string, std::string>& run_state) {
+  return save_checkpoint(root, step, model, optimizer.state(), run_state);
+}
+
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model,
+                            const std::map<std::string, Tensor>& optimizer_state,
+                            const std::map<std::string, std::string>& run_state) {
   std::error_code ec;
   fs::create_directories(root, ec);
   FT_CHECK(!ec, "save_checkpoint: cannot create '", root, "': ", ec.message());
@@ -58,7 +64,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
   // the uninterrupted one would have.
   meta["philox"] = std::to_string(PhiloxCounter::on(model_device(model)).value());
   save_safetensors((temp_dir / "model.safetensors").string(), model.state_dict(), {{"format", "pt"}});
-  save_safetensors((temp_dir / "optimizer.safetensors").string(), optimizer.state(), meta);
+  save_safetensors((temp_dir / "optimizer.safetensors").string(), optimizer_state, meta);
   fsync_path(temp_dir, true);
 
   fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier, interrupted run

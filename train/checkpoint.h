@@ -18,6 +18,11 @@ namespace ft {
 /// its folder.
 std::string save_checkpoint(const std::string& root, int64_t step, const Module& model, const Optimizer& optimizer,
                             const std::map<std::string, std::string>& run_state);
+/// The same with the optimizer's state taken already (Optimizer::state(): with ZeRO-1 a collective
+/// every rank takes part in, while rank 0 alone writes).
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model,
+                            const std::map<std::string, Tensor>& optimizer_state,
+                            const std::map<std::string, std::string>& run_state);
 
 /// Loads the checkpoint folder `folder` (or, when `folder` is a root holding `latest`, the one it
 /// names) into model and optimizer; returns its run state. Missing or mismatched tensors are an

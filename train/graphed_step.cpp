@@ -9,23 +9,24 @@
 namespace ft {
 
 StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward,
-                     std::function<void()> sync_gradients) {
+                     GradientSync* sync) {
   return [&model, &optimizer, loss_fn = std::move(loss_fn), after_backward = std::move(after_backward),
-          sync_gradients = std::move(sync_gradients)](const std::vector<Batch>& micro_batches) {
+          sync](const std::vector<Batch>& micro_batches) {
     FT_CHECK(!micro_batches.empty(), "training step: no micro-batches");
     const double scale = 1.0 / static_cast<double>(micro_batches.size());
     optimizer.zero_grad();
     Tensor total;
-    for (const Batch& batch : micro_batches) {
-      Tensor loss = loss_fn(model, batch);
+    for (size_t k = 0; k < micro_batches.size(); ++k) {
+      Tensor loss = loss_fn(model, micro_batches[k]);
       FT_CHECK(loss.numel() == 1, "training step: the loss must be one value, got shape ", shape_str(loss.shape()));
       // Each micro-batch's mean loss over 1/n: the accumulated gradient is that of the mean over
       // all of them. One micro-batch keeps backward's unit seed (no scaling kernel).
       if (micro_batches.size() > 1) loss = loss * scale;
+      if (sync) sync->before_backward(k + 1 == micro_batches.size());
       loss.backward();
       total = total.defined() ? total + loss.detach() : loss.detach();
     }
-    if (sync_gradients) sync_gradients();
+    if (sync) sync->after_backward();
     if (after_backward) after_backward(micro_batches, total);
     optimizer.step();
     return total;

@@ -34,13 +34,23 @@ using StepFn = std::function<Tensor(const std::vector<Batch>& micro_batches)>;
 /// micro-batches and loss: the gradients are complete and not yet clipped (parity dumps).
 using BackwardDoneFn = std::function<void(const std::vector<Batch>& micro_batches, const Tensor& loss)>;
 
+/// Data parallelism's part in a step (train/dist/data_parallel.h): it reduces the gradients of the
+/// last micro-batch's backward while that backward runs.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  /// Before each micro-batch's backward; `last` for the step's last one.
+  virtual void before_backward(bool last) = 0;
+  /// After the last backward: what follows (the optimizer step) sees the reduced gradients.
+  virtual void after_backward() = 0;
+};
+
 /// The training step: optimizer.zero_grad(); for each of the n micro-batches,
 /// (loss_fn(model, batch) · 1/n).backward(); after_backward when set; optimizer.step(). Returns
-/// the sum of the scaled losses (the mean over the micro-batches), detached.
-/// `sync_gradients` runs after the last micro-batch's backward, before after_backward and the
-/// optimizer step (data parallelism averages the gradients there).
+/// the sum of the scaled losses (the mean over the micro-batches), detached. `sync`, when set,
+/// brackets each backward (data parallelism averages the gradients), before after_backward.
 StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward = {},
-                     std::function<void()> sync_gradients = {});
+                     GradientSync* sync = nullptr);
 
 class GraphedStep {
  public:

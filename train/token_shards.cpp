@@ -108,12 +108,14 @@ TokenLoader::TokenLoader(const std::string& pattern, const Options& options) : o
            "TokenLoader: batch size and sequence length must be positive, got B=", options.batch_size,
            " T=", options.seq_len);
   FT_CHECK(options.vocab_size > 0, "TokenLoader: vocabulary size must be positive, got ", options.vocab_size);
+  FT_CHECK(options.shard.world >= 1 && options.shard.rank >= 0 && options.shard.rank < options.shard.world,
+           "TokenLoader: rank ", options.shard.rank, " of a data-parallel world of ", options.shard.world);
   files_ = glob_files(pattern);
   for (const std::string& path : files_) {
     const int64_t length = options.format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
     FT_CHECK(length >= tokens_per_step() + 1, "TokenLoader: '", path, "' has ", length,
-             " tokens, fewer than one batch needs (B*T+1 = ", tokens_per_step() + 1, " for B=", options.batch_size,
-             " T=", options.seq_len, ")");
+             " tokens, fewer than one batch needs (B*T*ranks+1 = ", tokens_per_step() + 1, " for B=",
+             options.batch_size, " T=", options.seq_len, " on ", options.shard.world, " ranks)");
     lengths_.push_back(length);
   }
   set_position({});
@@ -172,12 +174,13 @@ TokenBatch TokenLoader::next_batch() {
   // Files are read here rather than when the position moves, so a bad file fails the call that
   // needs it and leaves the position where it was.
   load_file(order_[static_cast<size_t>(position_.shard)]);
-  const int64_t B = options_.batch_size, T = options_.seq_len, step = B * T;
+  const int64_t B = options_.batch_size, T = options_.seq_len, step = tokens_per_step();
   TokenBatch batch{Tensor::empty({B, T}, DType::I32), Tensor::empty({B, T}, DType::I32)};
-  const uint16_t* src = tokens_.data() + position_.offset;
+  // This rank's part of the global batch.
+  const uint16_t* src = tokens_.data() + position_.offset + options_.shard.rank * B * T;
   int32_t* inputs = batch.inputs.data<int32_t>();
   int32_t* targets = batch.targets.data<int32_t>();
-  for (int64_t i = 0; i < step; ++i) {
+  for (int64_t i = 0; i < B * T; ++i) {
     inputs[i] = src[i];
     targets[i] = src[i + 1];
   }

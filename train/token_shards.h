@@ -13,6 +13,7 @@
 
 #include "lib/tensor.h"
 #include "train/batch_source.h"
+#include "train/batches.h"
 
 namespace ft {
 
@@ -59,6 +60,11 @@ class TokenLoader {
     uint64_t seed = 0;
     bool shuffle = false;
     TokenFormat format = TokenFormat::Shards;
+    /// Data parallelism (llm.c's layout): the position steps through global batches of
+    /// world · B·T tokens, and rank r's batch is the r-th B·T of each, so that the ranks read
+    /// disjoint tokens and a position means the same data on any world size with the same
+    /// global batch. The file checks and batches_per_epoch count global batches.
+    BatchShard shard = {};
   };
 
   /// Globs `pattern` (glob(3), matches sorted bytewise); a plain path matches itself. No match,
@@ -94,7 +100,8 @@ class TokenLoader {
   /// File indices in the order epoch `epoch` visits them.
   std::vector<int64_t> epoch_order(int64_t epoch) const;
   void load_file(int64_t file);
-  int64_t tokens_per_step() const { return options_.batch_size * options_.seq_len; }
+  /// Tokens one (global) batch advances the position by: world · B·T.
+  int64_t tokens_per_step() const { return options_.batch_size * options_.seq_len * options_.shard.world; }
 
   Options options_;
   std::vector<std::string> files_;

@@ -66,9 +66,7 @@ Trainer::Trainer(Module& model, Optimizer& optimizer, BatchSource& source, LossF
     after_backward = [this](const std::vector<Batch>& micro_batches, const Tensor& loss) {
       options_.after_backward(step_, micro_batches, loss);
     };
-  std::function<void()> sync_gradients;
-  if (options_.data_parallel) sync_gradients = [dp = options_.data_parallel] { dp->average_gradients(); };
-  step_fn_ = training_step(model_, optimizer_, std::move(loss_fn), std::move(after_backward), std::move(sync_gradients));
+  step_fn_ = training_step(model_, optimizer_, std::move(loss_fn), std::move(after_backward), options_.data_parallel);
   // A hook that reads the gradients cannot run inside a graph.
   if (options_.graph && device_.is_cuda() && !options_.after_backward)
     graphed_ = std::make_unique<GraphedStep>(step_fn_);
@@ -298,7 +296,7 @@ FitSummary Trainer::fit(int64_t total_steps) {
       });
     for (const Periodic& p : options_.periodic)
       if (p.every > 0 && step_ % p.every == 0) outside_steps(window, [&] { p.run(step_); });
-    if (options_.checkpoint && primary() &&
+    if (options_.checkpoint &&
         (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
       outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
   }

@@ -50,7 +50,8 @@ class Trainer {
  public:
   /// Metrics of the model on held-out data; runs in eval mode without autograd.
   using EvalFn = std::function<std::map<std::string, double>(Module& model)>;
-  /// Saves a checkpoint after `step` steps; the data continues from `position`.
+  /// Saves a checkpoint after `step` steps; the data continues from `position`. Called on every
+  /// rank of a data-parallel run (the optimizer state may have to be gathered); rank 0 writes.
   using CheckpointFn = std::function<void(int64_t step, const DataPosition& position)>;
   /// After the backward of step `step` (0 for the first step of a run) and before its optimizer
   /// step, with its micro-batches (on the training device) and loss.

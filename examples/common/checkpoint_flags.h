@@ -9,6 +9,7 @@
 
 #include "examples/common/cli.h"
 #include "train/checkpoint.h"
+#include "train/dist/launch_env.h"
 #include "train/trainer.h"
 
 namespace ft::cli {
@@ -41,22 +42,28 @@ inline Resumed resume_from_flag(const Args& args, Module& model, Optimizer& opti
              key, "' (was it written by another binary?)");
     out.position[key] = it->second;
   }
-  std::printf("resumed from step %lld\n", static_cast<long long>(out.step));
+  if (launch_env().rank == 0) std::printf("resumed from step %lld\n", static_cast<long long>(out.step));
   return out;
 }
 
 /// With --ckpt-dir set, has the trainer write checkpoints there (every --ckpt-every steps and at
-/// the end). `describe` adds run state of the binary's own; `after_save` gets each folder.
+/// the end). `describe` adds run state of the binary's own; `after_save` gets each folder. In a
+/// data-parallel run (options.data_parallel set first) every rank takes part in gathering the
+/// optimizer state (ZeRO-1 shards it) and rank 0 writes.
 inline void wire_checkpoints(const Args& args, Trainer::Options& options, const Module& model,
                              const Optimizer& optimizer,
                              std::function<void(DataPosition&)> describe = {},
                              std::function<void(const std::string&)> after_save = {}) {
   if (args.str("ckpt-dir").empty()) return;
   options.checkpoint_every = args.integer("ckpt-every");
-  options.checkpoint = [&args, &model, &optimizer, describe, after_save](int64_t step, const DataPosition& position) {
+  const bool primary = !options.data_parallel || options.data_parallel->rank() == 0;
+  options.checkpoint = [&args, &model, &optimizer, describe, after_save, primary](int64_t step,
+                                                                                 const DataPosition& position) {
+    const std::map<std::string, Tensor> optimizer_state = optimizer.state();
+    if (!primary) return;
     DataPosition run_state = position;
     if (describe) describe(run_state);
-    const std::string folder = save_checkpoint(args.str("ckpt-dir"), step, model, optimizer, run_state);
+    const std::string folder = save_checkpoint(args.str("ckpt-dir"), step, model, optimizer_state, run_state);
     if (after_save) after_save(folder);
     std::printf("checkpoint: %s\n", folder.c_str());
   };

@@ -1,7 +1,9 @@
 // Data parallelism in a binary: launched by scripts/launch.sh, torchrun, srun or mpirun, the
-// process joins its run (launch environment → communicator), takes rank 0's weights, and hands
-// the Trainer a DataParallel; launched alone, nothing changes. --comm-timeout bounds every
-// collective; --check-replicas verifies after each step that every rank holds the same weights.
+// process joins its run (launch environment → communicator) before it builds its optimizer (whose
+// flat buffers are padded and bucketed for the run's world size, and sharded with --zero 1),
+// then takes rank 0's weights and hands the Trainer a DataParallel; launched alone, nothing
+// changes. --comm-timeout bounds every collective; --check-replicas verifies before every step
+// that every rank holds the same weights.
 #pragma once
 #include <chrono>
 #include <cstdio>
@@ -16,9 +18,16 @@
 namespace ft::cli {
 
 inline void add_data_parallel_flags(Args& args) {
+  args.flag("data-parallel", "auto", "auto: data-parallel when launched with more than one process (scripts/launch.sh,\n"
+                                     "torchrun, srun, mpirun); on: also as a single process (the whole path at world\n"
+                                     "size 1)");
+  args.flag("zero", "0", "1: ZeRO-1, each rank keeps and updates 1/N of the master weights and optimizer moments\n"
+                         "(gradients reduce-scattered, parameters all-gathered)");
+  args.flag("bucket-mb", "25", "size of a gradient bucket, in MB of f32 gradient: each is averaged over the ranks as\n"
+                               "soon as backward has completed it");
   args.flag("comm-timeout", "60", "seconds any collective of a data-parallel run may take before every rank stops\n"
                                   "with an error naming the rank it waited for");
-  args.flag("check-replicas", "0", "1: after every step, check that all ranks hold bit-identical weights (costs a\n"
+  args.flag("check-replicas", "0", "1: before every step, check that all ranks hold bit-identical weights (costs a\n"
                                    "broadcast of the weights a step)");
 }
 
@@ -27,30 +36,54 @@ struct DataParallelRun {
   LaunchEnv env;
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<DataParallel> dp;
+  /// For the optimizer's options: the world's padding and buckets, ZeRO-1.
+  DataPartition partition;
   BatchShard shard() const { return {env.rank, env.world_size}; }
   bool primary() const { return env.rank == 0; }
   /// For Trainer::Options::data_parallel.
   DataParallel* get() const { return dp.get(); }
 };
 
-/// Joins the run `env` describes (launch_env()) when it has several processes, broadcasts rank
-/// 0's weights and returns it; a single process gets an empty DataParallelRun.
-inline DataParallelRun start_data_parallel(const Args& args, const std::string& program, const LaunchEnv& env,
-                                           Device device, Module& model, Optimizer& optimizer) {
+/// Joins the run `env` describes (launch_env()) when it has several processes (or with
+/// --data-parallel on): the communicator and the optimizer's partition. Call before building the
+/// optimizer. A single process gets an empty DataParallelRun with the default partition.
+inline DataParallelRun join_data_parallel(const Args& args, const std::string& program, const LaunchEnv& env,
+                                          Device device) {
   DataParallelRun run;
   run.env = env;
-  if (!run.env.distributed()) return run;
+  const std::string when = args.str("data-parallel");
+  FT_CHECK(when == "auto" || when == "on", program, ": --data-parallel must be auto or on, got '", when, "'");
+  const int64_t zero = args.integer("zero");
+  FT_CHECK(zero == 0 || zero == 1, program, ": --zero must be 0 or 1, got ", zero);
+  const double bucket_mb = args.number("bucket-mb");
+  FT_CHECK(bucket_mb > 0, program, ": --bucket-mb must be positive, got ", bucket_mb);
+  if (!run.env.distributed() && when != "on") {
+    FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
+    return run;
+  }
   const double timeout_s = args.number("comm-timeout");
   FT_CHECK(timeout_s > 0, program, ": --comm-timeout must be positive, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
                                {.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
+  run.partition = DataPartition{.rank = run.env.rank,
+                                .world = run.env.world_size,
+                                .bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20)),
+                                .shard_state = zero == 1};
+  return run;
+}
+
+/// After the optimizer (built with run.partition) and any checkpoint are loaded: the run's
+/// DataParallel, with rank 0's weights and optimizer state on every rank.
+inline void start_data_parallel(DataParallelRun& run, const Args& args, const std::string& program, Module& model,
+                                Optimizer& optimizer) {
+  if (!run.comm) return;
   run.dp = std::make_unique<DataParallel>(*run.comm, optimizer,
                                           DataParallel::Options{.check_replicas = args.integer("check-replicas") != 0});
   run.dp->broadcast_parameters(model);
   if (run.primary())
-    std::printf("%s: data parallel over %d processes (%s; %s variables)\n", program.c_str(), run.env.world_size,
-                run.comm->backend().c_str(), run.env.launcher.c_str());
-  return run;
+    std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient buckets%s\n", program.c_str(),
+                run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
+                run.env.launcher.c_str(), optimizer.buckets().size(), optimizer.sharded() ? ", ZeRO-1" : "");
 }
 
 }  // namespace ft::cli

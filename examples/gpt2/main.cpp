@@ -6,16 +6,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/cli.h"
+#include "examples/common/data_parallel_flags.h"
 #include "layers/gpt.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "optim/adamw.h"
+#include "optim/sgd.h"
 #include "optim/lr_schedule.h"
 #include "train/gpt2_init.h"
 #include "train/peft_adapter.h"
@@ -94,7 +97,9 @@ int run(int argc, char** argv) {
   args.flag("lr", "6e-4", "peak learning rate");
   args.flag("warmup", "10", "linear warmup steps");
   args.flag("min-lr-frac", "0.1", "cosine decay floor as a fraction of the peak");
-  args.flag("weight-decay", "0.1", "AdamW weight decay (2-D weights only)");
+  args.flag("weight-decay", "0.1", "weight decay (AdamW: 2-D weights only)");
+  args.flag("optimizer", "adamw", "adamw (betas 0.9, 0.95) or sgd (with --momentum)");
+  args.flag("momentum", "0.9", "SGD momentum");
   args.flag("clip", "1.0", "gradient clipping by global L2 norm (0: off)");
   ft::cli::add_device_flags(args);
   args.flag("seed", "0", "seed for initialization, shard shuffling and sampling");
@@ -104,6 +109,7 @@ int run(int argc, char** argv) {
   args.flag("val-every", "0", "steps between validations (0: never)");
   args.flag("val-batches", "8", "batches per validation");
   ft::cli::add_checkpoint_flags(args);
+  ft::cli::add_data_parallel_flags(args);
   args.flag("sample-every", "0", "steps between samples (byte-level models only; 0: never)");
   args.flag("sample-len", "128", "bytes per sample");
   args.flag("prompt", "", "text the samples start from");
@@ -141,9 +147,12 @@ int run(int argc, char** argv) {
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
 
+  // Joined before the data (each rank reads its part of every global batch) and the optimizer
+  // (its buffers are laid out for the run's world size).
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
   const ft::TokenLoader::Options loader_options{.batch_size = batch, .seq_len = seq, .vocab_size = vocab,
                                                 .seed = seed, .shuffle = args.integer("shuffle") != 0,
-                                                .format = format};
+                                                .format = format, .shard = dp.shard()};
   ft::TokenLoader train(args.str("train"), loader_options);
   std::unique_ptr<ft::TokenLoader> val;
   if (!args.str("val").empty()) {
@@ -172,19 +181,33 @@ int run(int argc, char** argv) {
   }
   ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.
-  ft::AdamW optimizer(model.parameters(),
-                      ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                         .weight_decay = args.number("weight-decay"),
-                                         .policy = {.max_grad_norm = std::max(0.0, args.number("clip"))}});
+  const ft::StepPolicy policy{.max_grad_norm = std::max(0.0, args.number("clip"))};
+  std::unique_ptr<ft::Optimizer> optimizer_ptr;
+  if (args.str("optimizer") == "adamw")
+    optimizer_ptr = std::make_unique<ft::AdamW>(
+        model.parameters(), ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                               .weight_decay = args.number("weight-decay"), .policy = policy,
+                                               .partition = dp.partition});
+  else if (args.str("optimizer") == "sgd")
+    optimizer_ptr = std::make_unique<ft::SGD>(
+        model.parameters(), ft::SGD::Options{.lr = args.number("lr"), .momentum = args.number("momentum"),
+                                             .weight_decay = args.number("weight-decay"), .policy = policy,
+                                             .partition = dp.partition});
+  else
+    FT_FAIL("ft-gpt2: --optimizer must be adamw or sgd, got '", args.str("optimizer"), "'");
+  ft::Optimizer& optimizer = *optimizer_ptr;
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, model, optimizer, {"epoch", "shard", "offset"});
+  ft::cli::start_data_parallel(dp, args, "ft-gpt2", model, optimizer);
   ft::mark_startup("optimizer");
   const int64_t params = model.parameter_count(), trainable = model.trainable_parameter_count();
-  std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
-              "B=%lld T=%lld, grad accum %lld, %lld steps\n",
+  if (dp.primary())
+    std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
+              "B=%lld per process (global %lld) T=%lld, grad accum %lld, %lld steps\n",
               static_cast<long long>(params), static_cast<long long>(trainable), static_cast<long long>(config.layers),
               static_cast<long long>(config.channels), static_cast<long long>(config.heads),
               static_cast<long long>(vocab), device.str().c_str(), ft::dtype_name(dtype),
-              ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(batch), static_cast<long long>(seq),
+              ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(batch),
+              static_cast<long long>(batch * dp.env.world_size), static_cast<long long>(seq),
               static_cast<long long>(accum), static_cast<long long>(steps));
 
   ft::Trainer::Options options{
@@ -200,7 +223,8 @@ int run(int argc, char** argv) {
       // when it trains (frozen ones have none); and the attention's 6·L·C·T.
       .flops_per_item = 4.0 * static_cast<double>(params) + 2.0 * static_cast<double>(trainable) +
                         6.0 * static_cast<double>(config.layers * config.channels * seq),
-      .graph = ft::cli::graph_flag(args)};
+      .graph = ft::cli::graph_flag(args),
+      .data_parallel = dp.get()};
 
   const int64_t val_every = args.integer("val-every");
   if (val && val_every > 0) {
@@ -213,11 +237,14 @@ int run(int argc, char** argv) {
         const ft::TokenBatch b = val->next_batch();
         sum += model.loss(b.inputs.to(device), b.targets.to(device)).item();
       }
-      return std::map<std::string, double>{{"val loss", sum / static_cast<double>(batches)}};
+      // Each rank's batches are its part of the global ones: the mean over the ranks is the loss
+      // of world × --val-batches batches.
+      const double mean = sum / static_cast<double>(batches);
+      return std::map<std::string, double>{{"val loss", dp.get() ? dp.get()->mean_over_ranks(mean) : mean}};
     };
   }
   const int64_t sample_every = args.integer("sample-every");
-  if (sample_every > 0 && vocab == 256)
+  if (sample_every > 0 && vocab == 256 && dp.primary())
     options.periodic.push_back({.every = sample_every, .run = [&](int64_t step) {
                                   std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
                                               sample(model, args.str("prompt"), args.integer("sample-len"),
@@ -279,7 +306,8 @@ int run(int argc, char** argv) {
   if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
   // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).
-  std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f\n",
+  if (dp.primary())
+    std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f\n",
               static_cast<long long>(trainer.step()), summary.final_loss, std::log(static_cast<double>(vocab)),
               summary.wall_ms, summary.step_ms);
   return 0;

@@ -95,21 +95,25 @@ int run(int argc, char** argv) {
                          seed + 7919 * static_cast<uint64_t>(launch.rank));
   model->to(device, dtype);
   ft::mark_startup("model");
+  // Joined before the optimizer is built: its buffers are laid out for the run's world size.
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-mlp", launch, device);
   const std::string optimizer_name = args.str("optimizer");
   std::unique_ptr<ft::Optimizer> optimizer_ptr;
   if (optimizer_name == "adamw")
     optimizer_ptr = std::make_unique<ft::AdamW>(
-        model->parameters(), ft::AdamW::Options{.lr = args.number("lr"), .weight_decay = args.number("weight-decay")});
+        model->parameters(), ft::AdamW::Options{.lr = args.number("lr"), .weight_decay = args.number("weight-decay"),
+                                                    .partition = dp.partition});
   else if (optimizer_name == "sgd")
     optimizer_ptr = std::make_unique<ft::SGD>(model->parameters(),
                                               ft::SGD::Options{.lr = args.number("lr"), .momentum = args.number("momentum"),
-                                                               .weight_decay = args.number("weight-decay")});
+                                                               .weight_decay = args.number("weight-decay"),
+                                                               .partition = dp.partition});
   else
     FT_FAIL("ft-mlp: --optimizer must be adamw or sgd, got '", optimizer_name, "'");
   ft::Optimizer& optimizer = *optimizer_ptr;
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, optimizer, {"epoch", "batch"});
   // After the resume: rank 0's weights (resumed or fresh) are every rank's.
-  const ft::cli::DataParallelRun dp = ft::cli::start_data_parallel(args, "ft-mlp", launch, device, *model, optimizer);
+  ft::cli::start_data_parallel(dp, args, "ft-mlp", *model, optimizer);
   ft::mark_startup("optimizer");
   if (dp.primary())
     std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s%s, batch %lld per process, %lld epochs\n",

@@ -60,6 +60,7 @@ struct SettleTargets {
   float *grad_norm, *keep, *clip, *applied, *skipped;
   float max_grad_norm;
   bool skip_nonfinite;
+  float* sum_only;  // set: write the sum of the partials there and settle nothing
 };
 
 // One block: adds the block partials in a fixed order, then settles the step.
@@ -69,6 +70,10 @@ __global__ void settle_kernel(const float* partials, int64_t count, SettleTarget
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
   sum = cuda::block_sum(sum, scratch);
   if (threadIdx.x != 0) return;
+  if (out.sum_only) {
+    *out.sum_only = sum;
+    return;
+  }
   float keep = 1.0f, clip = 1.0f;
   if (count > 0) {
     const float norm = sqrtf(sum);
@@ -230,7 +235,8 @@ bool fused_supported(const std::vector<Tensor>& tensors, DType state_dtype) {
   return true;
 }
 
-void settle_step(const std::vector<Tensor>& tensors, const StepState& state, const StepPolicy& policy) {
+void settle_step(const std::vector<Tensor>& tensors, const StepState& state, const StepPolicy& policy,
+                 const std::function<void(const Tensor&)>& sum_across) {
   check_state(state, "settle_step");
   std::vector<ChunkedTensor<1>> f32, bf16;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -248,7 +254,19 @@ void settle_step(const std::vector<Tensor>& tensors, const StepState& state, con
     cuda::multi_tensor_apply<1>(bf16, SquaresOp<__nv_bfloat16>{partials.data<float>() + f32_blocks});
   }
   const SettleTargets out{ptr(state.grad_norm), ptr(state.keep), ptr(state.clip), ptr(state.applied),
-                          ptr(state.skipped), static_cast<float>(policy.max_grad_norm), policy.skip_nonfinite};
+                          ptr(state.skipped), static_cast<float>(policy.max_grad_norm), policy.skip_nonfinite, nullptr};
+  if (sum_across) {
+    // This rank's sum of squares, added up with the others', is the one partial of the settle.
+    const Tensor total = Tensor::empty({1}, DType::F32, state.keep.device());
+    SettleTargets sum_only = out;
+    sum_only.sum_only = total.data<float>();
+    settle_kernel<<<1, 1024, 0, cuda::stream()>>>(blocks > 0 ? partials.data<float>() : nullptr, blocks, sum_only);
+    FT_CUDA_CHECK_LAUNCH("settle_kernel (sum of squares)");
+    sum_across(total);
+    settle_kernel<<<1, 1024, 0, cuda::stream()>>>(total.data<float>(), 1, out);
+    FT_CUDA_CHECK_LAUNCH("settle_kernel");
+    return;
+  }
   settle_kernel<<<1, 1024, 0, cuda::stream()>>>(blocks > 0 ? partials.data<float>() : nullptr, blocks, out);
   FT_CUDA_CHECK_LAUNCH("settle_kernel");
 }

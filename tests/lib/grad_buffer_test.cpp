@@ -4,6 +4,7 @@
 // f32 views (grad_target) against the same ops handing bf16 gradients to autograd.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -49,26 +50,46 @@ TEST(FlatLayoutTest, GroupsByDtypeAndAlignsEveryTensor) {
   EXPECT_FT_ERROR(layout.view(layout.allocate(1), 0), "FlatLayout::view");
 }
 
-TEST(FlatLayoutTest, ShardsCoverEachGroupOnceInAlignedRanges) {
+TEST(FlatLayoutTest, BucketsTileEachGroupBackwardsInEqualChunks) {
   Generator gen = test_generator();
   std::vector<Tensor> tensors;
   for (int64_t n : {1000, 3, 777, 64, 129}) tensors.push_back(random_tensor({n}, DType::F32, kCPU, gen));
-  const FlatLayout layout(tensors, std::vector<DType>(tensors.size(), DType::F32));
-  const int64_t size = layout.groups()[0].size;
   for (int world = 1; world <= 7; ++world) {
-    int64_t expected_begin = 0;
-    for (int rank = 0; rank < world; ++rank) {
-      const auto [begin, end] = layout.shard(0, rank, world);
-      EXPECT_EQ(begin, expected_begin) << "world " << world << " rank " << rank;
-      EXPECT_LE(begin, end);
-      if (end < size) {
-        EXPECT_EQ(end % FlatLayout::kAlign, 0) << "world " << world << " rank " << rank;
+    const int64_t unit = FlatLayout::kAlign * world;
+    const FlatLayout layout(tensors, std::vector<DType>(tensors.size(), DType::F32), unit);
+    const int64_t size = layout.groups()[0].size;
+    ASSERT_EQ(size % unit, 0) << "world " << world;
+    ASSERT_GE(size, 1000 + 3 + 777 + 64 + 129);
+    for (int64_t max_elements : {int64_t{1}, int64_t{300}, int64_t{1024}, int64_t{1} << 20}) {
+      const std::vector<FlatLayout::Bucket> buckets = layout.buckets(max_elements, world);
+      int64_t expected_end = size;  // from the end of the buffer to its beginning
+      for (const FlatLayout::Bucket& b : buckets) {
+        EXPECT_EQ(b.end, expected_end);
+        EXPECT_LT(b.begin, b.end);
+        EXPECT_EQ(b.size() % unit, 0);
+        EXPECT_LE(b.size(), std::max(unit, max_elements));
+        int64_t chunk_begin = b.begin;
+        for (int rank = 0; rank < world; ++rank) {
+          const auto [first, last] = b.chunk(rank, world);
+          EXPECT_EQ(first, chunk_begin);
+          EXPECT_EQ(last - first, b.size() / world);
+          chunk_begin = last;
+        }
+        EXPECT_EQ(chunk_begin, b.end);
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const FlatLayout::Slot& s = layout.slot(i);
+          const bool overlaps = s.offset < b.end && s.offset + s.numel() > b.begin;
+          EXPECT_EQ(std::count(b.members.begin(), b.members.end(), i), overlaps ? 1 : 0) << "tensor " << i;
+        }
+        expected_end = b.begin;
       }
-      expected_begin = end;
+      EXPECT_EQ(expected_end, 0) << "world " << world << ", buckets of " << max_elements;
     }
-    EXPECT_EQ(expected_begin, size) << "world " << world;
   }
-  EXPECT_FT_ERROR(layout.shard(0, 2, 2), "FlatLayout::shard");
+  // 34 aligned units: not a multiple of 3 of them.
+  const FlatLayout unpadded(tensors, std::vector<DType>(tensors.size(), DType::F32));
+  ASSERT_EQ(unpadded.groups()[0].size, 34 * FlatLayout::kAlign);
+  EXPECT_FT_ERROR(unpadded.buckets(1024, 3).size(), "not a multiple");
 }
 
 // loss = Σ (x·W)∘(z·W) + Σ b∘(x·W): W is used by two products (a tied weight), b once.

@@ -98,9 +98,9 @@ TEST(FlatState, MasterWeightsLineUpWithTheGradientBuffer) {
       const Tensor w2_values = test::fresh_copy(m.w2, dtype, kCPU);
       AdamW opt({m.w1, m.b1, m.w2}, AdamW::Options{});
       const GradBuffer& grads = opt.grad_buffer();
-      ASSERT_EQ(opt.master_buffers().size(), 1u);
+      ASSERT_EQ(opt.replica_buffers().size(), 1u);
       const char* grad_base = static_cast<const char*>(grads.flat(0).data_ptr());
-      const char* master_base = static_cast<const char*>(opt.master_buffers()[0].data_ptr());
+      const char* master_base = static_cast<const char*>(opt.replica_buffers()[0].data_ptr());
       for (size_t i = 0; i < opt.params().size(); ++i) {
         const int64_t offset = grads.layout().slot(i).offset;
         EXPECT_EQ(static_cast<const char*>(grads.grad(i).data_ptr()) - grad_base, offset * 4);

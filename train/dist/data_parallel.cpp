@@ -1,6 +1,7 @@
 #include "train/dist/data_parallel.h"
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -10,39 +11,117 @@
 namespace ft {
 
 DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options options)
-    : comm_(comm), optimizer_(optimizer), options_(options) {}
+    : comm_(comm), optimizer_(optimizer), options_(options) {
+  const DataPartition& partition = optimizer_.partition();
+  FT_CHECK(partition.world == comm_.world_size() && partition.rank == comm_.rank(), "DataParallel: the optimizer ",
+           "was built for rank ", partition.rank, " of ", partition.world, ", the communicator is rank ", comm_.rank(),
+           " of ", comm_.world_size(), " (build it with the run's DataPartition)");
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.buckets();
+  buckets_of_.resize(optimizer_.params().size());
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (size_t i : buckets[b].members) buckets_of_[i].push_back(b);
+  hooked_ = optimizer_.params();
+  for (size_t i = 0; i < hooked_.size(); ++i) add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); });
+  if (optimizer_.sharded()) optimizer_.set_shard_collectives(this);
+}
+
+// The optimizer is not touched here: it may be gone already (a binary builds it after joining
+// the run). The parameters are this object's own references.
+DataParallel::~DataParallel() {
+  for (const Tensor& p : hooked_) clear_grad_ready_hooks(p);
+}
 
 void DataParallel::broadcast_parameters(Module& model) {
   NoGradGuard no_grad;
   std::vector<std::unique_ptr<Work>> pending;
-  // The masters first (a bf16 parameter's f32 master is what the optimizer updates), then every
+  // The optimizer state first (master weights included; sharded, gathered whole), then every
   // tensor of the state dict: parameters, frozen ones and buffers.
-  for (const Tensor& master : optimizer_.master_buffers()) pending.push_back(comm_.broadcast(master, 0));
+  const std::map<std::string, Tensor> state = optimizer_.state();
+  for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
   for (const auto& [name, tensor] : model.state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
   for (auto& work : pending) work->wait();
+  // Unsharded, the broadcast wrote the optimizer's own buffers; sharded, they were gathered
+  // copies, which each rank now takes its chunks of.
+  if (optimizer_.sharded()) optimizer_.load_state(state);
 }
 
-void DataParallel::average_gradients() {
+void DataParallel::note(std::string event) {
+  if (options_.trace) trace_.push_back(std::move(event));
+}
+
+void DataParallel::before_backward(bool last) {
+  if (!last) return;
   if (options_.check_replicas) check_replicas();
-  std::vector<std::unique_ptr<Work>> pending;
-  for (const Tensor& flat : optimizer_.grad_buffer().flats()) pending.push_back(comm_.all_reduce(flat, CommOp::Average));
-  for (auto& work : pending) work->wait();
+  armed_ = true;
+  next_bucket_ = 0;
+  waiting_.clear();
+  for (const FlatLayout::Bucket& b : optimizer_.buckets()) waiting_.push_back(b.members.size());
+  trace_.clear();
+}
+
+void DataParallel::parameter_ready(size_t param) {
+  if (!armed_) return;  // an earlier micro-batch of gradient accumulation: nothing to reduce yet
+  note("ready " + std::to_string(param));
+  size_t ready_end = next_bucket_;
+  for (size_t b : buckets_of_[param]) --waiting_[b];
+  while (ready_end < waiting_.size() && waiting_[ready_end] == 0) ++ready_end;
+  start_buckets(ready_end);
+}
+
+void DataParallel::start_buckets(size_t end) {
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.buckets();
+  const GradBuffer& grads = optimizer_.grad_buffer();
+  for (; next_bucket_ < end; ++next_bucket_) {
+    const FlatLayout::Bucket& b = buckets[next_bucket_];
+    const Tensor& flat = grads.storage(b.group);
+    const Tensor bucket = flat.narrow(0, b.begin, b.size());
+    note("start " + std::to_string(next_bucket_));
+    if (optimizer_.sharded()) {
+      const auto [first, last] = b.chunk(rank(), world_size());
+      pending_.push_back(comm_.reduce_scatter(bucket, flat.narrow(0, first, last - first),
+                                              CommOp::Average));
+    } else {
+      pending_.push_back(comm_.all_reduce(bucket, CommOp::Average));
+    }
+  }
+}
+
+void DataParallel::after_backward() {
+  FT_CHECK(armed_, "DataParallel: after_backward without before_backward(last = true)");
+  note("backward done");
+  armed_ = false;
+  // The buckets not started hold parameters this backward did not reach, whose views may still
+  // be stale (last step's values): they become zeros first.
+  optimizer_.grad_buffer().materialize();
+  start_buckets(optimizer_.buckets().size());
+  for (auto& work : pending_) work->wait();
+  pending_.clear();
+}
+
+void DataParallel::sum(const Tensor& t) { comm_.all_reduce(t, CommOp::Sum)->wait(); }
+
+void DataParallel::gather(const Tensor& chunk, const Tensor& whole) { comm_.all_gather(chunk, whole)->wait(); }
+
+double DataParallel::mean_over_ranks(double value) {
+  const Tensor t = Tensor::full({1}, value, DType::F32, optimizer_.params().front().device());
+  comm_.all_reduce(t, CommOp::Average)->wait();
+  return t.item();
 }
 
 void DataParallel::check_replicas() {
   NoGradGuard no_grad;
-  const std::vector<Tensor>& masters = optimizer_.master_buffers();
-  for (size_t g = 0; g < masters.size(); ++g) {
-    Tensor theirs = Tensor::empty(masters[g].shape(), masters[g].dtype(), masters[g].device());
-    theirs.copy_(masters[g]);
+  const std::vector<Tensor>& replicas = optimizer_.replica_buffers();
+  for (size_t g = 0; g < replicas.size(); ++g) {
+    Tensor theirs = Tensor::empty(replicas[g].shape(), replicas[g].dtype(), replicas[g].device());
+    theirs.copy_(replicas[g]);
     comm_.broadcast(theirs, 0)->wait();
-    const Tensor mine = masters[g].to(kCPU), ref = theirs.to(kCPU);
+    const Tensor mine = replicas[g].to(kCPU), ref = theirs.to(kCPU);
     const size_t bytes = dtype_size(mine.dtype());
     const auto* a = static_cast<const unsigned char*>(mine.data_ptr());
     const auto* b = static_cast<const unsigned char*>(ref.data_ptr());
     for (int64_t i = 0; i < mine.numel(); ++i)
       FT_CHECK(std::memcmp(a + i * bytes, b + i * bytes, bytes) == 0, "data parallel: at step ", comm_.step(),
-               " rank ", comm_.rank(), "'s master weight ", i, " of group ", g, " (", mine.to_vector()[i],
+               " rank ", comm_.rank(), "'s weight ", i, " of group ", g, " (", mine.to_vector()[i],
                ") differs from rank 0's (", ref.to_vector()[i], "): the replicas have diverged");
   }
 }

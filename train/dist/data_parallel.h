@@ -1,43 +1,90 @@
-// Data-parallel training on top of a Communicator: every rank holds the whole model, takes its
-// slice of every batch (BatchSampler's BatchShard), and before each optimizer step the flat
-// gradient buffers are averaged over the ranks, so that every rank applies the same update and
-// the parameters stay bit-identical. Rank 0's parameters are broadcast once at the start.
+// Data-parallel training on top of a Communicator: every rank holds the whole model and takes its
+// slice of every batch (BatchSampler's BatchShard); the gradients are averaged over the ranks
+// while backward runs, so that every rank applies the same update and the parameters stay
+// bit-identical. Rank 0's parameters and optimizer state are broadcast once at the start.
 //
-// Not built yet (the rest of issue 17): buckets reduced while backward runs, ZeRO-1, the NCCL
-// watchdog. The reduction here starts after the last micro-batch's backward, one all-reduce per
-// flat buffer (one per gradient dtype), which is also what gradient accumulation needs: the
-// micro-steps before the last reduce nothing.
+// Buckets. The flat gradient buffers are cut into buckets (Optimizer::buckets(), about 25 MB,
+// in the order backward completes them: from the end of each buffer). A gradient-ready hook on
+// every parameter counts down the bucket's members; when a bucket is complete, and every bucket
+// before it has started, its reduction starts (on NCCL's communication stream, or Gloo's worker
+// thread) while backward goes on. After backward the buckets the backward did not complete
+// (parameters it did not reach: their gradients are zero) start, and the optimizer step is
+// ordered after all of them. Only the last micro-batch's backward reduces: the micro-steps of
+// gradient accumulation before it reduce nothing.
+//
+// ZeRO-1 (an optimizer built with DataPartition::shard_state): each bucket is reduce-scattered
+// instead of all-reduced, so a rank receives the average of its chunk only; the optimizer updates
+// that chunk and gathers the parameters (DataParallel gives it the collectives).
 #pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "layers/module.h"
 #include "optim/optimizer.h"
 #include "train/dist/communicator.h"
+#include "train/graphed_step.h"
 
 namespace ft {
 
-class DataParallel {
+class DataParallel : public GradientSync, public ShardCollectives {
  public:
   struct Options {
-    /// Before each reduction, check that every rank's master weights equal rank 0's bit for bit
+    /// Before each step's reduction, check that every rank's weights equal rank 0's bit for bit
     /// (they were updated identically in the step before); a difference is an ft::Error.
     bool check_replicas = false;
+    /// Record the order in which gradients became ready and buckets started (trace()).
+    bool trace = false;
   };
+  /// The optimizer must have been built with this run's DataPartition (rank, world size); it is
+  /// used until the last step, and not in the destructor.
   DataParallel(Communicator& comm, Optimizer& optimizer, Options options);
-  /// Every rank takes rank 0's parameters, buffers and master weights (call before training, and
-  /// after loading a checkpoint on rank 0 only).
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  /// Every rank takes rank 0's parameters, buffers and optimizer state (call before training,
+  /// after loading any checkpoint).
   void broadcast_parameters(Module& model);
-  /// Averages the gradients of the optimizer's parameters over the ranks (in place; waits).
-  void average_gradients();
-  /// Every rank's master weights equal rank 0's, bit for bit, or an ft::Error names the first
-  /// element that differs.
+  /// Every rank's weights equal rank 0's, bit for bit, or an ft::Error names the first element
+  /// that differs.
   void check_replicas();
+  /// The mean over the ranks of each rank's `value` (a validation loss of its part of the data),
+  /// through a collective on the training device; every rank calls it and gets the same result.
+  double mean_over_ranks(double value);
+
+  // GradientSync: the step's reduction.
+  void before_backward(bool last) override;
+  void after_backward() override;
+  // ShardCollectives: what the ZeRO-1 step needs.
+  void sum(const Tensor& t) override;
+  void gather(const Tensor& chunk, const Tensor& whole) override;
+
   Communicator& comm() { return comm_; }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
+  bool sharded() const { return optimizer_.sharded(); }
+  /// With Options::trace: the last reducing backward's events in order: "ready <param>" when a
+  /// parameter's gradient is complete, "start <bucket>" when a bucket's reduction starts,
+  /// "backward done" when backward has returned.
+  const std::vector<std::string>& trace() const { return trace_; }
 
  private:
+  void parameter_ready(size_t param);
+  /// Starts every bucket from the next one up to (not including) `end`, in order.
+  void start_buckets(size_t end);
+  void note(std::string event);
+
   Communicator& comm_;
   Optimizer& optimizer_;
   Options options_;
+  std::vector<Tensor> hooked_;                   // the parameters whose gradient-ready hooks call back
+  std::vector<std::vector<size_t>> buckets_of_;  // parameter → the buckets it has elements in
+  std::vector<size_t> waiting_;                  // bucket → members whose gradient is not ready
+  size_t next_bucket_ = 0;                       // buckets before it have started this step
+  bool armed_ = false;                           // inside the last micro-batch's backward
+  std::vector<std::unique_ptr<Work>> pending_;
+  std::vector<std::string> trace_;
 };
 
 }  // namespace ft

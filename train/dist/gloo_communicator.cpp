@@ -221,7 +221,15 @@ class GlooCommunicator : public Communicator {
     check_parts("all_gather", out, input, kCPU);
     return enqueue("all_gather", out.nbytes(), [this, input, out](uint32_t tag) {
       gloo::AllgatherOptions opts(context_);
-      opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
+      // In place (the input is this rank's slot of the output, as ZeRO-1 gathers): Gloo copies the
+      // input into that slot, so it gets a copy of its own to read from.
+      const auto* in = static_cast<const uint8_t*>(input.data_ptr());
+      std::vector<uint8_t> own;
+      if (in == static_cast<const uint8_t*>(out.data_ptr()) + static_cast<size_t>(rank_) * input.nbytes()) {
+        own.assign(in, in + input.nbytes());
+        in = own.data();
+      }
+      opts.setInput(const_cast<uint8_t*>(in), input.nbytes());
       opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
       opts.setTag(tag);
       opts.setTimeout(timeout_);
