@@ -39,7 +39,8 @@ SparseRowUpdate EmbeddingBagCollection::update() {
   if (row_offsets_.device() != device) row_offsets_ = row_offsets_.to(device);
   if (!lr_.defined() || lr_.device() != device || lr_.dtype() != weight_.dtype())
     lr_ = Tensor::full({1}, options_.lr, weight_.dtype(), device);
-  return SparseRowUpdate{.kind = options_.update, .lr = lr_, .accumulator = accumulator_, .eps = options_.eps};
+  return SparseRowUpdate{
+      .kind = options_.update, .lr = lr_, .accumulator = accumulator_, .eps = options_.eps, .exchange = exchange_};
 }
 
 Tensor EmbeddingBagCollection::forward_bags(const Tensor& ids, const Tensor& offsets, const Tensor& per_sample_weights,

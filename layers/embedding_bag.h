@@ -4,6 +4,8 @@
 // embedding_bag.h), never through the dense optimizer: give an optimizer the model's other
 // parameters (DLRM::dense_parameters).
 #pragma once
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "layers/module.h"
@@ -33,6 +35,11 @@ class EmbeddingBagCollection : public Module {
   int64_t dim() const { return options_.dim; }
   const Tensor& weight() const { return weight_; }
   const Options& options() const { return options_; }
+  /// Data parallelism: the tables' update exchanges every rank's bags and gradients first
+  /// (SparseRowUpdate::exchange), so that the replicas stay identical.
+  void set_exchange(std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange) {
+    exchange_ = std::move(exchange);
+  }
 
  private:
   /// The update the next backward applies; its lr lives on the weight's device.
@@ -40,7 +47,8 @@ class EmbeddingBagCollection : public Module {
 
   Options options_;
   Tensor weight_, accumulator_, row_offsets_, lr_;
-  Tensor one_hot_offsets_;  // 0, 1, ..., B·T for the last batch shape: made once, not every step
+  Tensor one_hot_offsets_;
+  std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange_;  // 0, 1, ..., B·T for the last batch shape: made once, not every step
 };
 
 }  // namespace ft

@@ -6,11 +6,16 @@
 // wall clock per step (with the host's enqueueing and the batch upload: "wall ms"). Tokens/s
 // and MFU (6·N + 6·L·C·T FLOPs per token against the device's dense bf16 peak, train/mfu.h) are
 // from the GPU median; peak memory is over the timed steps (the library's pool plus, with
-// --graph, the memory the step's CUDA graph owns).
+// --graph, the memory the step's CUDA graph owns). With --data-parallel 1 the fused step is also
+// timed data-parallel at world size 1 on NCCL (gradient buckets averaged while backward runs,
+// inside the graph), plain and with ZeRO-1: what the data-parallel machinery costs a step.
 #include "examples/bench/gpt2.h"
 
 #include <cstdio>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "layers/gpt.h"
 #include "lib/kernel_mode.h"
@@ -18,6 +23,7 @@
 #include "lib/runtime.h"
 #include "optim/adamw.h"
 #include "train/batch_source.h"
+#include "train/dist/data_parallel.h"
 #include "train/mfu.h"
 #include "train/trainer.h"
 
@@ -32,14 +38,26 @@ struct Gpt2Result {
   bool replayed = false;
 };
 
-Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode) {
+// The data-parallel variants of the step (world size 1 on NCCL).
+enum class DpMode { None, Plain, Zero1 };
+const char* dp_name(DpMode m) { return m == DpMode::None ? "" : m == DpMode::Plain ? "+dp" : "+zero1"; }
+
+Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = DpMode::None,
+                   Communicator* comm = nullptr) {
   KernelModeGuard guard(mode);
   const GPTConfig config{.vocab = 50304, .block_size = 1024, .layers = o.layers, .heads = 12, .channels = 768};
   GPT model(config, 1234);
   model.to(kCUDA, DType::BF16);
   if (o.lora) model.add_lora(*o.lora, {"qkv", "attn_proj", "fc", "mlp_proj"}, 4321);
-  AdamW optimizer(model.parameters(), AdamW::Options{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                                     .weight_decay = 0.1, .policy = {.max_grad_norm = 1.0}});
+  AdamW optimizer(model.parameters(),
+                  AdamW::Options{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                 .policy = {.max_grad_norm = 1.0},
+                                 .partition = {.shard_state = dp_mode == DpMode::Zero1}});
+  std::unique_ptr<DataParallel> dp;
+  if (dp_mode != DpMode::None) {
+    dp = std::make_unique<DataParallel>(*comm, optimizer, DataParallel::Options{});
+    dp->broadcast_parameters(model);
+  }
   Generator gen(99);
   auto tokens = [&] { return (Tensor::rand({o.batch, o.seq}, gen) * 50257.0).to(DType::I64); };
   const Tensor ids = tokens(), targets = tokens();
@@ -57,7 +75,8 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode) {
                                    .items_per_batch = o.batch * o.seq,
                                    .warmup_steps = 0,  // the first fit() below is the warm-up
                                    .graph = o.graph,
-                                   .window_loss = false});
+                                   .window_loss = false,
+                                   .data_parallel = dp.get()});
   trainer.fit(o.warmup);
   synchronize();
   reset_peak_memory();
@@ -85,29 +104,49 @@ int run_gpt2_bench(const Gpt2BenchOptions& o) {
   if (o.lora)
     std::printf("LoRA r=%lld alpha=%g dropout=%g on qkv, attn_proj, fc, mlp_proj; the base frozen\n",
                 static_cast<long long>(o.lora->rank), o.lora->alpha, o.lora->dropout);
-  Gpt2Result results[2];
+  struct Row {
+    std::string name;
+    Gpt2Result r;
+  };
+  std::vector<Row> rows;
   const bool run[2] = {o.kernels != "fused", o.kernels != "unfused"};  // unfused, fused
   for (int fused = 0; fused < 2; ++fused) {
     if (!run[fused]) continue;
-    results[fused] = measure(o, fused ? KernelMode::Fused : KernelMode::Unfused);
+    rows.push_back({fused ? "fused" : "unfused", measure(o, fused ? KernelMode::Fused : KernelMode::Unfused)});
     std::fflush(stdout);
   }
-  std::printf("\n%-10s %10s %10s %12s %8s %12s %10s %8s\n", "kernels", "gpu ms", "wall ms", "tok/s (gpu)", "MFU",
+  if (o.data_parallel) {
+    LaunchEnv env;
+    env.launcher = "torchrun";
+    const std::unique_ptr<Communicator> comm = make_communicator(env, kCUDA, {});
+    const KernelMode mode = run[1] ? KernelMode::Fused : KernelMode::Unfused;
+    for (DpMode dp : {DpMode::Plain, DpMode::Zero1}) {
+      rows.push_back({std::string(kernel_mode_name(mode)) + dp_name(dp), measure(o, mode, dp, comm.get())});
+      std::fflush(stdout);
+    }
+  }
+  std::printf("\n%-14s %10s %10s %12s %8s %12s %10s %8s\n", "kernels", "gpu ms", "wall ms", "tok/s (gpu)", "MFU",
               "peak GB", "loss", "graph");
-  for (int fused = 1; fused >= 0; --fused) {
-    if (!run[fused]) continue;
-    const Gpt2Result& r = results[fused];
+  for (auto it = rows.begin(); it != rows.end(); ++it) {
+    const Gpt2Result& r = it->r;
     const double peak_gb = static_cast<double>(r.peak_bytes) / 1e9;
     char mfu_text[16] = "?";
     if (r.mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * *r.mfu);
-    std::printf("%-10s %10.2f %10.2f %12.0f %8s %12.2f %10.4f %8s\n", fused ? "fused" : "unfused", r.ms, r.wall_ms,
-                r.tok_per_s, mfu_text, peak_gb, r.final_loss, r.replayed ? "replay" : "eager");
+    std::printf("%-14s %10.2f %10.2f %12.0f %8s %12.2f %10.4f %8s\n", it->name.c_str(), r.ms, r.wall_ms, r.tok_per_s,
+                mfu_text, peak_gb, r.final_loss, r.replayed ? "replay" : "eager");
     if (r.mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.4f", *r.mfu);
     std::printf("RESULT %s kernels=%s graph=%d ms=%.3f wall_ms=%.3f tok_per_s=%.0f mfu=%s peak_gb=%.3f\n",
-                o.lora ? "lora" : "gpt2", fused ? "fused" : "unfused", r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text, peak_gb);
+                o.lora ? "lora" : "gpt2", it->name.c_str(), r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text,
+                peak_gb);
   }
   std::printf("(gpu ms: median of CUDA events around each step, the kernels alone; wall ms: wall clock per step)\n");
-  if (run[0] && run[1]) std::printf("fused vs unfused: %.2fx\n", results[0].ms / results[1].ms);
+  if (run[0] && run[1]) std::printf("fused vs unfused: %.2fx\n", rows[0].r.ms / rows[1].r.ms);
+  if (o.data_parallel) {
+    const Gpt2Result& plain = rows[run[0] && run[1] ? 1 : 0].r;
+    for (size_t i = rows.size() - 2; i < rows.size(); ++i)
+      std::printf("%s vs %s: %.4fx the step time (NCCL at world size 1)\n", rows[i].name.c_str(),
+                  run[1] ? "fused" : "unfused", rows[i].r.ms / plain.ms);
+  }
   return 0;
 }
 

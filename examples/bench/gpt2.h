@@ -18,6 +18,9 @@ struct Gpt2BenchOptions {
   std::string kernels = "both";  // fused, unfused or both
   bool graph = false;            // replay the step from a CUDA graph
   std::optional<LoRAConfig> lora;  // LoRA fine-tuning steps (all four targets, the base frozen)
+  /// Also time the step data-parallel at world size 1 on NCCL (buckets averaged during backward),
+  /// plain and ZeRO-1, against the same step without data parallelism.
+  bool data_parallel = false;
 };
 
 int run_gpt2_bench(const Gpt2BenchOptions& options);

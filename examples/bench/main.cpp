@@ -67,6 +67,8 @@ int run_gpt2(int argc, char** argv, bool lora) {
   args.flag("warmup", "3", "untimed steps first");
   args.flag("kernels", lora ? "fused" : "both", "fused, unfused or both");
   args.flag("graph", lora ? "1" : "0", "1: replay each step from a CUDA graph captured after the warm-up");
+  args.flag("data-parallel", "0", "1: also time the step data-parallel at world size 1 on NCCL (gradient buckets\n"
+                                  "averaged during backward), plain and ZeRO-1, against the step without");
   if (lora) {
     args.flag("rank", "16", "the adapters' rank r");
     args.flag("alpha", "32", "LoRA's alpha (the update is alpha/r * B*A)");
@@ -81,7 +83,8 @@ int run_gpt2(int argc, char** argv, bool lora) {
                                       .layers = args.integer("layers"),
                                       .warmup = static_cast<int>(args.integer("warmup")),
                                       .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
-                                      .graph = args.integer("graph") != 0};
+                                      .graph = args.integer("graph") != 0,
+                                      .data_parallel = args.integer("data-parallel") != 0};
   if (lora) {
     options.lora = ft::LoRAConfig{.rank = args.integer("rank"), .alpha = args.number("alpha"),
                                   .dropout = args.number("dropout")};

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "train/dist/launch_env.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
 #include "lib/runtime.h"
@@ -101,6 +102,8 @@ inline bool graph_flag(const Args& args) { return args.integer("graph") != 0; }
 /// Reads --device (checking a GPU is there when asked for) and applies --kernels globally.
 inline Device apply_device_flags(const Args& args, const std::string& program) {
   const Device device = Device::parse(args.str("device"));
+  // A rank of a data-parallel run uses the GPU of its local rank: pinned before CUDA starts.
+  if (device.is_cuda()) pin_gpu_to_local_rank(launch_env());
   FT_CHECK(!device.is_cuda() || cuda_available(), program, ": --device cuda, but no CUDA GPU is available");
   set_kernel_mode(parse_kernel_mode(args.str("kernels")));
   return device;

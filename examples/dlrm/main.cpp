@@ -10,6 +10,7 @@
 
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/cli.h"
+#include "examples/common/data_parallel_flags.h"
 #include "layers/dlrm.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bce.h"
@@ -112,6 +113,7 @@ int run(int argc, char** argv) {
   args.flag("seed", "0", "seed for initialization, shuffling and --make-synthetic");
   args.flag("metrics", "", "write one JSON line per logged step and evaluation to this file");
   ft::cli::add_checkpoint_flags(args);
+  ft::cli::add_data_parallel_flags(args);
   args.flag("log-every", "100", "steps between progress lines");
   if (!args.parse(argc, argv)) return 0;
 
@@ -129,7 +131,8 @@ int run(int argc, char** argv) {
   const ft::CriteoDataset data = ft::CriteoDataset::open(
       data_path, {.skip_bad_lines = args.integer("skip-bad-lines") != 0, .cache_dir = args.str("cache-dir")});
   const ft::CriteoSplit split = ft::criteo_kaggle_split(data.rows());
-  std::printf("ft-dlrm: %s: %lld rows (%s), train %lld, test %lld, val %lld%s\n", data_path.c_str(),
+  if (ft::launch_env().rank == 0)
+    std::printf("ft-dlrm: %s: %lld rows (%s), train %lld, test %lld, val %lld%s\n", data_path.c_str(),
               static_cast<long long>(data.rows()), data.cache_reused() ? "from its cache" : "parsed",
               static_cast<long long>(split.train.size()), static_cast<long long>(split.test.size()),
               static_cast<long long>(split.val.size()),
@@ -160,23 +163,34 @@ int run(int argc, char** argv) {
       gen);
   model->to(device, dtype);
   ft::mark_startup("model");
+  // Joined before the optimizer (its buffers are laid out for the run's world size). Every rank
+  // holds every table; the tables' update applies every rank's bags (DataParallel::bag_exchange).
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-dlrm", ft::launch_env(), device);
   const std::string optimizer_name = or_preset(args, "optimizer", preset.optimizer);
   const double lr = std::stod(or_preset(args, "lr", preset.lr));
   std::unique_ptr<ft::Optimizer> optimizer;
   if (optimizer_name == "adamw")
-    optimizer = std::make_unique<ft::AdamW>(model->dense_parameters(),
-                                            ft::AdamW::Options{.lr = lr, .weight_decay = args.number("weight-decay")});
+    optimizer = std::make_unique<ft::AdamW>(
+        model->dense_parameters(),
+        ft::AdamW::Options{.lr = lr, .weight_decay = args.number("weight-decay"), .partition = dp.partition});
   else if (optimizer_name == "sgd")
-    optimizer = std::make_unique<ft::SGD>(model->dense_parameters(), ft::SGD::Options{.lr = lr});
+    optimizer = std::make_unique<ft::SGD>(model->dense_parameters(),
+                                          ft::SGD::Options{.lr = lr, .partition = dp.partition});
   else
     FT_FAIL("ft-dlrm: --optimizer must be sgd or adamw, got '", optimizer_name, "'");
   // The tables and their Adagrad accumulators are model state (state_dict); the optimizer's holds
   // the MLPs' moments or momentum.
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"});
+  // The data position counts global batches: --batch times the processes.
+  const int64_t global_batch = batch * dp.env.world_size;
   if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
-    FT_CHECK(saved->second == std::to_string(batch), "ft-dlrm: --resume: the checkpoint was written with --batch ",
-             saved->second, ", this run has ", batch, " (its data position counts batches of that size)");
-  std::printf("ft-dlrm: %lld parameters (%lld in 26 tables of %lld x %lld, f32) on %s (MLPs %s), kernels %s%s, "
+    FT_CHECK(saved->second == std::to_string(global_batch), "ft-dlrm: --resume: the checkpoint was written with a ",
+             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
+             dp.env.world_size, " processes; its data position counts batches of that size)");
+  ft::cli::start_data_parallel(dp, args, "ft-dlrm", *model, *optimizer);
+  if (dp.get()) model->tables().set_exchange(dp.get()->bag_exchange());
+  if (dp.primary())
+    std::printf("ft-dlrm: %lld parameters (%lld in 26 tables of %lld x %lld, f32) on %s (MLPs %s), kernels %s%s, "
               "batch %lld, %s lr %g, sparse %s lr %g\n",
               static_cast<long long>(model->parameter_count()), static_cast<long long>(model->tables().weight().numel()),
               static_cast<long long>(table_rows), static_cast<long long>(dim), device.str().c_str(),
@@ -185,7 +199,7 @@ int run(int argc, char** argv) {
               optimizer_name.c_str(), lr, sparse_optimizer.c_str(), model->tables().options().lr);
 
   ft::CriteoBatchSource source(data, split.train, rows_per_table,
-                               ft::BatchSampler(split.train.size(), batch, seed));
+                               ft::BatchSampler(split.train.size(), batch, seed, true, true, dp.shard()));
   auto eval_on = [&](const ft::RowRange& range, int64_t max_batches) {
     const int64_t eval_batch = std::max<int64_t>(batch, 4096);
     ft::CriteoBatchSource eval_source(data, range, rows_per_table,
@@ -204,7 +218,8 @@ int run(int argc, char** argv) {
                                .flops_per_item = model->flops_per_sample(),
                                .graph = ft::cli::graph_flag(args),
                                .window_loss = false,
-                               .eval_every = args.integer("eval-every")};
+                               .eval_every = args.integer("eval-every"),
+                               .data_parallel = dp.get()};
   options.schedule.max_lr = lr;
   options.eval = [&](ft::Module&) {
     const ft::BinaryMetrics m = eval_on(split.val, args.integer("eval-batches"));
@@ -212,7 +227,7 @@ int run(int argc, char** argv) {
   };
   ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {
     run_state["data"] = data_path;
-    run_state["batch size"] = std::to_string(batch);
+    run_state["batch size"] = std::to_string(global_batch);
   });
   ft::Trainer trainer(*model, *optimizer, source,
                       [&](ft::Module&, const ft::Batch& b) {
@@ -223,6 +238,7 @@ int run(int argc, char** argv) {
   if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
   const ft::FitSummary summary = trainer.fit(steps);
   const ft::BinaryMetrics test = eval_on(split.test, 0);
+  if (!dp.primary()) return 0;  // every rank evaluated the same weights; rank 0 reports
   std::printf("ft-dlrm: test: %s\n", metrics_line(test).c_str());
   if (std::filesystem::exists(data_path + ".json")) {
     const ft::SyntheticCriteoInfo info = ft::read_synthetic_criteo_info(data_path);

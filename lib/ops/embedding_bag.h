@@ -26,6 +26,7 @@
 // row scatter-add (SGD; atomic, so the summation order varies) or, for Adagrad, a dense f32
 // [R, D] scratch of summed row gradients and row gathers and puts (lib/ops/sparse_rows.h).
 #pragma once
+#include <functional>
 #include <optional>
 
 #include "lib/tensor.h"
@@ -45,6 +46,11 @@ struct SparseRowUpdate {
   /// RowWiseAdagrad: [R], the weight's dtype and device, updated in place (zeros to start).
   Tensor accumulator = {};
   double eps = 1e-8;
+  /// Data parallelism: replaces this rank's bag ids [N], offsets [S + 1] (undefined in the twin,
+  /// which updates per id) and the gradient of its bags [S, D] (per id in the twin) by every
+  /// rank's, in rank order and scaled to the mean over the ranks, so that every replica applies
+  /// the update one process with the whole global batch would. Unset: this rank's alone.
+  std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange = {};
 };
 
 struct EmbeddingBagOptions {

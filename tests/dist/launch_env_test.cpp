@@ -2,10 +2,12 @@
 // single process; values that do not fit are errors naming the variable.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
 #include "lib/error.h"
+#include "tests/lib/test_util.h"
 #include "train/dist/launch_env.h"
 
 namespace ft {
@@ -70,6 +72,28 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
   EXPECT_NE(message({{"RANK", "x"}, {"WORLD_SIZE", "4"}}).find("RANK='x' is not an integer"), std::string::npos);
   EXPECT_NE(message({{"RANK", "0"}, {"WORLD_SIZE", "0"}}).find("WORLD_SIZE=0 must be at least 1"), std::string::npos);
   EXPECT_NE(message({{"MASTER_PORT", "70000"}}).find("MASTER_PORT=70000 is not a port"), std::string::npos);
+}
+
+TEST(LaunchEnv, EachRankIsPinnedToTheGpuOfItsLocalRank) {
+  const char* before = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = before ? before : "";
+  LaunchEnv env;
+  env.world_size = 4;
+  env.local_rank = 2;
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(pin_gpu_to_local_rank(env), "2");
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "2");
+  ::setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7", 1);
+  EXPECT_EQ(pin_gpu_to_local_rank(env), "6");
+  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "6");
+  EXPECT_EQ(pin_gpu_to_local_rank(env), "");  // one GPU listed: pinned already
+  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+  EXPECT_FT_ERROR(pin_gpu_to_local_rank(env), "local rank 2");
+  env.world_size = 1;
+  env.local_rank = 0;
+  EXPECT_EQ(pin_gpu_to_local_rank(env), "");  // a single process: left alone
+  if (before) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+  else ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 }  // namespace

@@ -57,11 +57,17 @@ class Communicator {
   virtual std::unique_ptr<Work> broadcast(const Tensor& t, int root) = 0;
   virtual std::unique_ptr<Work> barrier() = 0;
 
-  /// The training step the next collectives belong to, for error messages.
-  void set_step(int64_t step) { step_ = step; }
+  /// The training step the next collectives belong to, for error messages (called between steps,
+  /// outside any captured graph).
+  void set_step(int64_t step) {
+    step_ = step;
+    step_started(step);
+  }
   int64_t step() const { return step_; }
 
  protected:
+  /// A backend's hook at set_step (NCCL's watchdog marks the steps replayed from a graph there).
+  virtual void step_started(int64_t) {}
   /// Checks a collective's tensor: defined, on `device`.
   static void check_tensor(const char* collective, const Tensor& t, Device device);
   /// `whole` holds world_size() times the elements of `part`, of one dtype (reduce_scatter's

@@ -7,6 +7,7 @@
 
 #include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/ops/elementwise.h"
 
 namespace ft {
 
@@ -101,6 +102,31 @@ void DataParallel::after_backward() {
 void DataParallel::sum(const Tensor& t) { comm_.all_reduce(t, CommOp::Sum)->wait(); }
 
 void DataParallel::gather(const Tensor& chunk, const Tensor& whole) { comm_.all_gather(chunk, whole)->wait(); }
+
+std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() {
+  return [this](Tensor& ids, Tensor& offsets, Tensor& grad) {
+    const int64_t world = world_size(), n = ids.numel();
+    FT_CHECK(!offsets.defined() || offsets.numel() == n + 1, "data-parallel embedding tables need one id per bag (",
+             offsets.numel() - 1, " bags, ", n, " ids)");
+    Tensor all_ids = Tensor::empty({world * n}, ids.dtype(), ids.device());
+    comm_.all_gather(ids.reshape({n}), all_ids)->wait();
+    const Tensor flat = grad.reshape({grad.numel()});
+    Tensor all_grads = Tensor::empty({world * flat.numel()}, grad.dtype(), grad.device());
+    comm_.all_gather(flat, all_grads)->wait();
+    all_grads = all_grads.reshape({world * grad.size(0), grad.size(1)});
+    if (world > 1) all_grads = all_grads * (1.0 / static_cast<double>(world));
+    if (offsets.defined()) {
+      // Made in the eager steps before a graph's capture, then reused: 0, 1, ..., world · n.
+      Tensor& cached = gathered_offsets_;
+      if (!cached.defined() || cached.numel() != world * n + 1 || cached.dtype() != offsets.dtype() ||
+          cached.device() != offsets.device())
+        cached = Tensor::arange(world * n + 1, offsets.dtype(), offsets.device());
+      offsets = cached;
+    }
+    ids = all_ids;
+    grad = all_grads;
+  };
+}
 
 double DataParallel::mean_over_ranks(double value) {
   const Tensor t = Tensor::full({1}, value, DType::F32, optimizer_.params().front().device());

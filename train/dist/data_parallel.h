@@ -16,6 +16,7 @@
 // instead of all-reduced, so a rank receives the average of its chunk only; the optimizer updates
 // that chunk and gathers the parameters (DataParallel gives it the collectives).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ class DataParallel : public GradientSync, public ShardCollectives {
   /// Every rank's weights equal rank 0's, bit for bit, or an ft::Error names the first element
   /// that differs.
   void check_replicas();
+  /// The tables' exchange for data parallelism with one id per bag (SparseRowUpdate::exchange):
+  /// every rank's ids and bag gradients all-gathered, the gradients scaled by 1 / world size (the
+  /// loss is each rank's mean), the offsets those of the gathered bags.
+  std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> bag_exchange();
   /// The mean over the ranks of each rank's `value` (a validation loss of its part of the data),
   /// through a collective on the training device; every rank calls it and gets the same result.
   double mean_over_ranks(double value);
@@ -85,6 +90,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   bool armed_ = false;                           // inside the last micro-batch's backward
   std::vector<std::unique_ptr<Work>> pending_;
   std::vector<std::string> trace_;
+  Tensor gathered_offsets_;  // bag_exchange's offsets of the gathered bags
 };
 
 }  // namespace ft

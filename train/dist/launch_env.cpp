@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "lib/error.h"
 
@@ -58,6 +60,30 @@ LaunchEnv launch_env_from(const std::function<const char*(const char*)>& get) {
 
 LaunchEnv launch_env() {
   return launch_env_from([](const char* name) { return std::getenv(name); });
+}
+
+std::string pin_gpu_to_local_rank(const LaunchEnv& env) {
+  if (!env.distributed()) return "";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> list;
+  if (visible) {
+    std::string item;
+    for (const char* p = visible;; ++p) {
+      if (*p == ',' || *p == '\0') {
+        if (!item.empty()) list.push_back(item);
+        item.clear();
+        if (*p == '\0') break;
+      } else {
+        item += *p;
+      }
+    }
+    if (list.size() <= 1) return "";  // pinned already (or no GPU at all)
+    FT_CHECK(static_cast<size_t>(env.local_rank) < list.size(), "local rank ", env.local_rank,
+             " has no GPU in CUDA_VISIBLE_DEVICES='", visible, "' (", list.size(), " listed)");
+  }
+  const std::string gpu = visible ? list[static_cast<size_t>(env.local_rank)] : std::to_string(env.local_rank);
+  ::setenv("CUDA_VISIBLE_DEVICES", gpu.c_str(), 1);
+  return gpu;
 }
 
 }  // namespace ft

@@ -29,4 +29,10 @@ struct LaunchEnv {
 LaunchEnv launch_env_from(const std::function<const char*(const char*)>& get);
 LaunchEnv launch_env();
 
+/// In a run of several processes, each takes the GPU of its local rank as its only visible device
+/// (CUDA_VISIBLE_DEVICES: unset becomes LOCAL_RANK; a list becomes its LOCAL_RANK-th entry; one
+/// entry, a launcher's own pinning, stays), so that every rank's "cuda" is its own GPU. Call
+/// before the first CUDA call. Returns the GPU it picked, or "" when it left things as they were.
+std::string pin_gpu_to_local_rank(const LaunchEnv& env);
+
 }  // namespace ft

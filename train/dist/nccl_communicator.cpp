@@ -2,7 +2,14 @@
 
 #include <nccl.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
 
 #include "lib/cuda/runtime.h"
 #include "lib/error.h"
@@ -44,8 +51,7 @@ class NcclWork : public Work {
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(const LaunchEnv& env, Device device, const CommOptions& options)
-      : rank_(env.rank), world_(env.world_size), device_(device) {
-    (void)options;  // the timeout: see the design notes (the watchdog is not built yet)
+      : rank_(env.rank), world_(env.world_size), device_(device), timeout_(options.timeout) {
     if (!std::getenv("NCCL_COMM_ID")) {
       const std::string id = env.master_addr + ":" + std::to_string(env.master_port);
       ::setenv("NCCL_COMM_ID", id.c_str(), 0);
@@ -55,8 +61,12 @@ class NcclCommunicator : public Communicator {
     FT_NCCL_CHECK(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank");
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     FT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclCommunicator() override {
+    stop_ = true;
+    watchdog_.join();
+    for (const Watched& w : watched_) cudaEventDestroy(w.done);
     ncclCommDestroy(comm_);
     cudaEventDestroy(compute_ready_);
     cudaStreamDestroy(comm_stream_);
@@ -120,11 +130,91 @@ class NcclCommunicator : public Communicator {
     FT_CUDA_CHECK(cudaEventRecord(compute_ready_, cuda::stream()));
     FT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
     FT_NCCL_CHECK(launch(), what);
+    watch_for(std::string(what), comm_stream_);
     return std::make_unique<NcclWork>(recorded_event(comm_stream_));
+  }
+
+  // ---- The watchdog ----
+  // NCCL's kernels wait for their peers forever. A thread of ours watches every collective
+  // enqueued eagerly (an event recorded after it) and, for steps replayed from a CUDA graph (whose
+  // collectives the host never sees), a marker of each step's end on the compute stream. When one
+  // is not done within the timeout, or NCCL reports an asynchronous error (a peer's connection
+  // closed), the communicator is aborted (ncclCommAbort, which frees the GPU from the waiting
+  // kernels) and the process ends with the error: the main thread may be blocked in a CUDA call
+  // that would never return, so an exception could not reach it.
+  struct Watched {
+    std::string what;
+    int64_t step;
+    cudaEvent_t done;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  void step_started(int64_t step) override {
+    if (step > 1) watch_for("the collectives of step " + std::to_string(step - 1), cuda::stream(), step - 1);
+  }
+
+  /// Watches the work enqueued on `stream` so far (nothing while a graph is being captured: its
+  /// events are graph nodes, and the steps' markers cover the replays).
+  void watch_for(std::string what, cudaStream_t stream, int64_t step = -1) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    FT_CUDA_CHECK(cudaStreamIsCapturing(cuda::stream(), &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return;
+    cudaEvent_t done;
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    FT_CUDA_CHECK(cudaEventRecord(done, stream));
+    std::lock_guard<std::mutex> lock(mutex_);
+    watched_.push_back({std::move(what), step < 0 ? this->step() : step, done, std::chrono::steady_clock::now()});
+  }
+
+  void watch() {
+    cudaSetDevice(device_.index);
+    // Not stopped by the main thread's graph captures: what it queries is never captured.
+    cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&relaxed);
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        fail(oldest(), "NCCL reported " + std::string(ncclGetErrorString(async)) + " (" +
+                           std::string(ncclGetLastError(comm_)) + "): a peer rank died or its connection closed");
+      std::lock_guard<std::mutex> lock(mutex_);
+      while (!watched_.empty()) {
+        const Watched& w = watched_.front();
+        const cudaError_t state = cudaEventQuery(w.done);
+        if (state == cudaErrorNotReady) {
+          if (std::chrono::steady_clock::now() - w.since > timeout_)
+            fail(w, "not done after " + std::to_string(timeout_.count() / 1000.0) +
+                        " s (--comm-timeout): a peer rank stopped answering (NCCL does not say which; the "
+                        "other ranks' output may)");
+          break;
+        }
+        cudaEventDestroy(w.done);
+        watched_.pop_front();
+      }
+    }
+  }
+
+  Watched oldest() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return watched_.empty() ? Watched{"a collective", step(), nullptr, {}} : watched_.front();
+  }
+
+  [[noreturn]] void fail(const Watched& w, const std::string& why) {
+    ncclCommAbort(comm_);
+    std::fprintf(stderr, "error: NCCL %s at step %lld on rank %d of %d: %s\n", w.what.c_str(),
+                 static_cast<long long>(w.step), rank_, world_, why.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(1);
   }
 
   int rank_, world_;
   Device device_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::deque<Watched> watched_;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# On the GPU machine: data parallelism at world size 1 on NCCL (issue 17). Builds with every core,
+# runs the data-parallel and optimizer gtests on the GPU (NCCL at world size 1: bucket order,
+# ZeRO-1 against the plain step), every NCCL collective against local sums (ft-comm-check),
+# ft-gpt2 launched data-parallel with ZeRO-1 on a tiny model (graph, checkpoint, resume), and
+# ft-bench gpt2 --data-parallel 1: the gpt2-124M step data-parallel (buckets averaged during
+# backward, inside the CUDA graph), plain and ZeRO-1, against the same step without. Logs go to
+# $OUT/logs-dp.tgz, the short table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+B=build-device
+logs=$B/logs-dp
+mkdir -p "$logs"
+trap 'tar czf "$out/logs-dp.tgz" -C $B logs-dp' EXIT
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+BUILD_DIR=$B scripts/build.sh >"$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "build ok"
+
+$B/tests/ft_tests --gtest_filter='*DataParallel*:*FlatState*:*FusedAdamW*:*FusedSGD*:*CapturedAdamW*:*LaunchEnv*:*GraphedStep*:*Optimizer*:*ClipGradNorm*' \
+  >"$logs/gtest.log" 2>&1
+gtest=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$logs/gtest.log" | tr '\n' ' ')
+grep -E "^\[  FAILED" "$logs/gtest.log" | head -20
+
+FT_RUN_ID=comm timeout 120 scripts/launch.sh 1 $B/tests/ft-comm-check --device cuda >"$logs/comm.log" 2>&1
+comm=$(grep -o "all collectives match.*\|FAIL.*\|error.*" "$logs/comm.log" | head -1)
+
+# ft-gpt2 on NCCL at world size 1 with ZeRO-1 and the graph: 30 steps with a checkpoint at 20,
+# then a resume from it to 30 must give the same weights.
+g=(--train 'docs/*.md' --format text --model d6 --batch 8 --seq 128 --device cuda --log-every 10 --zero 1)
+rm -rf /tmp/dp-a /tmp/dp-b
+FT_RUN_ID=g1 timeout 150 scripts/launch.sh 1 $B/examples/ft-gpt2 "${g[@]}" --steps 30 --ckpt-dir /tmp/dp-a \
+  >"$logs/gpt2-zero1.log" 2>&1
+FT_RUN_ID=g2 timeout 150 scripts/launch.sh 1 $B/examples/ft-gpt2 "${g[@]}" --steps 20 --ckpt-dir /tmp/dp-b \
+  >"$logs/gpt2-zero1-first.log" 2>&1
+FT_RUN_ID=g3 timeout 150 scripts/launch.sh 1 $B/examples/ft-gpt2 "${g[@]}" --steps 30 --ckpt-dir /tmp/dp-b \
+  --resume /tmp/dp-b >"$logs/gpt2-zero1-resume.log" 2>&1
+resume=$($B/tests/ft-compare-checkpoints /tmp/dp-a /tmp/dp-b --rtol 0 2>&1 | tail -1)
+
+timeout 300 $B/examples/ft-bench gpt2 --graph 1 --kernels fused --data-parallel 1 --steps 20 \
+  >"$logs/bench-gpt2-dp.log" 2>&1 || tail -5 "$logs/bench-gpt2-dp.log"
+
+{
+echo
+echo "== fusedtrain data-parallel device check ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
+echo "gtest: $gtest"
+echo "ft-comm-check (NCCL, world size 1): $comm"
+grep -h "data parallel over" "$logs/gpt2-zero1.log" | head -1
+grep -h "^step .*30/30" "$logs/gpt2-zero1.log" | head -1
+echo "ft-gpt2 ZeRO-1 resume at step 20 vs straight 30 steps: $resume"
+sed -n '/^kernels/,$p' "$logs/bench-gpt2-dp.log" | grep -v '^RESULT'
+} | tee "$out/summary-dp.txt"
