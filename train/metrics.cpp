@@ -51,6 +51,11 @@ std::string MetricsLog::format(const StepMetrics& m) const {
   }
   std::snprintf(buf, sizeof buf, " | %s %s/s", human(m.items_per_s).c_str(), unit_.c_str());
   line += buf;
+  if (m.ranks > 1) {
+    std::snprintf(buf, sizeof buf, " | %d ranks, %s %s a step", m.ranks, human(static_cast<double>(m.items_per_step)).c_str(),
+                  unit_.c_str());
+    line += buf;
+  }
   if (m.mfu) {
     std::snprintf(buf, sizeof buf, " | MFU %.1f%%", *m.mfu * 100.0);
     line += buf;

@@ -20,6 +20,8 @@ struct StepMetrics {
   std::optional<double> mfu = {};       // fraction of the device's dense peak, when known
   bool mfu_expected = false;            // FLOPs are known but the peak is not: the line shows "MFU ?"
   int64_t skipped_steps = 0;            // steps skipped for non-finite gradients
+  int ranks = 1;                        // data-parallel processes; the loss is their mean
+  int64_t items_per_step = 0;           // the global batch in items (shown with ranks > 1)
 };
 
 class MetricsLog {

@@ -172,6 +172,11 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     return point.staged ? host_scalar(staged + i * kStagedValue, t.dtype()) : t.item();
   };
   m.loss = value(point.loss, 0);
+  // Data-parallel: the mean of every rank's loss (a collective at the logged steps, which every
+  // rank reaches alike), so that the line is the global batch's and a diverging rank stops all.
+  if (options_.data_parallel) m.loss = options_.data_parallel->mean_over_ranks(m.loss);
+  m.ranks = world_size();
+  m.items_per_step = items_per_step_;
   const Clock::time_point now = Clock::now();
   FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", point.step);
   const int64_t steps = point.step - window.first_step;

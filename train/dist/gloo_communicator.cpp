@@ -174,6 +174,12 @@ class GlooCommunicator : public Communicator {
     } catch (const gloo::Exception& e) {
       FT_FAIL("Gloo: rank ", rank_, " of ", world_, " could not join the run '", env.run_id, "' within ",
               timeout_.count(), " ms (", e.what(), ")");
+    } catch (const std::exception& e) {  // gloo::EnforceNotMet: the store's own checks
+      const bool stale = std::string(e.what()).find("already exists") != std::string::npos;
+      FT_FAIL("Gloo: rank ", rank_, " of ", world_, " could not join the run '", env.run_id, "' (", e.what(), ")",
+              stale ? ": a run with the same id left its rendezvous files in '" + (folder / prefix).string() +
+                          "'; remove that folder, or give this run its own FT_RUN_ID"
+                    : std::string());
     }
     heartbeat_ = std::make_unique<Heartbeat>(folder.empty() ? fs::path() : folder / prefix, "hb", rank_, world_);
     worker_ = std::thread([this] { work_loop(); });

@@ -1,5 +1,7 @@
 #include "train/dist/launch_env.h"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -54,6 +56,8 @@ LaunchEnv launch_env_from(const std::function<const char*(const char*)>& get) {
       env.run_id = get(name);
       break;
     }
+  // A process on its own (--data-parallel on without a launcher) meets nobody: its own id.
+  if (env.run_id.empty() && env.launcher == "single") env.run_id = "single-" + std::to_string(::getpid());
   if (env.run_id.empty()) env.run_id = env.master_addr + "-" + std::to_string(env.master_port);
   return env;
 }

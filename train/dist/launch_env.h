@@ -16,7 +16,8 @@ struct LaunchEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   /// A name for this run shared by its processes (TORCHELASTIC_RUN_ID, SLURM_JOB_ID, FT_RUN_ID,
-  /// else the master's address and port): it keeps two runs' rendezvous files apart.
+  /// else the master's address and port; a process with no launcher: single-<pid>): it keeps two
+  /// runs' rendezvous files apart.
   std::string run_id;
   /// "torchrun", "slurm", "openmpi" or "single".
   std::string launcher = "single";
