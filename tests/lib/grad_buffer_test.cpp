@@ -86,9 +86,9 @@ TEST(FlatLayoutTest, BucketsTileEachGroupBackwardsInEqualChunks) {
       EXPECT_EQ(expected_end, 0) << "world " << world << ", buckets of " << max_elements;
     }
   }
-  // 34 aligned units: not a multiple of 3 of them.
+  // Padded to kAlign only: 19 aligned units, not a multiple of 3 of them.
   const FlatLayout unpadded(tensors, std::vector<DType>(tensors.size(), DType::F32));
-  ASSERT_EQ(unpadded.groups()[0].size, 34 * FlatLayout::kAlign);
+  ASSERT_NE(unpadded.groups()[0].size % (3 * FlatLayout::kAlign), 0);
   EXPECT_FT_ERROR(unpadded.buckets(1024, 3).size(), "not a multiple");
 }
 
