@@ -26,6 +26,11 @@ grep -E "^\[  FAILED" "$logs/gtest.log" | head -20
 
 FT_RUN_ID=comm timeout 120 scripts/launch.sh 1 $B/tests/ft-comm-check --device cuda >"$logs/comm.log" 2>&1
 comm=$(grep -o "all collectives match.*\|FAIL.*\|error.*" "$logs/comm.log" | head -1)
+# A peer that never starts: rank 0 of 2 alone must stop with the error after its 5 s timeout.
+start=$(date +%s.%N)
+RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 timeout 60 $B/tests/ft-comm-check --device cuda \
+  --comm-timeout-ms 5000 >"$logs/missing-peer.log" 2>&1
+missing="exit $? after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s: $(grep -o 'error.*' "$logs/missing-peer.log" | head -1)"
 
 # ft-gpt2 on NCCL at world size 1 with ZeRO-1 and the graph: 30 steps with a checkpoint at 20,
 # then a run resumed from it must log the same losses for steps 21-30.
@@ -52,6 +57,7 @@ echo
 echo "== fusedtrain data-parallel device check ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
 echo "gtest: $gtest"
 echo "ft-comm-check (NCCL, world size 1): $comm"
+echo "rank 0 of 2 without its peer: $missing"
 grep -h "data parallel over" "$logs/whole.log" | head -1
 echo "ft-gpt2 --zero 1, resumed at step 20: $resume"
 for dp in auto on; do

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -58,7 +59,31 @@ class NcclCommunicator : public Communicator {
     }
     ncclUniqueId id;
     FT_NCCL_CHECK(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    FT_NCCL_CHECK(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank");
+    {
+      // ncclCommInitRank waits for every rank, forever: one that never starts ends this process
+      // with the error after the timeout (there is no communicator to abort yet).
+      std::mutex mutex;
+      std::condition_variable joined;
+      bool done = false;
+      std::thread guard([&] {
+        std::unique_lock<std::mutex> lock(mutex);
+        if (joined.wait_for(lock, timeout_, [&] { return done; })) return;
+        std::fprintf(stderr,
+                     "error: NCCL: rank %d of %d could not join the run at %s within %.1f s (--comm-timeout): "
+                     "another rank did not start or cannot reach it\n",
+                     rank_, world_, std::getenv("NCCL_COMM_ID"), timeout_.count() / 1000.0);
+        std::fflush(stderr);
+        std::_Exit(1);
+      });
+      const ncclResult_t result = ncclCommInitRank(&comm_, world_, id, rank_);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        done = true;
+      }
+      joined.notify_one();
+      guard.join();
+      FT_NCCL_CHECK(result, "ncclCommInitRank");
+    }
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     FT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     watchdog_ = std::thread([this] { watch(); });
