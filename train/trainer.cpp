@@ -203,9 +203,12 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     }
     log_.log(m);
   }
-  summary.final_loss = options_.window_loss && window.losses > 0
-                           ? value(point.window_loss, 3) / static_cast<double>(window.losses)
-                           : m.loss;
+  if (options_.window_loss && window.losses > 0) {
+    summary.final_loss = value(point.window_loss, 3) / static_cast<double>(window.losses);
+    if (options_.data_parallel) summary.final_loss = options_.data_parallel->mean_over_ranks(summary.final_loss);
+  } else {
+    summary.final_loss = m.loss;
+  }
   window.start = now;
   window.first_step = point.step;
   window.excluded_s = 0;

@@ -81,9 +81,10 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
                                           DataParallel::Options{.check_replicas = args.integer("check-replicas") != 0});
   run.dp->broadcast_parameters(model);
   if (run.primary())
-    std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient buckets%s\n", program.c_str(),
+    std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s%s\n", program.c_str(),
                 run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
-                run.env.launcher.c_str(), optimizer.buckets().size(), optimizer.sharded() ? ", ZeRO-1" : "");
+                run.env.launcher.c_str(), optimizer.buckets().size(), optimizer.buckets().size() == 1 ? "" : "s",
+                optimizer.sharded() ? ", ZeRO-1" : "");
 }
 
 }  // namespace ft::cli
