@@ -119,6 +119,29 @@ TEST_P(DataParallelTest, BucketsStartBeforeBackwardEnds) {
   for (size_t b = 0; b < optimizer.buckets().size(); ++b) at("start " + std::to_string(b));
 }
 
+TEST_P(DataParallelTest, OnlyTheLastMicroBatchReduces) {
+  const Device device = GetParam();
+  Generator gen = test_generator(2);
+  ThreeLayers model(gen, dtype(), device);
+  AdamW optimizer(model.weights, AdamW::Options{.partition = DataPartition{.bucket_bytes = 64 * 64 * 4}});
+  OneRank rank(device);
+  DataParallel dp(*rank.comm, optimizer, DataParallel::Options{.trace = true});
+  optimizer.zero_grad();
+  for (int micro = 0; micro < 3; ++micro) {
+    const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+    const Tensor loss = model.loss(x);
+    dp.before_backward(micro == 2);
+    loss.backward();
+    // The micro-batches before the last start nothing (trace() is the last reducing backward's).
+    if (micro < 2) EXPECT_TRUE(dp.trace().empty()) << "micro-batch " << micro;
+  }
+  dp.after_backward();
+  const std::vector<std::string>& trace = dp.trace();
+  const auto starts = std::count_if(trace.begin(), trace.end(), [](const std::string& e) { return e.rfind("start", 0) == 0; });
+  EXPECT_EQ(static_cast<size_t>(starts), optimizer.buckets().size());
+  EXPECT_THROW(dp.after_backward(), Error);  // not armed again without before_backward(true)
+}
+
 TEST_P(DataParallelTest, ZeroOneMatchesThePlainStepExactly) {
   const Device device = GetParam();
   Generator gen = test_generator();

@@ -25,17 +25,13 @@
 #include <thread>
 
 #include "lib/error.h"
+#include "train/dist/heartbeat.h"
 
 namespace ft {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(500);
-constexpr auto kHeartbeatStale = std::chrono::milliseconds(2000);
-// A peer's closed socket is seen before its heartbeat goes stale: look this long for the rank.
-constexpr auto kBlameWait = std::chrono::milliseconds(5000);
 
 class GlooWork : public Work {
  public:
@@ -46,82 +42,6 @@ class GlooWork : public Work {
 
  private:
   std::future<void> done_;
-};
-
-/// A rank's heartbeat: a file it rewrites every half second with "alive", and with "failed" once
-/// a collective of its own failed (so that the others blame the rank that stopped answering, not
-/// the ones that gave up on it).
-class Heartbeat {
- public:
-  Heartbeat(fs::path folder, std::string prefix, int rank, int world)
-      : folder_(std::move(folder)), prefix_(std::move(prefix)), rank_(rank), world_(world) {
-    if (folder_.empty()) return;
-    thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (!stop_) {
-        write(state_);
-        wake_.wait_for(lock, kHeartbeatPeriod, [this] { return stop_; });
-      }
-    });
-  }
-  ~Heartbeat() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-    if (state_ == "alive") {
-      std::error_code ec;
-      fs::remove(path(rank_), ec);
-    }
-  }
-  void mark_failed() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    state_ = "failed";
-    if (!folder_.empty()) write(state_);
-  }
-  /// The ranks that stopped answering (heartbeat stale or gone, without having failed
-  /// themselves), as "rank 2, rank 3"; waits up to kBlameWait for one to show. Empty when none
-  /// does or there are no heartbeats (a Redis rendezvous).
-  std::string silent_ranks() const {
-    if (folder_.empty()) return "";
-    const auto give_up = std::chrono::steady_clock::now() + kBlameWait;
-    for (;;) {
-      std::string out;
-      const auto now = fs::file_time_type::clock::now();
-      for (int r = 0; r < world_; ++r) {
-        if (r == rank_) continue;
-        std::error_code ec;
-        const auto written = fs::last_write_time(path(r), ec);
-        std::string state;
-        if (!ec) std::ifstream(path(r)) >> state;
-        if (state == "failed") continue;
-        if (ec || now - written > kHeartbeatStale) out += (out.empty() ? "rank " : ", rank ") + std::to_string(r);
-      }
-      if (!out.empty() || std::chrono::steady_clock::now() > give_up) return out;
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-  }
-
- private:
-  fs::path path(int rank) const { return folder_ / (prefix_ + ".alive." + std::to_string(rank)); }
-  void write(const std::string& state) const {
-    // Written beside and renamed, so a reader never sees a half-written file.
-    const fs::path tmp = path(rank_).string() + ".tmp";
-    std::ofstream(tmp, std::ios::trunc) << state << "\n";
-    std::error_code ec;
-    fs::rename(tmp, path(rank_), ec);
-  }
-  fs::path folder_;
-  std::string prefix_;
-  int rank_, world_;
-  std::string state_ = "alive";
-  std::thread thread_;
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;
 };
 
 template <class F>
@@ -152,13 +72,11 @@ class GlooCommunicator : public Communicator {
       FT_CHECK(colon != std::string::npos, "Gloo: the Redis address must be host:port, got '", redis, "'");
       store = std::make_shared<gloo::rendezvous::RedisStore>(redis.substr(0, colon), std::stoi(redis.substr(colon + 1)));
     } else {
-      folder = !options.store_dir.empty()      ? fs::path(options.store_dir)
-               : std::getenv("FT_STORE_DIR") ? fs::path(std::getenv("FT_STORE_DIR"))
-                                               : fs::path("/tmp/fusedtrain-rendezvous");
+      folder = rendezvous_folder(options.store_dir, env.run_id);
       std::error_code ec;
-      fs::create_directories(folder / prefix, ec);
-      FT_CHECK(!ec, "Gloo: cannot create the rendezvous folder '", (folder / prefix).string(), "': ", ec.message());
-      store = std::make_shared<gloo::rendezvous::FileStore>((folder / prefix).string());
+      fs::create_directories(folder, ec);
+      FT_CHECK(!ec, "Gloo: cannot create the rendezvous folder '", folder.string(), "': ", ec.message());
+      store = std::make_shared<gloo::rendezvous::FileStore>(folder.string());
     }
     gloo::transport::tcp::attr attr;
     // One host (the launcher's MASTER_ADDR is this machine): loopback. Several: this host's name.
@@ -177,11 +95,11 @@ class GlooCommunicator : public Communicator {
     } catch (const std::exception& e) {  // gloo::EnforceNotMet: the store's own checks
       const bool stale = std::string(e.what()).find("already exists") != std::string::npos;
       FT_FAIL("Gloo: rank ", rank_, " of ", world_, " could not join the run '", env.run_id, "' (", e.what(), ")",
-              stale ? ": a run with the same id left its rendezvous files in '" + (folder / prefix).string() +
+              stale ? ": a run with the same id left its rendezvous files in '" + folder.string() +
                           "'; remove that folder, or give this run its own FT_RUN_ID"
                     : std::string());
     }
-    heartbeat_ = std::make_unique<Heartbeat>(folder.empty() ? fs::path() : folder / prefix, "hb", rank_, world_);
+    heartbeat_ = std::make_unique<Heartbeat>(folder, rank_, world_, /*blame_missing=*/true);
     worker_ = std::thread([this] { work_loop(); });
   }
 

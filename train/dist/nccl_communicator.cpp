@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "lib/cuda/runtime.h"
 #include "lib/error.h"
+#include "train/dist/heartbeat.h"
 
 namespace ft {
 
@@ -86,6 +88,8 @@ class NcclCommunicator : public Communicator {
     }
     FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
     FT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    heartbeat_ = std::make_unique<Heartbeat>(rendezvous_folder(options.store_dir, env.run_id), rank_, world_,
+                                             /*blame_missing=*/false);
     watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclCommunicator() override {
@@ -201,16 +205,14 @@ class NcclCommunicator : public Communicator {
       ncclResult_t async = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
         fail(oldest(), "NCCL reported " + std::string(ncclGetErrorString(async)) + " (" +
-                           std::string(ncclGetLastError(comm_)) + "): a peer rank died or its connection closed");
+                           std::string(ncclGetLastError(comm_)) + ")");
       std::lock_guard<std::mutex> lock(mutex_);
       while (!watched_.empty()) {
         const Watched& w = watched_.front();
         const cudaError_t state = cudaEventQuery(w.done);
         if (state == cudaErrorNotReady) {
           if (std::chrono::steady_clock::now() - w.since > timeout_)
-            fail(w, "not done after " + std::to_string(timeout_.count() / 1000.0) +
-                        " s (--comm-timeout): a peer rank stopped answering (NCCL does not say which; the "
-                        "other ranks' output may)");
+            fail(w, "not done after " + std::to_string(timeout_.count() / 1000.0) + " s (--comm-timeout)");
           break;
         }
         cudaEventDestroy(w.done);
@@ -225,9 +227,16 @@ class NcclCommunicator : public Communicator {
   }
 
   [[noreturn]] void fail(const Watched& w, const std::string& why) {
+    // The rank to blame: the one whose heartbeat stopped (on this machine); then this rank is
+    // marked failed, so that the others do not blame it.
+    const std::string silent = heartbeat_->silent_ranks();
+    heartbeat_->mark_failed();
     ncclCommAbort(comm_);
-    std::fprintf(stderr, "error: NCCL %s at step %lld on rank %d of %d: %s\n", w.what.c_str(),
-                 static_cast<long long>(w.step), rank_, world_, why.c_str());
+    const std::string who = silent.empty() ? "a peer rank died or stopped answering (NCCL does not say which, and "
+                                             "no heartbeat on this machine stopped)"
+                                           : "no answer from " + silent + " (its heartbeat stopped)";
+    std::fprintf(stderr, "error: NCCL %s at step %lld failed on rank %d of %d: %s: %s\n", w.what.c_str(),
+                 static_cast<long long>(w.step), rank_, world_, why.c_str(), who.c_str());
     std::fflush(stderr);
     std::fflush(stdout);
     std::_Exit(1);
@@ -240,6 +249,7 @@ class NcclCommunicator : public Communicator {
   std::deque<Watched> watched_;
   std::atomic<bool> stop_{false};
   std::thread watchdog_;
+  std::unique_ptr<Heartbeat> heartbeat_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;
