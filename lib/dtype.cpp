@@ -1,5 +1,8 @@
 #include "lib/dtype.h"
 
+#include <charconv>
+#include <string_view>
+
 #include "lib/error.h"
 
 namespace ft {
@@ -34,10 +37,10 @@ Device Device::parse(const std::string& text) {
   if (text == "cpu") return kCPU;
   if (text == "cuda") return kCUDA;
   if (text.rfind("cuda:", 0) == 0) {
-    try {
-      return Device{DeviceType::CUDA, std::stoi(text.substr(5))};
-    } catch (const std::exception&) {
-    }
+    const std::string_view index = std::string_view(text).substr(5);
+    int value = -1;
+    const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), value);
+    if (ec == std::errc() && end == index.data() + index.size() && value >= 0) return Device{DeviceType::CUDA, value};
   }
   FT_FAIL("unknown device '", text, "': expected cpu, cuda or cuda:N");
 }

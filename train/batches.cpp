@@ -10,6 +10,7 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/ops/shape_ops.h"
+#include "lib/parse.h"
 
 namespace ft {
 
@@ -68,7 +69,8 @@ DataPosition EpochBatches::position() const {
 void EpochBatches::set_position(const DataPosition& position, const char* source) {
   const auto epoch = position.find("epoch"), batch = position.find("batch");
   FT_CHECK(epoch != position.end() && batch != position.end(), source, ": a position needs 'epoch' and 'batch'");
-  const int64_t e = std::stoll(epoch->second), b = std::stoll(batch->second);
+  const int64_t e = parse_int64(epoch->second, std::string(source) + ": the saved position's 'epoch'");
+  const int64_t b = parse_int64(batch->second, std::string(source) + ": the saved position's 'batch'");
   FT_CHECK(e >= 0 && b >= 0 && b < sampler_.batches_per_epoch(), source, ": no batch ", b, " in epoch ", e, " (",
            sampler_.batches_per_epoch(), " batches an epoch)");
   epoch_ = e;

@@ -12,6 +12,7 @@
 
 #include "lib/error.h"
 #include "lib/ops/random.h"
+#include "lib/parse.h"
 #include "train/safetensors.h"
 
 namespace ft {
@@ -106,7 +107,9 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   auto it = state.metadata.find("step");
   FT_CHECK(it != state.metadata.end(), "load_checkpoint: '", dir.string(), "' has no step in its metadata");
   // The step count first: it resets the device counters, which the saved state then restores.
-  optimizer.set_step_count(std::stoll(it->second));
+  const int64_t step = parse_int64(it->second, "load_checkpoint: '" + dir.string() + "': the metadata's step");
+  FT_CHECK(step >= 0, "load_checkpoint: '", dir.string(), "': negative step ", step, " in its metadata");
+  optimizer.set_step_count(step);
   optimizer.load_state(state.tensors);
   if (auto philox = state.metadata.find("philox"); philox != state.metadata.end()) {  // absent in older checkpoints
     uint64_t value = 0;

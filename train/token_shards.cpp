@@ -10,6 +10,7 @@
 #include <random>
 
 #include "lib/error.h"
+#include "lib/parse.h"
 
 namespace ft {
 
@@ -211,7 +212,7 @@ void TokenBatchSource::set_position(const DataPosition& position) {
   auto field = [&](const char* name) {
     const auto it = position.find(name);
     FT_CHECK(it != position.end(), "TokenBatchSource: the saved position has no '", name, "'");
-    return std::stoll(it->second);
+    return parse_int64(it->second, std::string("TokenBatchSource: the saved position's '") + name + "'");
   };
   loader_.set_position(TokenPosition{field("epoch"), field("shard"), field("offset")});
 }

@@ -31,11 +31,11 @@ int run_ops(int argc, char** argv) {
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
   ft::bench::OpsBenchOptions o;
   o.only = args.str("only");
-  o.rows = args.integer("rows");
-  o.channels = args.integer("channels");
-  o.vocab = args.integer("vocab");
-  o.iterations = static_cast<int>(args.integer("iterations"));
-  o.warmup = static_cast<int>(args.integer("warmup"));
+  o.rows = args.integer("rows", 1);
+  o.channels = args.integer("channels", 1);
+  o.vocab = args.integer("vocab", 0);
+  o.iterations = static_cast<int>(args.integer("iterations", 1));
+  o.warmup = static_cast<int>(args.integer("warmup", 0));
   return ft::bench::run_ops_bench(o);
 }
 
@@ -47,8 +47,8 @@ int run_adamw(int argc, char** argv) {
   args.flag("warmup", "5", "untimed iterations first");
   if (!args.parse(argc - 1, argv + 1)) return 0;
   FT_CHECK(ft::cuda_available(), "ft-bench: needs a CUDA GPU");
-  return ft::bench::run_adamw_bench({.warmup = static_cast<int>(args.integer("warmup")),
-                                     .iterations = static_cast<int>(args.integer("iterations"))});
+  return ft::bench::run_adamw_bench({.warmup = static_cast<int>(args.integer("warmup", 0)),
+                                     .iterations = static_cast<int>(args.integer("iterations", 1))});
 }
 
 // ft-bench gpt2 and ft-bench lora share their flags; lora adds the adapters' and defaults to the
@@ -79,15 +79,15 @@ int run_gpt2(int argc, char** argv, bool lora) {
   const std::string kernels = args.str("kernels");
   FT_CHECK(kernels == "fused" || kernels == "unfused" || kernels == "both",
            "ft-bench: --kernels must be fused, unfused or both");
-  ft::bench::Gpt2BenchOptions options{.batch = args.integer("batch"), .seq = args.integer("seq"),
-                                      .layers = args.integer("layers"),
-                                      .warmup = static_cast<int>(args.integer("warmup")),
-                                      .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
-                                      .graph = args.integer("graph") != 0,
-                                      .data_parallel = args.integer("data-parallel") != 0};
+  ft::bench::Gpt2BenchOptions options{.batch = args.integer("batch", 1), .seq = args.integer("seq", 1),
+                                      .layers = args.integer("layers", 1),
+                                      .warmup = static_cast<int>(args.integer("warmup", 0)),
+                                      .steps = static_cast<int>(args.integer("steps", 0)), .kernels = kernels,
+                                      .graph = args.integer("graph", 0) != 0,
+                                      .data_parallel = args.integer("data-parallel", 0) != 0};
   if (lora) {
-    options.lora = ft::LoRAConfig{.rank = args.integer("rank"), .alpha = args.number("alpha"),
-                                  .dropout = args.number("dropout")};
+    options.lora = ft::LoRAConfig{.rank = args.integer("rank", 1), .alpha = args.number("alpha", 0),
+                                  .dropout = args.number("dropout", 0)};
     options.lora->check();
   }
   return ft::bench::run_gpt2_bench(options);
@@ -110,10 +110,10 @@ int run_dlrm(int argc, char** argv) {
   const std::string kernels = args.str("kernels");
   FT_CHECK(kernels == "fused" || kernels == "unfused" || kernels == "both",
            "ft-bench: --kernels must be fused, unfused or both");
-  return ft::bench::run_dlrm_bench({.preset = args.str("preset"), .batch = args.integer("batch"),
-                                    .warmup = static_cast<int>(args.integer("warmup")),
-                                    .steps = static_cast<int>(args.integer("steps")), .kernels = kernels,
-                                    .graph = args.integer("graph") != 0, .ops = args.integer("ops") != 0});
+  return ft::bench::run_dlrm_bench({.preset = args.str("preset"), .batch = args.integer("batch", 1),
+                                    .warmup = static_cast<int>(args.integer("warmup", 0)),
+                                    .steps = static_cast<int>(args.integer("steps", 0)), .kernels = kernels,
+                                    .graph = args.integer("graph", 0) != 0, .ops = args.integer("ops", 0) != 0});
 }
 
 int run(int argc, char** argv) {

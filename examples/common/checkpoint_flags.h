@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "examples/common/cli.h"
+#include "lib/parse.h"
 #include "train/checkpoint.h"
 #include "train/dist/launch_env.h"
 #include "train/trainer.h"
@@ -35,7 +36,7 @@ inline Resumed resume_from_flag(const Args& args, Module& model, Optimizer& opti
   Resumed out;
   if (args.str("resume").empty()) return out;
   out.run_state = load_checkpoint(args.str("resume"), model, optimizer);
-  out.step = std::stoll(out.run_state.at("step"));
+  out.step = parse_int64(out.run_state.at("step"), "--resume: the checkpoint's step");
   for (const std::string& key : position_keys) {
     auto it = out.run_state.find(key);
     FT_CHECK(it != out.run_state.end(), "--resume: the checkpoint '", args.str("resume"), "' has no data position '",
@@ -55,7 +56,7 @@ inline void wire_checkpoints(const Args& args, Trainer::Options& options, const 
                              std::function<void(DataPosition&)> describe = {},
                              std::function<void(const std::string&)> after_save = {}) {
   if (args.str("ckpt-dir").empty()) return;
-  options.checkpoint_every = args.integer("ckpt-every");
+  options.checkpoint_every = args.integer("ckpt-every", 0);
   const bool primary = !options.data_parallel || options.data_parallel->rank() == 0;
   options.checkpoint = [&args, &model, &optimizer, describe, after_save, primary](int64_t step,
                                                                                  const DataPosition& position) {

@@ -3,14 +3,16 @@
 #pragma once
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "train/dist/launch_env.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
+#include "lib/parse.h"
 #include "lib/runtime.h"
+#include "train/dist/launch_env.h"
 
 namespace ft::cli {
 
@@ -50,18 +52,16 @@ class Args {
   }
 
   std::string str(const std::string& name) const { return values_.at(name); }
-  long long integer(const std::string& name) const {
-    const std::string& v = values_.at(name);
-    char* end = nullptr;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    FT_CHECK(!v.empty() && *end == '\0', program_, ": --", name, " expects an integer, got '", v, "'");
+  /// The flag as a whole, in-range integer at least `min` (an ft::Error naming the flag otherwise).
+  long long integer(const std::string& name, long long min = std::numeric_limits<long long>::min()) const {
+    const long long x = parse_int64(values_.at(name), program_ + ": --" + name);
+    FT_CHECK(x >= min, program_, ": --", name, " must be at least ", min, ", got ", x);
     return x;
   }
-  double number(const std::string& name) const {
-    const std::string& v = values_.at(name);
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    FT_CHECK(!v.empty() && *end == '\0', program_, ": --", name, " expects a number, got '", v, "'");
+  /// The flag as a finite number at least `min`.
+  double number(const std::string& name, double min = -std::numeric_limits<double>::infinity()) const {
+    const double x = parse_double(values_.at(name), program_ + ": --" + name);
+    FT_CHECK(x >= min, program_, ": --", name, " must be at least ", min, ", got ", x);
     return x;
   }
 
@@ -97,7 +97,7 @@ inline void add_device_flags(Args& args) {
 }
 
 /// --graph as a bool.
-inline bool graph_flag(const Args& args) { return args.integer("graph") != 0; }
+inline bool graph_flag(const Args& args) { return args.integer("graph", 0) != 0; }
 
 /// Reads --device (checking a GPU is there when asked for) and applies --kernels globally.
 inline Device apply_device_flags(const Args& args, const std::string& program) {
@@ -116,6 +116,9 @@ int guarded_main(Body&& body) {
   try {
     return body();
   } catch (const ft::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // a library's own exception: still a message, not an abort
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

@@ -53,15 +53,15 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   run.env = env;
   const std::string when = args.str("data-parallel");
   FT_CHECK(when == "auto" || when == "on", program, ": --data-parallel must be auto or on, got '", when, "'");
-  const int64_t zero = args.integer("zero");
+  const int64_t zero = args.integer("zero", 0);
   FT_CHECK(zero == 0 || zero == 1, program, ": --zero must be 0 or 1, got ", zero);
-  const double bucket_mb = args.number("bucket-mb");
+  const double bucket_mb = args.number("bucket-mb", 0);
   FT_CHECK(bucket_mb > 0, program, ": --bucket-mb must be positive, got ", bucket_mb);
   if (!run.env.distributed() && when != "on") {
     FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
     return run;
   }
-  const double timeout_s = args.number("comm-timeout");
+  const double timeout_s = args.number("comm-timeout", 0);
   FT_CHECK(timeout_s > 0, program, ": --comm-timeout must be positive, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
                                {.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
@@ -78,7 +78,7 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
                                 Optimizer& optimizer) {
   if (!run.comm) return;
   run.dp = std::make_unique<DataParallel>(*run.comm, optimizer,
-                                          DataParallel::Options{.check_replicas = args.integer("check-replicas") != 0});
+                                          DataParallel::Options{.check_replicas = args.integer("check-replicas", 0) != 0});
   run.dp->broadcast_parameters(model);
   if (run.primary())
     std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s%s\n", program.c_str(),

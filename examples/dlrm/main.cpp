@@ -14,6 +14,7 @@
 #include "layers/dlrm.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bce.h"
+#include "lib/parse.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 #include "train/criteo.h"
@@ -61,10 +62,10 @@ std::string or_preset(const ft::cli::Args& args, const std::string& flag, const 
 
 int make_synthetic(const ft::cli::Args& args, int64_t table_rows) {
   const std::string path = args.str("make-synthetic");
-  const int64_t rows = args.integer("rows");
+  const int64_t rows = args.integer("rows", 1);
   FT_CHECK(rows >= 2, "ft-dlrm: --rows must be at least 2, got ", rows);
   const ft::SyntheticCriteoInfo info = ft::write_synthetic_criteo(
-      path, {.rows = rows, .seed = static_cast<uint64_t>(args.integer("seed")), .table_rows = {table_rows}});
+      path, {.rows = rows, .seed = static_cast<uint64_t>(args.integer("seed", 0)), .table_rows = {table_rows}});
   std::printf("ft-dlrm: wrote %lld rows to %s (click rate %.4f; the true model's AUC: %.4f on all rows, %.4f on the "
               "test split) and %s.json\n",
               static_cast<long long>(info.rows), path.c_str(), info.positive_rate, info.best_auc, info.best_test_auc,
@@ -118,9 +119,21 @@ int run(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
 
   const Preset preset = preset_named(args.str("preset"));
-  const int64_t table_rows = std::stoll(or_preset(args, "table-rows", std::to_string(preset.table_rows)));
+  const int64_t table_rows = ft::parse_int64(or_preset(args, "table-rows", std::to_string(preset.table_rows)), "ft-dlrm: --table-rows");
   FT_CHECK(table_rows > 0, "ft-dlrm: --table-rows must be positive");
   if (!args.str("make-synthetic").empty()) return make_synthetic(args, table_rows);
+
+  // The preset's values or the flags', checked before any data is read.
+  const int64_t dim = ft::parse_int64(or_preset(args, "dim", std::to_string(preset.dim)), "ft-dlrm: --dim");
+  FT_CHECK(dim > 0, "ft-dlrm: --dim must be positive, got ", dim);
+  const double sparse_lr = ft::parse_double(or_preset(args, "sparse-lr", preset.sparse_lr), "ft-dlrm: --sparse-lr");
+  FT_CHECK(sparse_lr >= 0, "ft-dlrm: --sparse-lr must not be negative, got ", sparse_lr);
+  const double lr = ft::parse_double(or_preset(args, "lr", preset.lr), "ft-dlrm: --lr");
+  FT_CHECK(lr >= 0, "ft-dlrm: --lr must not be negative, got ", lr);
+  const int64_t batch = ft::parse_int64(or_preset(args, "batch", std::to_string(preset.batch)), "ft-dlrm: --batch");
+  FT_CHECK(batch > 0, "ft-dlrm: --batch must be positive, got ", batch);
+  (void)args.number("weight-decay", 0);
+  for (const char* name : {"steps", "epochs", "eval-every", "eval-batches", "log-every"}) (void)args.integer(name, 0);
 
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-dlrm");
   const ft::KernelMode mode = ft::kernel_mode();
@@ -129,7 +142,7 @@ int run(int argc, char** argv) {
   FT_CHECK(!data_path.empty(), "ft-dlrm: give the training data with --data FILE (a Criteo TSV), or write one with "
                                "--make-synthetic FILE --rows N");
   const ft::CriteoDataset data = ft::CriteoDataset::open(
-      data_path, {.skip_bad_lines = args.integer("skip-bad-lines") != 0, .cache_dir = args.str("cache-dir")});
+      data_path, {.skip_bad_lines = args.integer("skip-bad-lines", 0) != 0, .cache_dir = args.str("cache-dir")});
   const ft::CriteoSplit split = ft::criteo_kaggle_split(data.rows());
   if (ft::launch_env().rank == 0)
     std::printf("ft-dlrm: %s: %lld rows (%s), train %lld, test %lld, val %lld%s\n", data_path.c_str(),
@@ -139,15 +152,13 @@ int run(int argc, char** argv) {
               data.bad_lines() ? (", " + std::to_string(data.bad_lines()) + " bad lines skipped").c_str() : "");
   ft::mark_startup("data");
 
-  const int64_t dim = std::stoll(or_preset(args, "dim", std::to_string(preset.dim)));
-  const int64_t batch = std::stoll(or_preset(args, "batch", std::to_string(preset.batch)));
-  FT_CHECK(batch > 0 && batch <= split.train.size(), "ft-dlrm: --batch must be in [1, ", split.train.size(),
+  FT_CHECK(batch <= split.train.size(), "ft-dlrm: --batch must be in [1, ", split.train.size(),
            "] (the training rows)");
   const std::string pooling = args.str("pooling"), sparse_optimizer = args.str("sparse-optimizer");
   FT_CHECK(pooling == "sum" || pooling == "mean", "ft-dlrm: --pooling must be sum or mean, got '", pooling, "'");
   FT_CHECK(sparse_optimizer == "sgd" || sparse_optimizer == "adagrad",
            "ft-dlrm: --sparse-optimizer must be sgd or adagrad, got '", sparse_optimizer, "'");
-  const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   ft::Generator gen(seed);
   const std::vector<int64_t> rows_per_table(ft::kCriteoSparse, table_rows);
   auto model = std::make_shared<ft::DLRM>(
@@ -159,7 +170,7 @@ int run(int argc, char** argv) {
                                    .mode = pooling == "mean" ? ft::BagMode::Mean : ft::BagMode::Sum,
                                    .update = sparse_optimizer == "adagrad" ? ft::RowUpdateKind::RowWiseAdagrad
                                                                            : ft::RowUpdateKind::SGD,
-                                   .lr = std::stod(or_preset(args, "sparse-lr", preset.sparse_lr))}},
+                                   .lr = sparse_lr}},
       gen);
   model->to(device, dtype);
   ft::mark_startup("model");
@@ -167,12 +178,11 @@ int run(int argc, char** argv) {
   // holds every table; the tables' update applies every rank's bags (DataParallel::bag_exchange).
   ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-dlrm", ft::launch_env(), device);
   const std::string optimizer_name = or_preset(args, "optimizer", preset.optimizer);
-  const double lr = std::stod(or_preset(args, "lr", preset.lr));
   std::unique_ptr<ft::Optimizer> optimizer;
   if (optimizer_name == "adamw")
     optimizer = std::make_unique<ft::AdamW>(
         model->dense_parameters(),
-        ft::AdamW::Options{.lr = lr, .weight_decay = args.number("weight-decay"), .partition = dp.partition});
+        ft::AdamW::Options{.lr = lr, .weight_decay = args.number("weight-decay", 0), .partition = dp.partition});
   else if (optimizer_name == "sgd")
     optimizer = std::make_unique<ft::SGD>(model->dense_parameters(),
                                           ft::SGD::Options{.lr = lr, .partition = dp.partition});
@@ -211,18 +221,18 @@ int run(int argc, char** argv) {
     });
   };
   const int64_t steps_per_epoch = source.batches_per_epoch();
-  const int64_t steps = args.integer("steps") > 0 ? args.integer("steps") : args.integer("epochs") * steps_per_epoch;
+  const int64_t steps = args.integer("steps", 0) > 0 ? args.integer("steps", 0) : args.integer("epochs", 0) * steps_per_epoch;
   FT_CHECK(steps > 0, "ft-dlrm: --epochs and --steps must not both be 0");
-  ft::Trainer::Options options{.log_every = args.integer("log-every"),
+  ft::Trainer::Options options{.log_every = args.integer("log-every", 0),
                                .metrics_path = args.str("metrics"),
                                .flops_per_item = model->flops_per_sample(),
                                .graph = ft::cli::graph_flag(args),
                                .window_loss = false,
-                               .eval_every = args.integer("eval-every"),
+                               .eval_every = args.integer("eval-every", 0),
                                .data_parallel = dp.get()};
   options.schedule.max_lr = lr;
   options.eval = [&](ft::Module&) {
-    const ft::BinaryMetrics m = eval_on(split.val, args.integer("eval-batches"));
+    const ft::BinaryMetrics m = eval_on(split.val, args.integer("eval-batches", 0));
     return std::map<std::string, double>{{"val auc", m.auc}, {"val logloss", m.logloss}, {"val accuracy", m.accuracy}};
   };
   ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {

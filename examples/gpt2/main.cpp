@@ -132,26 +132,33 @@ int run(int argc, char** argv) {
                             "loss and step number; after --resume, the first step after the checkpoint)");
   if (!args.parse(argc, argv)) return 0;
 
+  // Every numeric flag is checked here, at the edge, even those only read later (sampling, LoRA).
+  for (const char* name : {"top-k", "sample-len", "sample-every", "val-every", "val-batches", "warmup", "lora-rank"})
+    (void)args.integer(name, 0);
+  for (const char* name : {"temperature", "lr", "momentum", "weight-decay", "clip", "min-lr-frac", "lora-alpha",
+                           "lora-dropout"})
+    (void)args.number(name, 0);
+  for (const char* name : {"batch", "seq", "steps", "grad-accum"}) (void)args.integer(name, 1);
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
   const ft::TokenFormat format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards;
-  int64_t vocab = args.integer("vocab");
+  int64_t vocab = args.integer("vocab", 0);
   if (vocab == 0) vocab = format == ft::TokenFormat::Text ? 256 : 50304;
   const ft::GPTConfig config = preset(args.str("model"), vocab);
-  const int64_t batch = args.integer("batch"), seq = args.integer("seq"), steps = args.integer("steps");
-  const int64_t accum = args.integer("grad-accum");
+  const int64_t batch = args.integer("batch", 1), seq = args.integer("seq", 1), steps = args.integer("steps", 0);
+  const int64_t accum = args.integer("grad-accum", 1);
   FT_CHECK(batch > 0 && seq > 0 && steps > 0 && accum > 0, "ft-gpt2: --batch, --seq, --steps, --grad-accum must be positive");
   FT_CHECK(seq <= config.block_size, "ft-gpt2: --seq ", seq, " exceeds the model's block size ", config.block_size);
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-gpt2");
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
-  const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
 
   // Joined before the data (each rank reads its part of every global batch) and the optimizer
   // (its buffers are laid out for the run's world size).
   ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
   const ft::TokenLoader::Options loader_options{.batch_size = batch, .seq_len = seq, .vocab_size = vocab,
-                                                .seed = seed, .shuffle = args.integer("shuffle") != 0,
+                                                .seed = seed, .shuffle = args.integer("shuffle", 0) != 0,
                                                 .format = format, .shard = dp.shard()};
   ft::TokenLoader train(args.str("train"), loader_options);
   std::unique_ptr<ft::TokenLoader> val;
@@ -168,12 +175,12 @@ int run(int argc, char** argv) {
     std::printf("initialized from %s (%s)\n", args.str("init-from").c_str(),
                 ft::init_gpt2_from(model, args.str("init-from")).c_str());
   model.to(device, dtype);
-  const int64_t lora_rank = args.integer("lora-rank");
+  const int64_t lora_rank = args.integer("lora-rank", 0);
   FT_CHECK(lora_rank >= 0, "ft-gpt2: --lora-rank must not be negative, got ", lora_rank);
   ft::PeftLoraConfig adapter;
   if (lora_rank > 0) {
-    adapter = {.r = lora_rank, .alpha = args.number("lora-alpha"), .dropout = args.number("lora-dropout"),
-               .targets = split_list(args.str("lora-targets")), .rslora = args.integer("lora-rslora") != 0,
+    adapter = {.r = lora_rank, .alpha = args.number("lora-alpha", 0), .dropout = args.number("lora-dropout", 0),
+               .targets = split_list(args.str("lora-targets")), .rslora = args.integer("lora-rslora", 0) != 0,
                .base_model = args.str("init-from")};
     model.add_lora(ft::LoRAConfig{.rank = adapter.r, .alpha = adapter.alpha, .dropout = adapter.dropout,
                                   .rslora = adapter.rslora, .seed = seed},
@@ -181,17 +188,17 @@ int run(int argc, char** argv) {
   }
   ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.
-  const ft::StepPolicy policy{.max_grad_norm = std::max(0.0, args.number("clip"))};
+  const ft::StepPolicy policy{.max_grad_norm = std::max(0.0, args.number("clip", 0))};
   std::unique_ptr<ft::Optimizer> optimizer_ptr;
   if (args.str("optimizer") == "adamw")
     optimizer_ptr = std::make_unique<ft::AdamW>(
-        model.parameters(), ft::AdamW::Options{.lr = args.number("lr"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                               .weight_decay = args.number("weight-decay"), .policy = policy,
+        model.parameters(), ft::AdamW::Options{.lr = args.number("lr", 0), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                               .weight_decay = args.number("weight-decay", 0), .policy = policy,
                                                .partition = dp.partition});
   else if (args.str("optimizer") == "sgd")
     optimizer_ptr = std::make_unique<ft::SGD>(
-        model.parameters(), ft::SGD::Options{.lr = args.number("lr"), .momentum = args.number("momentum"),
-                                             .weight_decay = args.number("weight-decay"), .policy = policy,
+        model.parameters(), ft::SGD::Options{.lr = args.number("lr", 0), .momentum = args.number("momentum", 0),
+                                             .weight_decay = args.number("weight-decay", 0), .policy = policy,
                                              .partition = dp.partition});
   else
     FT_FAIL("ft-gpt2: --optimizer must be adamw or sgd, got '", args.str("optimizer"), "'");
@@ -212,10 +219,10 @@ int run(int argc, char** argv) {
 
   ft::Trainer::Options options{
       .grad_accum = accum,
-      .schedule = {.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = args.number("lr"),
-                   .warmup_steps = args.integer("warmup"), .total_steps = steps,
-                   .min_lr = args.number("lr") * args.number("min-lr-frac")},
-      .log_every = std::max<int64_t>(1, args.integer("log-every")),
+      .schedule = {.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = args.number("lr", 0),
+                   .warmup_steps = args.integer("warmup", 0), .total_steps = steps,
+                   .min_lr = args.number("lr", 0) * args.number("min-lr-frac", 0)},
+      .log_every = std::max<int64_t>(1, args.integer("log-every", 0)),
       .metrics_path = args.str("metrics"),
       .unit = "tok",
       .items_per_batch = batch * seq,
@@ -226,13 +233,13 @@ int run(int argc, char** argv) {
       .graph = ft::cli::graph_flag(args),
       .data_parallel = dp.get()};
 
-  const int64_t val_every = args.integer("val-every");
+  const int64_t val_every = args.integer("val-every", 0);
   if (val && val_every > 0) {
     options.eval_every = val_every;
     options.eval = [&](ft::Module&) {
       val->reset();
       double sum = 0;
-      const int64_t batches = std::max<int64_t>(1, args.integer("val-batches"));
+      const int64_t batches = std::max<int64_t>(1, args.integer("val-batches", 1));
       for (int64_t i = 0; i < batches; ++i) {
         const ft::TokenBatch b = val->next_batch();
         sum += model.loss(b.inputs.to(device), b.targets.to(device)).item();
@@ -243,12 +250,12 @@ int run(int argc, char** argv) {
       return std::map<std::string, double>{{"val loss", dp.get() ? dp.get()->mean_over_ranks(mean) : mean}};
     };
   }
-  const int64_t sample_every = args.integer("sample-every");
+  const int64_t sample_every = args.integer("sample-every", 0);
   if (sample_every > 0 && vocab == 256 && dp.primary())
     options.periodic.push_back({.every = sample_every, .run = [&](int64_t step) {
                                   std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
-                                              sample(model, args.str("prompt"), args.integer("sample-len"),
-                                                     args.number("temperature"), args.integer("top-k"),
+                                              sample(model, args.str("prompt"), args.integer("sample-len", 0),
+                                                     args.number("temperature", 0), args.integer("top-k", 0),
                                                      seed + static_cast<uint64_t>(step), device)
                                                   .c_str());
                                 }});

@@ -66,11 +66,15 @@ int run(int argc, char** argv) {
   ft::cli::add_data_parallel_flags(args);
   if (!args.parse(argc, argv)) return 0;
 
+  // Every numeric flag is checked here, at the edge, before the data is read.
+  for (const char* name : {"lr", "weight-decay", "momentum", "dropout"}) (void)args.number(name, 0);
+  for (const char* name : {"layers", "steps", "warmup", "log-every", "seed"}) (void)args.integer(name, 0);
+  (void)args.integer("hidden", 1);
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-mlp");
   const ft::KernelMode mode = ft::kernel_mode();
   // Parameters and activations are bf16 on CUDA (fp32 master weights in AdamW), f32 on the CPU.
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
-  const int64_t epochs = args.integer("epochs"), batch = args.integer("batch");
+  const int64_t epochs = args.integer("epochs", 0), batch = args.integer("batch", 1);
   FT_CHECK(epochs > 0 && batch > 0, "ft-mlp: --epochs and --batch must be positive");
   const std::string schedule = args.str("schedule");
   FT_CHECK(schedule == "constant" || schedule == "cosine", "ft-mlp: --schedule must be constant or cosine, got '",
@@ -88,10 +92,10 @@ int run(int argc, char** argv) {
   const ft::Tensor test_images = ft::cast(test.images, dtype);
   ft::mark_startup("data");
 
-  const uint64_t seed = static_cast<uint64_t>(args.integer("seed"));
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   // Each rank of a data-parallel run draws its own dropout masks (the weights come from rank 0).
   const ft::LaunchEnv launch = ft::launch_env();
-  auto model = build_mlp(args.integer("hidden"), args.integer("layers"), args.number("dropout"),
+  auto model = build_mlp(args.integer("hidden", 1), args.integer("layers", 0), args.number("dropout", 0),
                          seed + 7919 * static_cast<uint64_t>(launch.rank));
   model->to(device, dtype);
   ft::mark_startup("model");
@@ -101,12 +105,12 @@ int run(int argc, char** argv) {
   std::unique_ptr<ft::Optimizer> optimizer_ptr;
   if (optimizer_name == "adamw")
     optimizer_ptr = std::make_unique<ft::AdamW>(
-        model->parameters(), ft::AdamW::Options{.lr = args.number("lr"), .weight_decay = args.number("weight-decay"),
+        model->parameters(), ft::AdamW::Options{.lr = args.number("lr", 0), .weight_decay = args.number("weight-decay", 0),
                                                     .partition = dp.partition});
   else if (optimizer_name == "sgd")
     optimizer_ptr = std::make_unique<ft::SGD>(model->parameters(),
-                                              ft::SGD::Options{.lr = args.number("lr"), .momentum = args.number("momentum"),
-                                                               .weight_decay = args.number("weight-decay"),
+                                              ft::SGD::Options{.lr = args.number("lr", 0), .momentum = args.number("momentum", 0),
+                                                               .weight_decay = args.number("weight-decay", 0),
                                                                .partition = dp.partition});
   else
     FT_FAIL("ft-mlp: --optimizer must be adamw or sgd, got '", optimizer_name, "'");
@@ -124,18 +128,18 @@ int run(int argc, char** argv) {
   ft::RowBatchSource source({{"ids", ft::Tensor::arange(train.size())}, {"labels", train.labels}},
                             ft::BatchSampler(train.size(), batch, seed, true, true, dp.shard()));
   const int64_t steps_per_epoch = source.batches_per_epoch();
-  const int64_t steps = args.integer("steps") > 0 ? args.integer("steps") : epochs * steps_per_epoch;
-  ft::Trainer::Options options{.log_every = args.integer("log-every"),
+  const int64_t steps = args.integer("steps", 0) > 0 ? args.integer("steps", 0) : epochs * steps_per_epoch;
+  ft::Trainer::Options options{.log_every = args.integer("log-every", 0),
                                .metrics_path = args.str("metrics"),
                                .graph = ft::cli::graph_flag(args),
                                // The step's loss is read at logged steps only: no extra kernel a step.
                                .window_loss = false,
                                .eval_every = steps_per_epoch,
                                .data_parallel = dp.get()};
-  options.schedule.max_lr = args.number("lr");
+  options.schedule.max_lr = args.number("lr", 0);
   if (schedule == "cosine") {
     options.schedule.kind = ft::LRSchedule::Kind::WarmupCosine;
-    options.schedule.warmup_steps = args.integer("warmup");
+    options.schedule.warmup_steps = args.integer("warmup", 0);
     options.schedule.total_steps = steps;
   }
   options.eval = [&](ft::Module& m) {
@@ -151,7 +155,7 @@ int run(int argc, char** argv) {
                       options);
   if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
   const ft::FitSummary summary = trainer.fit(steps);
-  if (dp.get() && args.integer("check-replicas")) dp.get()->check_replicas();  // the last step's update too
+  if (dp.get() && args.integer("check-replicas", 0)) dp.get()->check_replicas();  // the last step's update too
   if (!dp.primary()) return 0;
   // One machine-readable summary line for scripts: median_ms is the step alone (GPU events on
   // CUDA), wall_ms the wall clock per step with the data pipeline.

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "lib/error.h"
+#include "lib/parse.h"
 #include "train/dist/heartbeat.h"
 
 namespace ft {
@@ -70,7 +71,7 @@ class GlooCommunicator : public Communicator {
     if (!redis.empty()) {
       const size_t colon = redis.rfind(':');
       FT_CHECK(colon != std::string::npos, "Gloo: the Redis address must be host:port, got '", redis, "'");
-      store = std::make_shared<gloo::rendezvous::RedisStore>(redis.substr(0, colon), std::stoi(redis.substr(colon + 1)));
+      store = std::make_shared<gloo::rendezvous::RedisStore>(redis.substr(0, colon), static_cast<int>(parse_int64(redis.substr(colon + 1), "FT_REDIS's port")));
     } else {
       folder = rendezvous_folder(options.store_dir, env.run_id);
       std::error_code ec;
