@@ -2,17 +2,23 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <utility>
+#include <vector>
 
 #include "lib/error.h"
 #include "lib/ops/random.h"
 #include "lib/parse.h"
+#include "train/json.h"
 #include "train/safetensors.h"
 
 namespace ft {
@@ -32,6 +38,101 @@ std::string step_folder_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
   return name;
+}
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors"};
+int crash_after_stage = 0;  // simulate_checkpoint_crash_after
+
+// A crash in the save sequence, for its tests: leaves the files as they are at that point.
+void stage_done(int stage) {
+  if (crash_after_stage != stage) return;
+  crash_after_stage = 0;
+  FT_FAIL("save_checkpoint: simulated crash after stage ", stage);
+}
+
+uint32_t file_crc32(const fs::path& path, int64_t& bytes) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in.good(), "checkpoint: cannot read '", path.string(), "'");
+  std::vector<char> buffer(size_t{4} << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  bytes = 0;
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const std::streamsize n = in.gcount();
+    if (n <= 0) break;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<z_size_t>(n));
+    bytes += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// The manifest, written last into a checkpoint folder: each file's size and CRC-32. Its presence
+// marks the folder complete; load_checkpoint checks every file against it.
+void write_manifest(const fs::path& dir) {
+  std::string text = "{";
+  for (const char* name : kFiles) {
+    int64_t bytes = 0;
+    const uint32_t crc = file_crc32(dir / name, bytes);
+    text += std::string(text.size() > 1 ? ", " : "") + json_quote(name) + ": {\"bytes\": " + std::to_string(bytes) +
+            ", \"crc32\": " + std::to_string(crc) + "}";
+  }
+  text += "}\n";
+  const fs::path path = dir / kManifest;
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+    out.flush();
+    FT_CHECK(out.good(), "save_checkpoint: cannot write '", path.string(), "'");
+  }
+  fsync_path(path, false);
+}
+
+bool complete(const fs::path& dir) { return fs::exists(dir / kManifest); }
+
+void verify(const fs::path& dir) {
+  const fs::path path = dir / kManifest;
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const JsonValue manifest = parse_json(text, "load_checkpoint: '" + path.string() + "'", JsonScalars::IntegersOnly);
+  for (const char* name : kFiles) {
+    const JsonValue* entry = manifest.find(name);
+    const JsonValue* bytes = entry ? entry->find("bytes") : nullptr;
+    const JsonValue* crc = entry ? entry->find("crc32") : nullptr;
+    FT_CHECK(bytes && crc && bytes->kind == JsonValue::Kind::Integer && crc->kind == JsonValue::Kind::Integer,
+             "load_checkpoint: '", path.string(), "' has no size and crc32 for ", name);
+    int64_t actual_bytes = 0;
+    const uint32_t actual = file_crc32(dir / name, actual_bytes);
+    FT_CHECK(actual_bytes == bytes->integer, "load_checkpoint: '", (dir / name).string(), "' holds ", actual_bytes,
+             " bytes, its manifest says ", bytes->integer, ": the file is truncated or was changed");
+    FT_CHECK(actual == static_cast<uint32_t>(crc->integer), "load_checkpoint: '", (dir / name).string(),
+             "' fails its checksum (crc32 ", actual, ", the manifest says ", crc->integer, "): the file is corrupt");
+  }
+}
+
+// The step of a folder named step_<N> or step_<N>.tmp, or -1.
+int64_t folder_step(const std::string& name) {
+  if (name.rfind("step_", 0) != 0) return -1;
+  std::string digits = name.substr(5);
+  if (digits.size() > 4 && digits.compare(digits.size() - 4, 4, ".tmp") == 0) digits.resize(digits.size() - 4);
+  int64_t step = -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return ec == std::errc() && end == digits.data() + digits.size() ? step : -1;
+}
+
+// The newest complete checkpoint folder under root (a crash may have left it as step_<N>.tmp).
+fs::path newest_complete(const fs::path& root) {
+  fs::path best;
+  int64_t best_step = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = folder_step(entry.path().filename().string());
+    if (step > best_step && complete(entry.path())) {
+      best_step = step;
+      best = entry.path();
+    }
+  }
+  return best;
 }
 
 // Where the model's parameters live (the CPU for a model without any).
@@ -66,13 +167,21 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
   meta["philox"] = std::to_string(PhiloxCounter::on(model_device(model)).value());
   save_safetensors((temp_dir / "model.safetensors").string(), model.state_dict(), {{"format", "pt"}});
   save_safetensors((temp_dir / "optimizer.safetensors").string(), optimizer_state, meta);
+  stage_done(1);
+  write_manifest(temp_dir);  // last: the folder is complete from here on
   fsync_path(temp_dir, true);
+  stage_done(2);
 
-  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier, interrupted run
+  // A checkpoint of the same step (an earlier run's, resumed into this folder) is replaced. Between
+  // its removal and the rename, `latest` names a missing folder; load_checkpoint then takes the
+  // newest complete one, this step's .tmp: no moment leaves the run without a loadable checkpoint.
+  fs::remove_all(final_dir, ec);
+  stage_done(3);
   fs::rename(temp_dir, final_dir, ec);
   FT_CHECK(!ec, "save_checkpoint: cannot rename '", temp_dir.string(), "' to '", final_dir.string(), "': ",
            ec.message());
   fsync_path(root, true);
+  stage_done(4);
 
   // `latest` names the newest complete checkpoint; it is replaced by rename too.
   const fs::path latest = fs::path(root) / "latest", latest_temp = fs::path(root) / "latest.tmp";
@@ -86,6 +195,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
   fs::rename(latest_temp, latest, ec);
   FT_CHECK(!ec, "save_checkpoint: cannot update '", latest.string(), "': ", ec.message());
   fsync_path(root, true);
+  stage_done(5);
   return final_dir.string();
 }
 
@@ -95,11 +205,22 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
     std::ifstream in(dir / "latest");
     std::string name;
     in >> name;
-    FT_CHECK(!name.empty(), "load_checkpoint: '", (dir / "latest").string(), "' is empty");
-    dir /= name;
+    const fs::path named = dir / name;
+    if (!name.empty() && complete(named)) {
+      dir = named;
+    } else {
+      // A crash while replacing a checkpoint of the same step: take the newest complete one.
+      const fs::path newest = newest_complete(dir);
+      FT_CHECK(!newest.empty(), "load_checkpoint: '", (dir / "latest").string(), "' names '", name,
+               "', which is missing or incomplete, and '", dir.string(), "' holds no other complete checkpoint");
+      std::fprintf(stderr, "note: '%s' names '%s', which is missing or incomplete; loading '%s'\n",
+                   (dir / "latest").c_str(), name.c_str(), newest.c_str());
+      dir = newest;
+    }
   }
   FT_CHECK(fs::exists(dir / "model.safetensors") && fs::exists(dir / "optimizer.safetensors"), "load_checkpoint: '",
            dir.string(), "' holds no complete checkpoint (model.safetensors and optimizer.safetensors)");
+  if (complete(dir)) verify(dir);  // checkpoints written before manifests load unverified
   const SafetensorsFile weights = load_safetensors((dir / "model.safetensors").string());
   // Strict: a resumed run must continue from every saved weight, so any mismatch is an error.
   model.load_state_dict(weights.tensors, /*strict=*/true);
@@ -121,5 +242,23 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   }
   return state.metadata;
 }
+
+void prune_checkpoints(const std::string& root, int64_t keep_last) {
+  FT_CHECK(keep_last >= 1, "prune_checkpoints: keep_last must be at least 1, got ", keep_last);
+  std::string latest_name;
+  std::ifstream(fs::path(root) / "latest") >> latest_name;
+  std::vector<std::pair<int64_t, fs::path>> folders;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t step = folder_step(name);
+    if (step >= 0 && name.find(".tmp") == std::string::npos && complete(entry.path())) folders.emplace_back(step, entry.path());
+  }
+  std::sort(folders.begin(), folders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = static_cast<size_t>(keep_last); i < folders.size(); ++i)
+    if (folders[i].second.filename().string() != latest_name) fs::remove_all(folders[i].second, ec);
+}
+
+void simulate_checkpoint_crash_after(int stage) { crash_after_stage = stage; }
 
 }  // namespace ft

@@ -2,9 +2,12 @@
 // PyTorch's `safetensors`), the optimizer state beside them, and run state (step, data position,
 // anything the caller adds) as metadata.
 //
-// Each checkpoint is a folder <root>/step_<N>/ written under a temporary name and renamed into
-// place, then <root>/latest (the folder's name) is replaced atomically: a crash at any point
-// leaves the previous checkpoint intact and `latest` naming a complete one.
+// Each checkpoint is a folder <root>/step_<N>/ written under a temporary name, completed by a
+// manifest (each file's size and CRC-32, written last) and renamed into place; then
+// <root>/latest (the folder's name) is replaced atomically. A crash at any point leaves a
+// complete checkpoint to load: `latest`'s, or, while a checkpoint of the same step was being
+// replaced, the newest complete folder. Loading checks every file against the manifest, so a
+// flipped bit or a truncated file is an error, not a silently different run.
 #pragma once
 #include <map>
 #include <string>
@@ -28,5 +31,14 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
 /// names) into model and optimizer; returns its run state. Missing or mismatched tensors are an
 /// ft::Error.
 std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer);
+
+/// Removes the complete checkpoints under root beyond the `keep_last` newest (never the one
+/// `latest` names).
+void prune_checkpoints(const std::string& root, int64_t keep_last);
+
+/// For the save sequence's tests: the next save_checkpoint stops with an ft::Error right after
+/// stage `stage` (1: files written, 2: manifest, 3: an older same-step folder removed, 4: renamed,
+/// 5: latest updated), leaving the files as a crash there would. 0: off.
+void simulate_checkpoint_crash_after(int stage);
 
 }  // namespace ft

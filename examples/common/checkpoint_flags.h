@@ -3,6 +3,7 @@
 // optimizer state, step count, data position).
 #pragma once
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ namespace ft::cli {
 inline void add_checkpoint_flags(Args& args) {
   args.flag("ckpt-dir", "", "folder for checkpoints (empty: none)");
   args.flag("ckpt-every", "0", "steps between checkpoints (0: only at the end, when --ckpt-dir is set)");
+  args.flag("keep-last", "0", "keep only this many newest checkpoints in --ckpt-dir (0: all)");
   args.flag("resume", "", "checkpoint folder, or a --ckpt-dir holding 'latest', to continue from (the run's\n"
                           "other flags must match the checkpointed run's)");
 }
@@ -55,17 +57,23 @@ inline void wire_checkpoints(const Args& args, Trainer::Options& options, const 
                              const Optimizer& optimizer,
                              std::function<void(DataPosition&)> describe = {},
                              std::function<void(const std::string&)> after_save = {}) {
+  const int64_t keep_last = args.integer("keep-last", 0);
   if (args.str("ckpt-dir").empty()) return;
   options.checkpoint_every = args.integer("ckpt-every", 0);
   const bool primary = !options.data_parallel || options.data_parallel->rank() == 0;
-  options.checkpoint = [&args, &model, &optimizer, describe, after_save, primary](int64_t step,
-                                                                                 const DataPosition& position) {
+  // A fresh run into a folder of an earlier run's checkpoints moves `latest` to its own: say so.
+  if (primary && args.str("resume").empty() && std::filesystem::exists(args.str("ckpt-dir") + "/latest"))
+    std::fprintf(stderr, "note: --ckpt-dir '%s' holds an earlier run's checkpoints; this run's replace its `latest` "
+                         "(--resume continues that run instead)\n", args.str("ckpt-dir").c_str());
+  options.checkpoint = [&args, &model, &optimizer, describe, after_save, primary, keep_last](
+                           int64_t step, const DataPosition& position) {
     const std::map<std::string, Tensor> optimizer_state = optimizer.state();
     if (!primary) return;
     DataPosition run_state = position;
     if (describe) describe(run_state);
     const std::string folder = save_checkpoint(args.str("ckpt-dir"), step, model, optimizer_state, run_state);
     if (after_save) after_save(folder);
+    if (keep_last > 0) prune_checkpoints(args.str("ckpt-dir"), keep_last);
     std::printf("checkpoint: %s\n", folder.c_str());
   };
 }

@@ -11,6 +11,7 @@
 #include "lib/error.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -112,6 +113,69 @@ TEST(Checkpoint, ModelFileHoldsNamedParametersAndLatestSurvivesAnInterruptedWrit
   EXPECT_NO_THROW(load_checkpoint(root, other.model, other.optimizer));
   EXPECT_EQ(other.model.state_dict().at("wte.weight").to_vector(), run.model.state_dict().at("wte.weight").to_vector());
   EXPECT_THROW(load_checkpoint(root + "/step_00000002.tmp", other.model, other.optimizer), Error);
+}
+
+// A crash at every stage of the save sequence, saving a new step and re-saving the same step (a
+// run resumed into its own folder): the root always loads, as the old or the new checkpoint,
+// never as a mix and never as an error.
+TEST(Checkpoint, ACrashAtAnyStageOfTheSaveLeavesALoadableCheckpoint) {
+  for (bool same_step : {false, true}) {
+    for (int stage = 1; stage <= 5; ++stage) {
+      TempDir dir("ft_ckpt");
+      const std::string text = write_text(dir), root = dir.file("ckpt");
+      TrainingRun run(2, text);
+      run.step();
+      save_checkpoint(root, 3, run.model, run.optimizer, {});
+      const std::vector<double> old_weights = run.model.state_dict().at("wte.weight").to_vector();
+      run.step();
+      const std::vector<double> new_weights = run.model.state_dict().at("wte.weight").to_vector();
+      ASSERT_NE(old_weights, new_weights);
+      simulate_checkpoint_crash_after(stage);
+      EXPECT_THROW(save_checkpoint(root, same_step ? 3 : 4, run.model, run.optimizer, {}), Error);
+      TrainingRun other(9, text);
+      ASSERT_NO_THROW(load_checkpoint(root, other.model, other.optimizer))
+          << (same_step ? "re-saving" : "saving a new step") << ", crash after stage " << stage;
+      const std::vector<double> loaded = other.model.state_dict().at("wte.weight").to_vector();
+      EXPECT_TRUE(loaded == old_weights || loaded == new_weights) << "stage " << stage;
+      // A new step counts once `latest` names it; a re-saved step once its old folder is gone.
+      const bool new_one = same_step ? stage >= 3 : stage >= 5;
+      EXPECT_EQ(loaded, new_one ? new_weights : old_weights) << "stage " << stage << ", same step " << same_step;
+    }
+  }
+}
+
+// A flipped bit, a truncated file: the manifest's CRC-32 and sizes refuse them.
+TEST(Checkpoint, CorruptFilesAreRefused) {
+  TempDir dir("ft_ckpt");
+  const std::string text = write_text(dir), root = dir.file("ckpt");
+  TrainingRun run(2, text);
+  run.step();
+  const std::string folder = save_checkpoint(root, 1, run.model, run.optimizer, {});
+  const std::string optimizer_file = folder + "/optimizer.safetensors";
+  const auto size = std::filesystem::file_size(optimizer_file);
+  {
+    std::fstream f(optimizer_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size - 5));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(size - 5));
+    f.put(static_cast<char>(c ^ 0x10));  // one bit of a saved master weight
+  }
+  TrainingRun other(3, text);
+  EXPECT_FT_ERROR(load_checkpoint(root, other.model, other.optimizer), "fails its checksum");
+  std::filesystem::resize_file(optimizer_file, size - 100);
+  EXPECT_FT_ERROR(load_checkpoint(root, other.model, other.optimizer), "truncated");
+}
+
+TEST(Checkpoint, PruneKeepsTheNewestAndLatest) {
+  TempDir dir("ft_ckpt");
+  const std::string text = write_text(dir), root = dir.file("ckpt");
+  TrainingRun run(2, text);
+  for (int step = 1; step <= 5; ++step) save_checkpoint(root, step, run.model, run.optimizer, {});
+  prune_checkpoints(root, 2);
+  for (int step = 1; step <= 5; ++step)
+    EXPECT_EQ(std::filesystem::exists(root + "/step_0000000" + std::to_string(step)), step >= 4) << step;
+  EXPECT_FT_ERROR(prune_checkpoints(root, 0), "keep_last");
 }
 
 }  // namespace
