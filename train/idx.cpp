@@ -71,6 +71,9 @@ ImageDataset load_fashion_mnist(const std::string& dir, const std::string& split
   FT_CHECK(labels.dims.size() == 1, "load_fashion_mnist: labels must have 1 dim, got ", labels.dims.size());
   FT_CHECK(images.dims[0] == labels.dims[0], "load_fashion_mnist: ", images.dims[0], " images but ", labels.dims[0],
            " labels in ", dir, " (", split, ")");
+  // Fashion-MNIST is 28×28; other sizes would only fail later, deep inside the first layer.
+  FT_CHECK(images.dims[1] == 28 && images.dims[2] == 28, "load_fashion_mnist: '", dir, "/", split,
+           "-images-idx3-ubyte.gz' holds ", images.dims[1], "x", images.dims[2], " images, Fashion-MNIST's are 28x28");
   const int64_t n = images.dims[0], pixels = images.dims[1] * images.dims[2];
   ImageDataset ds;
   ds.images = Tensor::empty({n, pixels}, DType::F32);

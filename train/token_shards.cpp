@@ -98,7 +98,7 @@ std::vector<uint16_t> read_tokens(const std::string& path, TokenFormat format, i
   FT_CHECK(in, "TokenLoader: cannot read the tokens of '", path, "'");
   const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t t) { return t >= vocab_size; });
   FT_CHECK(bad == tokens.end(), "TokenLoader: '", path, "' has token id ", *bad, " at position ",
-           bad - tokens.begin(), ", not below the vocabulary size ", vocab_size);
+           bad - tokens.begin(), ", not below ", vocab_size, " (the tokenizer's vocabulary, ft-gpt2's --tokens)");
   return tokens;
 }
 

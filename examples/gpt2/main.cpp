@@ -89,7 +89,9 @@ int run(int argc, char** argv) {
   args.flag("val", "", "glob of validation files (default: none)");
   args.flag("format", "shards", "shards (llm.c uint16 token shards) or text (bytes)");
   args.flag("model", "d12", "tiny (L2 C64), d6 (L6 C384) or d12 (GPT-2 small, L12 C768)");
-  args.flag("vocab", "0", "vocabulary size (0: 50304 for shards, 256 for text)");
+  args.flag("vocab", "0", "vocabulary size of the model (0: 50304 for shards, GPT-2's 50257 padded; 256 for text)");
+  args.flag("tokens", "0", "token ids in the data must be below this (0: 50257 for shards, GPT-2's tokenizer;\n"
+                           "the vocabulary for text): the padding rows of the embedding never see a token");
   args.flag("batch", "4", "sequences per micro-step (B)");
   args.flag("seq", "64", "tokens per sequence (T), at most the model's block size");
   args.flag("steps", "100", "optimizer steps to run in total (a resumed run continues to this)");
@@ -139,12 +141,16 @@ int run(int argc, char** argv) {
                            "lora-dropout"})
     (void)args.number(name, 0);
   for (const char* name : {"batch", "seq", "steps", "grad-accum"}) (void)args.integer(name, 1);
+  FT_CHECK(args.number("lora-dropout") < 1, "ft-gpt2: --lora-dropout must be below 1, got ", args.number("lora-dropout"));
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
   const ft::TokenFormat format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards;
   int64_t vocab = args.integer("vocab", 0);
   if (vocab == 0) vocab = format == ft::TokenFormat::Text ? 256 : 50304;
+  int64_t token_limit = args.integer("tokens", 0);
+  if (token_limit == 0) token_limit = format == ft::TokenFormat::Text ? vocab : std::min<int64_t>(vocab, 50257);
+  FT_CHECK(token_limit <= vocab, "ft-gpt2: --tokens ", token_limit, " exceeds the vocabulary (--vocab ", vocab, ")");
   const ft::GPTConfig config = preset(args.str("model"), vocab);
   const int64_t batch = args.integer("batch", 1), seq = args.integer("seq", 1), steps = args.integer("steps", 0);
   const int64_t accum = args.integer("grad-accum", 1);
@@ -157,7 +163,7 @@ int run(int argc, char** argv) {
   // Joined before the data (each rank reads its part of every global batch) and the optimizer
   // (its buffers are laid out for the run's world size).
   ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
-  const ft::TokenLoader::Options loader_options{.batch_size = batch, .seq_len = seq, .vocab_size = vocab,
+  const ft::TokenLoader::Options loader_options{.batch_size = batch, .seq_len = seq, .vocab_size = token_limit,
                                                 .seed = seed, .shuffle = args.integer("shuffle", 0) != 0,
                                                 .format = format, .shard = dp.shard()};
   ft::TokenLoader train(args.str("train"), loader_options);

@@ -5,6 +5,7 @@
 // B: batch size, T: sequence length.
 #include <gtest/gtest.h>
 
+#include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
 
 #include <filesystem>
@@ -126,6 +127,33 @@ TEST(TokenLoader, ReadsShardsInSortedOrder) {
   }
   EXPECT_EQ(batches, loader.batches_per_epoch());
   EXPECT_EQ(loader.position(), (TokenPosition{1, 0, 0}));
+}
+
+// Data parallelism: rank r of W reads the r-th B·T tokens of every global batch, so the ranks'
+// batches, row after row in rank order, are those of one loader with batch W·B, epoch after epoch.
+TEST(TokenLoader, RanksTogetherReadTheSingleProcessBatches) {
+  TempDir dir("ft_tokens");
+  const int64_t B = 2, T = 8, W = 3;
+  write_file(dir.file("t_000.bin"), shard_bytes(random_tokens(300, kGpt2Vocab, 4)));
+  write_file(dir.file("t_001.bin"), shard_bytes(random_tokens(170, kGpt2Vocab, 5)));
+  TokenLoader whole(dir.file("t_*.bin"), {.batch_size = W * B, .seq_len = T, .vocab_size = kGpt2Vocab});
+  std::vector<TokenLoader> ranks;
+  for (int r = 0; r < W; ++r)
+    ranks.emplace_back(dir.file("t_*.bin"), TokenLoader::Options{.batch_size = B, .seq_len = T, .vocab_size = kGpt2Vocab,
+                                                                  .shard = BatchShard{r, static_cast<int>(W)}});
+  EXPECT_EQ(ranks[0].batches_per_epoch(), whole.batches_per_epoch());
+  for (int64_t b = 0; b < 2 * whole.batches_per_epoch(); ++b) {
+    const TokenBatch expected = whole.next_batch();
+    for (int r = 0; r < W; ++r) {
+      const TokenBatch got = ranks[static_cast<size_t>(r)].next_batch();
+      EXPECT_EQ(got.inputs.to_vector(), expected.inputs.narrow(0, r * B, B).to_vector()) << "batch " << b;
+      EXPECT_EQ(got.targets.to_vector(), expected.targets.narrow(0, r * B, B).to_vector()) << "batch " << b;
+    }
+    EXPECT_EQ(ranks[W - 1].position(), whole.position());
+  }
+  EXPECT_FT_ERROR(TokenLoader(dir.file("t_*.bin"), TokenLoader::Options{.batch_size = B, .seq_len = T,
+                                                                        .vocab_size = kGpt2Vocab, .shard = {3, 3}}),
+                  "rank 3");
 }
 
 TEST(TokenLoader, WrapsToANewEpochInTheSameOrder) {
