@@ -47,8 +47,8 @@ class EmbeddingBagCollection : public Module {
 
   Options options_;
   Tensor weight_, accumulator_, row_offsets_, lr_;
-  Tensor one_hot_offsets_;
-  std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange_;  // 0, 1, ..., B·T for the last batch shape: made once, not every step
+  Tensor one_hot_offsets_;  // 0, 1, ..., B·T for the last batch shape: made once, not every step
+  std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange_;  // set_exchange's
 };
 
 }  // namespace ft

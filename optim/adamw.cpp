@@ -32,7 +32,7 @@ void AdamW::update() {
     for (size_t k = 0; k < pieces().size(); ++k) {
       const Slot& s = slots_[k];
       const Piece& p = pieces()[k];
-      slots.push_back({p.grad, p.value, p.master, s.m, s.v, s.decay, static_cast<int32_t>(p.param)});
+      slots.push_back({p.grad, p.value, p.master, s.m, s.v, s.decay, static_cast<int32_t>(k)});
     }
     multi_tensor::adamw(slots,
                         {options_.beta1, options_.beta2, options_.eps, options_.weight_decay,

@@ -37,7 +37,8 @@ void zero(const std::vector<Tensor>& tensors);
 struct ParamSlots {
   Tensor grad, param, master, first, second;  // `second` unused by SGD
   bool decay = true;
-  int32_t id = 0;  // index in the optimizer's parameter list (keys the stochastic rounding)
+  int32_t id = 0;  // the update's index of this tensor (a parameter, or a ZeRO-1 piece of one): keys the
+                   // stochastic rounding, so no two tensors of one step draw the same bits
 };
 
 struct AdamWConfig {

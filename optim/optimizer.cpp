@@ -218,35 +218,45 @@ Tensor Optimizer::state_piece(const std::vector<Tensor>& flats, size_t k) const 
   return flats.at(p.group).narrow(0, p.state_offset, p.value.numel()).reshape(p.value.shape());
 }
 
-std::vector<Tensor> Optimizer::gathered(const std::vector<Tensor>& flats) const {
-  FT_CHECK(collectives_, "Optimizer: a ZeRO-1 optimizer's state is gathered over the ranks, and it has no ",
-           "data-parallel group (DataParallel sets it)");
-  const FlatLayout& layout = grads_.layout();
-  std::vector<Tensor> whole;
-  // A buffer that covers its whole group already (an f32 group's masters: the parameters; any
-  // buffer at world size 1) is taken as it is.
-  auto complete = [&](size_t g) { return flats[g].numel() == layout.groups()[g].size; };
-  for (size_t g = 0; g < flats.size(); ++g) whole.push_back(complete(g) ? flats[g] : layout.allocate(g, flats[g].dtype()));
+ShardCollectives& Optimizer::collectives(const char* what) const {
+  FT_CHECK(collectives_, "Optimizer: a ZeRO-1 optimizer ", what, " over the ranks, and it has no data-parallel ",
+           "group (DataParallel sets it)");
+  return *collectives_;
+}
+
+void Optimizer::gather_chunks(const std::vector<Tensor>& whole, const char* what) const {
+  ShardCollectives& comm = collectives(what);
   for (const FlatLayout::Bucket& bucket : buckets_) {
+    const Tensor& flat = whole[bucket.group];
+    if (!flat.defined()) continue;
     const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
-    const size_t g = bucket.group;
-    if (complete(g)) continue;
-    const Tensor mine = whole[g].narrow(0, first, last - first);
-    mine.copy_(flats[g].narrow(0, bucket.begin / partition_.world, last - first));
-    collectives_->gather(mine, whole[g].narrow(0, bucket.begin, bucket.size()));
+    comm.gather(flat.narrow(0, first, last - first), flat.narrow(0, bucket.begin, bucket.size()));
   }
+}
+
+std::vector<Tensor> Optimizer::gathered(const std::vector<Tensor>& flats) const {
+  const FlatLayout& layout = grads_.layout();
+  // A buffer that covers its whole group already (an f32 group's masters: the parameters; any
+  // buffer at world size 1) is taken as it is; the others' chunks go to their places, then the
+  // other ranks' are gathered around them.
+  std::vector<Tensor> whole(flats.size()), to_gather(flats.size());
+  for (size_t g = 0; g < flats.size(); ++g) {
+    if (flats[g].numel() == layout.groups()[g].size) {
+      whole[g] = flats[g];
+      continue;
+    }
+    whole[g] = to_gather[g] = layout.allocate(g, flats[g].dtype());
+    for (const FlatLayout::Bucket& bucket : buckets_) {
+      if (bucket.group != g) continue;
+      const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+      whole[g].narrow(0, first, last - first).copy_(flats[g].narrow(0, bucket.begin / partition_.world, last - first));
+    }
+  }
+  gather_chunks(to_gather, "gathers its state");
   return whole;
 }
 
-void Optimizer::gather_parameters() {
-  FT_CHECK(collectives_, "Optimizer: a ZeRO-1 step gathers the parameters over the ranks, and it has no ",
-           "data-parallel group (DataParallel sets it)");
-  for (const FlatLayout::Bucket& bucket : buckets_) {
-    const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
-    const Tensor& flat = gather_flats_[bucket.group];
-    collectives_->gather(flat.narrow(0, first, last - first), flat.narrow(0, bucket.begin, bucket.size()));
-  }
-}
+void Optimizer::gather_parameters() { gather_chunks(gather_flats_, "gathers the parameters"); }
 
 void Optimizer::scatter_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const {
   const Tensor flat_value = value.reshape({value.numel()});
@@ -376,10 +386,9 @@ void Optimizer::step() {
   std::vector<Tensor> grads;
   std::function<void(const Tensor&)> sum_across;
   if (need_norm && sharded()) {
-    FT_CHECK(collectives_, "Optimizer: a ZeRO-1 step adds its gradient norm up over the ranks, and it has no ",
-             "data-parallel group (DataParallel sets it)");
+    ShardCollectives& comm = collectives("adds its gradient norm up");
     for (const Piece& p : pieces_) grads.push_back(p.grad);
-    sum_across = [this](const Tensor& t) { collectives_->sum(t); };
+    sum_across = [&comm](const Tensor& t) { comm.sum(t); };
   } else if (need_norm) {
     grads = grads_.flats();
   }

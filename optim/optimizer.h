@@ -60,7 +60,7 @@ struct DataPartition {
   int rank = 0;
   int world = 1;
   /// The size of a gradient bucket (the unit of reduction, and of ZeRO-1's shards), in bytes of
-  /// gradient; each is rounded down to a multiple of 256 · world bytes.
+  /// gradient; each is rounded down to a multiple of FlatLayout::kAlign · world elements.
   int64_t bucket_bytes = int64_t{25} << 20;
   bool shard_state = false;
 };
@@ -178,6 +178,11 @@ class Optimizer {
 
  private:
   void make_pieces();
+  /// The collectives, or an ft::Error saying that the optimizer `what` (needs them) without any.
+  ShardCollectives& collectives(const char* what) const;
+  /// Every bucket's chunks of `whole` (a buffer per group; undefined: skipped) gathered from
+  /// every rank, in place.
+  void gather_chunks(const std::vector<Tensor>& whole, const char* what) const;
   /// Sharded: whole-group buffers gathered from every rank's chunks of `flats` (state buffers).
   std::vector<Tensor> gathered(const std::vector<Tensor>& flats) const;
   /// Sharded: every rank's updated chunk of the parameters, gathered into every rank's buffers.

@@ -26,7 +26,7 @@ void SGD::update() {
     for (size_t k = 0; k < pieces().size(); ++k) {
       const Piece& p = pieces()[k];
       slots.push_back({p.grad, p.value, p.master, momentum_.empty() ? Tensor() : momentum_[k], Tensor(), true,
-                       static_cast<int32_t>(p.param)});
+                       static_cast<int32_t>(k)});
     }
     multi_tensor::sgd(slots, {options_.momentum, options_.weight_decay}, state_);
     return;

@@ -304,7 +304,9 @@ FitSummary Trainer::fit(int64_t total_steps) {
       });
     for (const Periodic& p : options_.periodic)
       if (p.every > 0 && step_ % p.every == 0) outside_steps(window, [&] { p.run(step_); });
-    if (options_.checkpoint &&
+    // ZeRO-1's state is gathered over the ranks: then every rank takes part (rank 0 writes).
+    const bool checkpoints_here = primary() || (options_.data_parallel && options_.data_parallel->sharded());
+    if (options_.checkpoint && checkpoints_here &&
         (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
       outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
   }

@@ -56,13 +56,13 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   const int64_t zero = args.integer("zero", 0);
   FT_CHECK(zero == 0 || zero == 1, program, ": --zero must be 0 or 1, got ", zero);
   const double bucket_mb = args.number("bucket-mb", 0);
-  FT_CHECK(bucket_mb > 0, program, ": --bucket-mb must be positive, got ", bucket_mb);
+  FT_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, program, ": --bucket-mb must be in (0, 1e6], got ", bucket_mb);
   if (!run.env.distributed() && when != "on") {
     FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
     return run;
   }
   const double timeout_s = args.number("comm-timeout", 0);
-  FT_CHECK(timeout_s > 0, program, ": --comm-timeout must be positive, got ", timeout_s);
+  FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
                                {.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
   run.partition = DataPartition{.rank = run.env.rank,

@@ -147,7 +147,14 @@ int run(int argc, char** argv) {
     return std::map<std::string, double>{
         {"test accuracy", ft::evaluate_accuracy(m, test_images, test.labels, 1024, device, dtype)}};
   };
-  ft::cli::wire_checkpoints(args, options, *model, optimizer);
+  // The data position counts global batches (--batch times the processes): a resume must keep it.
+  const int64_t global_batch = batch * dp.env.world_size;
+  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
+    FT_CHECK(saved->second == std::to_string(global_batch), "ft-mlp: --resume: the checkpoint was written with a ",
+             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
+             dp.env.world_size, " processes; its data position counts batches of that size)");
+  ft::cli::wire_checkpoints(args, options, *model, optimizer,
+                            [&](ft::DataPosition& run_state) { run_state["batch size"] = std::to_string(global_batch); });
   ft::Trainer trainer(*model, optimizer, source,
                       [&](ft::Module& m, const ft::Batch& b) {
                         const ft::Tensor images = ft::gather_rows(train_images, b.at("ids"));

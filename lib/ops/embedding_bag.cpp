@@ -89,9 +89,10 @@ Tensor embedding_bag_composite(const Tensor& weight, const Tensor& row_offsets, 
     rows = gather_rows(weight.detach(), bags.rows);
     if (needs_grad({&weight}))
       rows = record("embedding_bag_update", rows, {weight},
-                    [update = *options.update, weight = weight.detach(), ids = bags.rows](const Tensor& g) {
-                      Tensor all_ids = ids, no_offsets, all_grads = g;
-                      if (update.exchange) update.exchange(all_ids, no_offsets, all_grads);
+                    [update = *options.update, weight = weight.detach(), ids = bags.rows,
+                     offsets = offsets.detach()](const Tensor& g) {
+                      Tensor all_ids = ids, all_offsets = offsets, all_grads = g;
+                      if (update.exchange) update.exchange(all_ids, all_offsets, all_grads);
                       apply_update_composite(update, weight, all_ids, all_grads);
                       return std::vector<Tensor>{Tensor()};
                     });
@@ -124,16 +125,14 @@ Tensor embedding_bag(const Tensor& weight, const Tensor& row_offsets, const Tens
        psw = per_sample_weights.defined() ? per_sample_weights.detach() : Tensor(), options, psw_grad](const Tensor& g) {
         const Tensor grad = g.reshape({g.size(0) * g.size(1), g.size(2)});
         Tensor dpsw = psw_grad ? Tensor::empty({ids.numel()}, DType::F32, g.device()) : Tensor();
+        Tensor all_ids = ids, all_offsets = offsets, all_grads = grad;
         if (options.update->exchange) {
+          // The same on every rank (the model's), so every rank stops here alike.
           FT_CHECK(!psw.defined(), "embedding_bag: per-sample weights do not train data-parallel");
-          Tensor all_ids = ids, all_offsets = offsets, all_grads = grad;
           options.update->exchange(all_ids, all_offsets, all_grads);
-          cuda::embedding_bag_backward_update(all_grads, weight, row_offsets, all_ids, all_offsets, psw, options.mode,
-                                              *options.update, dpsw);
-        } else {
-          cuda::embedding_bag_backward_update(grad, weight, row_offsets, ids, offsets, psw, options.mode,
-                                              *options.update, dpsw);
         }
+        cuda::embedding_bag_backward_update(all_grads, weight, row_offsets, all_ids, all_offsets, psw, options.mode,
+                                            *options.update, dpsw);
         return std::vector<Tensor>{Tensor(), dpsw};
       });
 }

@@ -46,8 +46,8 @@ struct SparseRowUpdate {
   /// RowWiseAdagrad: [R], the weight's dtype and device, updated in place (zeros to start).
   Tensor accumulator = {};
   double eps = 1e-8;
-  /// Data parallelism: replaces this rank's bag ids [N], offsets [S + 1] (undefined in the twin,
-  /// which updates per id) and the gradient of its bags [S, D] (per id in the twin) by every
+  /// Data parallelism: replaces this rank's bag ids [N], offsets [S + 1] and the gradient of its
+  /// bags [S, D] (per id [N, D] in the twin, which updates per id) by every
   /// rank's, in rank order and scaled to the mean over the ranks, so that every replica applies
   /// the update one process with the whole global batch would. Unset: this rank's alone.
   std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange = {};

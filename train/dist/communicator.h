@@ -8,6 +8,7 @@
 // ft::Error naming the collective, the training step (set_step) and, where the backend can tell,
 // the rank it waited for.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -75,7 +76,7 @@ class Communicator {
   void check_parts(const char* collective, const Tensor& whole, const Tensor& part, Device device) const;
 
  private:
-  int64_t step_ = 0;
+  std::atomic<int64_t> step_{0};  // read by NCCL's watchdog thread
 };
 
 /// The communicator of this process's run (launch env), for tensors on `device`: NCCL on CUDA,

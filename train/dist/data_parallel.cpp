@@ -1,6 +1,7 @@
 #include "train/dist/data_parallel.h"
 
 #include <cstring>
+#include <string>
 #include <map>
 #include <memory>
 #include <vector>
@@ -41,6 +42,7 @@ void DataParallel::broadcast_parameters(Module& model) {
   for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
   for (const auto& [name, tensor] : model.state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
   for (auto& work : pending) work->wait();
+  model_ = &model;
   // Unsharded, the broadcast wrote the optimizer's own buffers; sharded, they were gathered
   // copies, which each rank now takes its chunks of.
   if (optimizer_.sharded()) optimizer_.load_state(state);
@@ -62,7 +64,11 @@ void DataParallel::before_backward(bool last) {
 
 void DataParallel::parameter_ready(size_t param) {
   if (!armed_) return;  // an earlier micro-batch of gradient accumulation: nothing to reduce yet
-  note("ready " + std::to_string(param));
+  // Reached, but given no gradient (an op whose backward returns none for it): its view may
+  // still hold last step's values. grad() zeroes a stale view, on the compute stream, before the
+  // bucket's collective is ordered after it.
+  (void)optimizer_.grad_buffer().grad(param);
+  if (options_.trace) note("ready " + std::to_string(param));
   size_t ready_end = next_bucket_;
   for (size_t b : buckets_of_[param]) --waiting_[b];
   while (ready_end < waiting_.size() && waiting_[ready_end] == 0) ++ready_end;
@@ -76,7 +82,7 @@ void DataParallel::start_buckets(size_t end) {
     const FlatLayout::Bucket& b = buckets[next_bucket_];
     const Tensor& flat = grads.storage(b.group);
     const Tensor bucket = flat.narrow(0, b.begin, b.size());
-    note("start " + std::to_string(next_bucket_));
+    if (options_.trace) note("start " + std::to_string(next_bucket_));
     if (optimizer_.sharded()) {
       const auto [first, last] = b.chunk(rank(), world_size());
       pending_.push_back(comm_.reduce_scatter(bucket, flat.narrow(0, first, last - first),
@@ -106,8 +112,11 @@ void DataParallel::gather(const Tensor& chunk, const Tensor& whole) { comm_.all_
 std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() {
   return [this](Tensor& ids, Tensor& offsets, Tensor& grad) {
     const int64_t world = world_size(), n = ids.numel();
-    FT_CHECK(!offsets.defined() || offsets.numel() == n + 1, "data-parallel embedding tables need one id per bag (",
-             offsets.numel() - 1, " bags, ", n, " ids)");
+    // One id per bag, checked here on each rank (no collective: this runs inside a captured step).
+    // A rank with bags of several ids stops with this error; the others then fail their next
+    // collective within --comm-timeout, naming it.
+    FT_CHECK(offsets.defined() && offsets.numel() == n + 1, "data-parallel embedding tables need one id per bag (",
+             offsets.defined() ? offsets.numel() - 1 : -1, " bags, ", n, " ids)");
     Tensor all_ids = Tensor::empty({world * n}, ids.dtype(), ids.device());
     comm_.all_gather(ids.reshape({n}), all_ids)->wait();
     const Tensor flat = grad.reshape({grad.numel()});
@@ -115,14 +124,12 @@ std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() {
     comm_.all_gather(flat, all_grads)->wait();
     all_grads = all_grads.reshape({world * grad.size(0), grad.size(1)});
     if (world > 1) all_grads = all_grads * (1.0 / static_cast<double>(world));
-    if (offsets.defined()) {
-      // Made in the eager steps before a graph's capture, then reused: 0, 1, ..., world · n.
-      Tensor& cached = gathered_offsets_;
-      if (!cached.defined() || cached.numel() != world * n + 1 || cached.dtype() != offsets.dtype() ||
-          cached.device() != offsets.device())
-        cached = Tensor::arange(world * n + 1, offsets.dtype(), offsets.device());
-      offsets = cached;
-    }
+    // Made in the eager steps before a graph's capture, then reused: 0, 1, ..., world · n.
+    Tensor& cached = gathered_offsets_;
+    if (!cached.defined() || cached.numel() != world * n + 1 || cached.dtype() != offsets.dtype() ||
+        cached.device() != offsets.device())
+      cached = Tensor::arange(world * n + 1, offsets.dtype(), offsets.device());
+    offsets = cached;
     ids = all_ids;
     grad = all_grads;
   };
@@ -134,22 +141,33 @@ double DataParallel::mean_over_ranks(double value) {
   return t.item();
 }
 
+namespace {
+
+// Every rank's `mine` equals rank 0's bit for bit, or an ft::Error names the first element that differs.
+void check_same_as_rank0(Communicator& comm, const Tensor& mine_device, const std::string& what) {
+  Tensor theirs = Tensor::empty(mine_device.shape(), mine_device.dtype(), mine_device.device());
+  theirs.copy_(mine_device);
+  comm.broadcast(theirs, 0)->wait();
+  const Tensor mine = mine_device.to(kCPU), ref = theirs.to(kCPU);
+  const size_t bytes = dtype_size(mine.dtype());
+  const auto* a = static_cast<const unsigned char*>(mine.data_ptr());
+  const auto* b = static_cast<const unsigned char*>(ref.data_ptr());
+  for (int64_t i = 0; i < mine.numel(); ++i)
+    FT_CHECK(std::memcmp(a + i * bytes, b + i * bytes, bytes) == 0, "data parallel: at step ", comm.step(), " rank ",
+             comm.rank(), "'s ", what, " element ", i, " (", mine.to_vector()[i], ") differs from rank 0's (",
+             ref.to_vector()[i], "): the replicas have diverged");
+}
+
+}  // namespace
+
 void DataParallel::check_replicas() {
   NoGradGuard no_grad;
   const std::vector<Tensor>& replicas = optimizer_.replica_buffers();
-  for (size_t g = 0; g < replicas.size(); ++g) {
-    Tensor theirs = Tensor::empty(replicas[g].shape(), replicas[g].dtype(), replicas[g].device());
-    theirs.copy_(replicas[g]);
-    comm_.broadcast(theirs, 0)->wait();
-    const Tensor mine = replicas[g].to(kCPU), ref = theirs.to(kCPU);
-    const size_t bytes = dtype_size(mine.dtype());
-    const auto* a = static_cast<const unsigned char*>(mine.data_ptr());
-    const auto* b = static_cast<const unsigned char*>(ref.data_ptr());
-    for (int64_t i = 0; i < mine.numel(); ++i)
-      FT_CHECK(std::memcmp(a + i * bytes, b + i * bytes, bytes) == 0, "data parallel: at step ", comm_.step(),
-               " rank ", comm_.rank(), "'s weight ", i, " of group ", g, " (", mine.to_vector()[i],
-               ") differs from rank 0's (", ref.to_vector()[i], "): the replicas have diverged");
-  }
+  for (size_t g = 0; g < replicas.size(); ++g)
+    check_same_as_rank0(comm_, replicas[g], "weights (group " + std::to_string(g) + ")");
+  // The model's own tensors too: tables trained outside the optimizer, buffers.
+  if (model_)
+    for (const auto& [name, tensor] : model_->state_dict()) check_same_as_rank0(comm_, tensor, name);
 }
 
 }  // namespace ft

@@ -40,6 +40,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   /// The optimizer must have been built with this run's DataPartition (rank, world size); it is
   /// used until the last step, and not in the destructor.
   DataParallel(Communicator& comm, Optimizer& optimizer, Options options);
+  /// Clears every gradient-ready hook of the optimizer's parameters (hooks have no handles).
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -47,8 +48,9 @@ class DataParallel : public GradientSync, public ShardCollectives {
   /// Every rank takes rank 0's parameters, buffers and optimizer state (call before training,
   /// after loading any checkpoint).
   void broadcast_parameters(Module& model);
-  /// Every rank's weights equal rank 0's, bit for bit, or an ft::Error names the first element
-  /// that differs.
+  /// Every rank's weights (the optimizer's, and after broadcast_parameters every tensor of the
+  /// model's state dict: tables trained outside the optimizer, buffers) equal rank 0's, bit for
+  /// bit, or an ft::Error names the first element that differs.
   void check_replicas();
   /// The tables' exchange for data parallelism with one id per bag (SparseRowUpdate::exchange):
   /// every rank's ids and bag gradients all-gathered, the gradients scaled by 1 / world size (the
@@ -91,6 +93,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   std::vector<std::unique_ptr<Work>> pending_;
   std::vector<std::string> trace_;
   Tensor gathered_offsets_;  // bag_exchange's offsets of the gathered bags
+  Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
 };
 
 }  // namespace ft
