@@ -101,6 +101,10 @@ class NcclCommunicator : public Communicator {
     cudaStreamDestroy(comm_stream_);
   }
 
+  /// At world size 1 the average is the sum, which NCCL's one-rank path does without touching
+  /// the buffer (for ncclAvg it would scale it: a pass over every gradient).
+  ncclRedOp_t reduction(CommOp op) const { return op == CommOp::Average && world_ > 1 ? ncclAvg : ncclSum; }
+
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return "nccl"; }
@@ -109,14 +113,14 @@ class NcclCommunicator : public Communicator {
     check_tensor("all_reduce", t, device_);
     return on_comm_stream("ncclAllReduce", [&] {
       return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype(), "all_reduce"),
-                           op == CommOp::Average ? ncclAvg : ncclSum, comm_, comm_stream_);
+                           reduction(op), comm_, comm_stream_);
     });
   }
   std::unique_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& out, CommOp op) override {
     check_parts("reduce_scatter", input, out, device_);
     return on_comm_stream("ncclReduceScatter", [&] {
       return ncclReduceScatter(input.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
-                               nccl_type(out.dtype(), "reduce_scatter"), op == CommOp::Average ? ncclAvg : ncclSum,
+                               nccl_type(out.dtype(), "reduce_scatter"), reduction(op),
                                comm_, comm_stream_);
     });
   }
