@@ -49,6 +49,13 @@ inline Resumed resume_from_flag(const Args& args, Module& model, Optimizer& opti
   return out;
 }
 
+/// A resumed run must have steps left: --steps at or below the checkpoint's step is an error
+/// naming both (it would train nothing and report no loss).
+inline void check_steps_left(const Resumed& resumed, int64_t steps, const std::string& program) {
+  FT_CHECK(steps > resumed.step, program, ": --steps ", steps, " is not beyond the checkpoint's step ", resumed.step,
+           ": nothing is left to train (--steps counts from the start of the run)");
+}
+
 /// With --ckpt-dir set, has the trainer write checkpoints there (every --ckpt-every steps and at
 /// the end). `describe` adds run state of the binary's own; `after_save` gets each folder. In a
 /// data-parallel run (options.data_parallel set first) every rank takes part in gathering the

@@ -245,7 +245,10 @@ int run(int argc, char** argv) {
                                                                     b.at("labels"));
                       },
                       options);
-  if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
+  if (!args.str("resume").empty()) {
+    ft::cli::check_steps_left(resumed, steps, "ft-dlrm");
+    trainer.resume(resumed.step, resumed.position);
+  }
   const ft::FitSummary summary = trainer.fit(steps);
   const ft::BinaryMetrics test = eval_on(split.test, 0);
   if (!dp.primary()) return 0;  // every rank evaluated the same weights; rank 0 reports

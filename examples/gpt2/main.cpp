@@ -142,6 +142,7 @@ int run(int argc, char** argv) {
     (void)args.number(name, 0);
   for (const char* name : {"batch", "seq", "steps", "grad-accum"}) (void)args.integer(name, 1);
   FT_CHECK(args.number("lora-dropout") < 1, "ft-gpt2: --lora-dropout must be below 1, got ", args.number("lora-dropout"));
+  FT_CHECK(args.number("lora-alpha") > 0, "ft-gpt2: --lora-alpha must be positive, got ", args.number("lora-alpha"));
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
@@ -314,7 +315,10 @@ int run(int argc, char** argv) {
   ft::Trainer trainer(model, optimizer, source,
                       [&](ft::Module&, const ft::Batch& b) { return model.loss(b.at("inputs"), b.at("targets")); },
                       options);
-  if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
+  if (!args.str("resume").empty()) {
+    ft::cli::check_steps_left(resumed, steps, "ft-gpt2");
+    trainer.resume(resumed.step, resumed.position);
+  }
   const ft::FitSummary summary = trainer.fit(steps);
   if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to

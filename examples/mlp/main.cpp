@@ -161,7 +161,10 @@ int run(int argc, char** argv) {
                         return ft::cross_entropy(m.forward(images), b.at("labels"));
                       },
                       options);
-  if (!args.str("resume").empty()) trainer.resume(resumed.step, resumed.position);
+  if (!args.str("resume").empty()) {
+    ft::cli::check_steps_left(resumed, steps, "ft-mlp");
+    trainer.resume(resumed.step, resumed.position);
+  }
   const ft::FitSummary summary = trainer.fit(steps);
   if (dp.get() && args.integer("check-replicas", 0)) dp.get()->check_replicas();  // the last step's update too
   if (!dp.primary()) return 0;

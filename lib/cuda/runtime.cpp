@@ -226,7 +226,16 @@ CapturedGraph::~CapturedGraph() {
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
 }
 
-void CapturedGraph::replay() { FT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::stream())); }
+void CapturedGraph::replay() {
+  const cudaError_t status = cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::stream());
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    // A graph's own allocations are made when it launches: the step did fit eagerly, not replayed.
+    FT_FAIL("CUDA out of memory launching the captured step (its graph allocates its memory at launch; ",
+            cuda::memory_summary(), "): try a smaller --batch, or --graph 0 to run the step eagerly");
+  }
+  FT_CUDA_CHECK(status);
+}
 
 void CapturedGraph::replay(const DeviceWrites& per_replay) {
   FT_CHECK(writes_node_ != nullptr, "CapturedGraph::replay: this graph was captured without per-replay writes");
@@ -282,6 +291,22 @@ bool capturing() {
   return status != cudaStreamCaptureStatusNone;
 }
 
+namespace cuda {
+
+std::string memory_summary() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return "free memory unknown";
+  }
+  char text[128];
+  std::snprintf(text, sizeof text, "%.2f GB free of %.2f GB on the device, %.2f GB held by fusedtrain's pool",
+                free_bytes / 1e9, total_bytes / 1e9, static_cast<double>(pool_attribute(cudaMemPoolAttrReservedMemCurrent)) / 1e9);
+  return text;
+}
+
+}  // namespace cuda
+
 namespace runtime {
 
 void* allocate(size_t bytes, Device device) {
@@ -294,7 +319,11 @@ void* allocate(size_t bytes, Device device) {
   FT_CHECK(cuda_available(), "no CUDA device is available");
   void* p = nullptr;
   cudaError_t status = cudaMallocAsync(&p, bytes, cuda::stream());
-  FT_CHECK(status == cudaSuccess, "CUDA out of memory allocating ", bytes, " bytes: ", cudaGetErrorString(status));
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    FT_FAIL("CUDA out of memory allocating ", bytes / 1e9, " GB (", cudaGetErrorString(status), "; ",
+            cuda::memory_summary(), "): try a smaller --batch, or --graph 0 (a captured step holds its memory)");
+  }
   return p;
 }
 

@@ -4,6 +4,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "lib/cuda/launchers.h"
 #include "lib/error.h"
 
@@ -39,6 +41,9 @@ ColumnScratch column_scratch(int64_t row_blocks, int64_t cols, int64_t col_tiles
 
 /// Grid size for an elementwise kernel of n items with `threads` per block.
 unsigned elementwise_blocks(long long n, int threads);
+
+/// "X GB free of Y GB on the device, Z GB held by fusedtrain's pool", for out-of-memory errors.
+std::string memory_summary();
 
 }  // namespace ft::cuda
 
