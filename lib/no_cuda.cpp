@@ -33,6 +33,7 @@ void StreamEvent::synchronize() const {}
 bool capturing() { return false; }
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
+void release_cached_memory() {}
 size_t peak_memory() { return 0; }
 void profiler_start() {}
 void profiler_stop() {}

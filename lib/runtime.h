@@ -27,6 +27,10 @@ bool capturing();
 size_t device_memory_in_use();
 /// Restarts the high-water mark of device_memory_in_use() at the current value.
 void reset_peak_memory();
+/// After a failure (out of memory, say): waits for the queued work, ignoring its errors, and
+/// gives the memory the pools keep cached (the default pool's and CUDA graphs') back to the device,
+/// so that what runs next can use it.
+void release_cached_memory();
 /// The most device memory in use since the last reset_peak_memory() (or the start): the
 /// library's pool plus the memory CUDA graphs own (a replayed step's activations and gradients).
 size_t peak_memory();

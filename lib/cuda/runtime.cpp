@@ -15,8 +15,14 @@
 namespace ft::cuda {
 
 void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
+  // Out of memory wherever CUDA reports it (a kernel's launch, a graph's upload or launch): say
+  // how much is free and what to try.
+  const std::string advice = status == cudaErrorMemoryAllocation
+                                 ? "; " + memory_summary() + ": try a smaller --batch, or --graph 0 (a captured step " +
+                                       "holds its memory)"
+                                 : std::string();
   ::ft::detail::throw_error(::ft::detail::concat("CUDA error ", cudaGetErrorName(status), " (",
-                                                 cudaGetErrorString(status), ") in ", expr),
+                                                 cudaGetErrorString(status), ") in ", expr, advice),
                             file, line);
 }
 
@@ -175,6 +181,16 @@ void reset_peak_memory() {
   FT_CUDA_CHECK(cudaGetDevice(&device));
   uint64_t none = 0;
   FT_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &none));
+}
+
+void release_cached_memory() {
+  if (!cuda_available()) return;
+  cudaStreamSynchronize(cuda::stream());
+  cudaGetLastError();
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGraphMemTrim(device);
+  cudaMemPoolTrimTo(default_pool(), 0);
+  cudaGetLastError();
 }
 
 void profiler_start() {
