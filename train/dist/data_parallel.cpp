@@ -1,9 +1,9 @@
 #include "train/dist/data_parallel.h"
 
 #include <cstring>
-#include <string>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/autograd.h"
