@@ -55,14 +55,9 @@ void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, 
     state.clip.fill_(1.0);
   } else {
     const DType dtype = state.keep.dtype();
-    // On the CPU the squares add up in f64: an f32 sum over 10^5 elements is off by ~1e-5, which
-    // the clip factor would pass on to every weight (and ZeRO-1, adding the same squares in
-    // another order, would not match the plain step).
-    const DType sum_dtype = state.keep.is_cuda() ? dtype : DType::F64;
-    Tensor squares = grads.empty() ? Tensor::zeros({1}, sum_dtype, state.keep.device())
-                                   : sum_of_squares_twin(grads, sum_dtype);
+    Tensor squares = grads.empty() ? Tensor::zeros({1}, dtype, state.keep.device()) : sum_of_squares_twin(grads, dtype);
     if (sum_across) sum_across(squares);
-    const Tensor norm = cast(sqrt(squares), dtype);
+    const Tensor norm = sqrt(squares);
     state.grad_norm.copy_(norm);
     // norm >= 0, so "finite" is norm < inf (false for NaN and inf).
     const Tensor finite = cast(lt(norm, scalar_like(norm, std::numeric_limits<double>::infinity())), norm.dtype());

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -71,16 +72,9 @@ std::string pin_gpu_to_local_rank(const LaunchEnv& env) {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   std::vector<std::string> list;
   if (visible) {
-    std::string item;
-    for (const char* p = visible;; ++p) {
-      if (*p == ',' || *p == '\0') {
-        if (!item.empty()) list.push_back(item);
-        item.clear();
-        if (*p == '\0') break;
-      } else {
-        item += *p;
-      }
-    }
+    std::stringstream entries(visible);
+    for (std::string item; std::getline(entries, item, ',');)
+      if (!item.empty()) list.push_back(item);
     if (list.size() <= 1) return "";  // pinned already (or no GPU at all)
     FT_CHECK(static_cast<size_t>(env.local_rank) < list.size(), "local rank ", env.local_rank,
              " has no GPU in CUDA_VISIBLE_DEVICES='", visible, "' (", list.size(), " listed)");
