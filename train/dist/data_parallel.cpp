@@ -119,11 +119,12 @@ std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() {
              offsets.defined() ? offsets.numel() - 1 : -1, " bags, ", n, " ids)");
     Tensor all_ids = Tensor::empty({world * n}, ids.dtype(), ids.device());
     comm_.all_gather(ids.reshape({n}), all_ids)->wait();
-    const Tensor flat = grad.reshape({grad.numel()});
+    // Scaled before the gather: one pass over this rank's gradients, not over every rank's.
+    const Tensor mine = world > 1 ? grad * (1.0 / static_cast<double>(world)) : grad;
+    const Tensor flat = mine.reshape({mine.numel()});
     Tensor all_grads = Tensor::empty({world * flat.numel()}, grad.dtype(), grad.device());
     comm_.all_gather(flat, all_grads)->wait();
     all_grads = all_grads.reshape({world * grad.size(0), grad.size(1)});
-    if (world > 1) all_grads = all_grads * (1.0 / static_cast<double>(world));
     // Made in the eager steps before a graph's capture, then reused: 0, 1, ..., world · n.
     Tensor& cached = gathered_offsets_;
     if (!cached.defined() || cached.numel() != world * n + 1 || cached.dtype() != offsets.dtype() ||
