@@ -12,6 +12,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// Out of device (or host) memory: an Error that says what was being allocated, how much was
+/// free and what to try. Its own type so a caller (a benchmark trying several variants, say) can
+/// tell it from a bad input and go on.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Parts>
 std::string concat(const Parts&... parts) {

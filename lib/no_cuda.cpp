@@ -34,6 +34,7 @@ bool capturing() { return false; }
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
 void release_cached_memory() {}
+size_t device_memory_total() { return 0; }
 size_t peak_memory() { return 0; }
 void profiler_start() {}
 void profiler_stop() {}
@@ -41,9 +42,7 @@ void profiler_stop() {}
 namespace runtime {
 void* allocate(size_t bytes, Device device) {
   FT_CHECK(device.is_cpu(), "fusedtrain was built without CUDA (FT_CUDA=OFF): cannot allocate on ", device.str());
-  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-  FT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-  return p;
+  return allocate_host(bytes);
 }
 void release(void* ptr, Device) { std::free(ptr); }
 void copy_bytes(void* dst, Device, const void* src, Device, size_t bytes) { std::memcpy(dst, src, bytes); }

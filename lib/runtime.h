@@ -1,11 +1,17 @@
 // Device runtime entry points that do not expose CUDA headers: availability, sync, copies.
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lib/dtype.h"
+#include "lib/error.h"
 
 namespace ft {
 
@@ -25,6 +31,8 @@ bool capturing();
 
 /// Bytes of device memory the library's tensors hold now (the pool's used memory, not its reserve).
 size_t device_memory_in_use();
+/// Bytes of memory the device has in all; 0 without a GPU.
+size_t device_memory_total();
 /// Restarts the high-water mark of device_memory_in_use() at the current value.
 void reset_peak_memory();
 /// After a failure (out of memory, say): waits for the queued work, ignoring its errors, and
@@ -82,11 +90,15 @@ class CapturedGraph {
   void replay();
   /// Sets the device-writes node's arguments to `per_replay`, then enqueues one replay.
   void replay(const DeviceWrites& per_replay);
+  /// What the graph's own allocations ask for in all (a replay that cannot find it is an
+  /// OutOfMemory naming it).
+  size_t allocated_bytes() const { return allocated_bytes_; }
 
  private:
   void* graph_ = nullptr;        // cudaGraph_t
   void* exec_ = nullptr;         // cudaGraphExec_t
   void* writes_node_ = nullptr;  // cudaGraphNode_t of the device-writes kernel, when captured
+  size_t allocated_bytes_ = 0;
 };
 
 /// A point in the work of the compute stream or of the copy stream, the second stream that
@@ -114,8 +126,36 @@ class StreamEvent {
 };
 
 namespace runtime {
-/// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool).
+/// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool). Out of
+/// memory is an OutOfMemory error naming the size and, on CUDA, what is free.
 void* allocate(size_t bytes, Device device);
+/// "12.34 GB": sizes in error messages.
+inline std::string gigabytes(double bytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+  return text;
+}
+/// With FT_FILL_UNINITIALIZED=1 in the environment, allocate fills every new allocation with
+/// 0xFF bytes: NaN in every float dtype, -1 in the integer ones (PyTorch's
+/// fill_uninitialized_memory does the same). A result that reads memory nothing wrote then turns
+/// NaN instead of quietly plausible; scripts/device_sanitize.sh runs the GPU suite so, because
+/// compute-sanitizer's initcheck cannot see writes made by the bulk copy engine. For checking,
+/// not speed: it costs a memset per allocation.
+inline bool fill_uninitialized() {
+  static const bool on = [] {
+    const char* value = std::getenv("FT_FILL_UNINITIALIZED");
+    return value && *value && std::string_view(value) != "0";
+  }();
+  return on;
+}
+/// The host half of allocate (64-byte aligned, released with std::free).
+inline void* allocate_host(size_t bytes) {
+  bytes = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw OutOfMemory(detail::concat("out of host memory allocating ", gigabytes(static_cast<double>(bytes))));
+  if (fill_uninitialized()) std::memset(p, 0xFF, bytes);
+  return p;
+}
 void release(void* ptr, Device device);
 /// Copies bytes between any two devices; returns once the destination is readable by the host
 /// when the destination is the CPU, otherwise stays asynchronous on the compute stream.

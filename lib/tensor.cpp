@@ -42,7 +42,12 @@ void check_defined(const Tensor& t, const char* op, const char* name) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) FT_CHECK(d >= 0, "empty: negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  try {
+    impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  } catch (const OutOfMemory& e) {  // the allocator knows the bytes; the tensor is named here
+    throw OutOfMemory(detail::concat("a ", dtype_name(dtype), " ", shape_str(shape), " tensor on ", device.str(), ": ",
+                                     e.what()));
+  }
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(std::move(impl));

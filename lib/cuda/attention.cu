@@ -723,6 +723,7 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
     Tensor dq_turns = Tensor::empty({slots}, DType::I32, lse.device());
     FT_CUDA_CHECK(cudaMemsetAsync(dq_turns.data_ptr(), 0, dq_turns.nbytes(), stream()));
     p.dq_sum = dq_sum.data<float>();
+    before_untracked_write(p.dq_sum, dq_sum.nbytes());  // only bulk copies write the dQ sums
     p.dq_turns = dq_turns.data<int32_t>();
     const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) +
                         (4 * kRows + 2 * kDqShareFloats<D>) * sizeof(float);

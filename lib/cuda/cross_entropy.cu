@@ -128,6 +128,9 @@ __global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross
     extern __shared__ __align__(16) unsigned char row_cache_bytes[];  // [vocab] T when cache_row
     T* row_cache = reinterpret_cast<T*>(row_cache_bytes);
     const bool cache = cache_row && dlogits;  // block rows only (the launch asks for none in warp mode)
+    // The target's logit is read before the group's reductions: once past them, other threads
+    // overwrite the row with dlogits in place (linear_cross_entropy passes logits as dlogits).
+    const float picked = counted && group.rank() == 0 ? to_acc(row[target]) : 0.0f;
 
     MaxSum acc{-INFINITY, 0.0f};
     float row_sum = 0.0f;
@@ -162,7 +165,6 @@ __global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross
     if (group.rank() == 0) {
       float l = 0.0f;
       if (counted) {
-        const float picked = to_acc(row[target]);
         l = lse - (1.0f - smoothing) * picked - smoothing * sum_all / static_cast<float>(vocab);
       }
       row_loss[r] = l * mean_scale;

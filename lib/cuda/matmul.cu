@@ -47,6 +47,24 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
   return alignment;
 }
 
+// What a product writes (D, a GELU/ReLU epilogue's saved pre-activation, a BGRAD epilogue's bias
+// gradient), which cuBLAS's Hopper kernels store through TMA. D is left alone when the product
+// is added to it.
+void before_cublas_writes(const LtGemm& g) {
+  const size_t element = dtype_size(g.d_dtype());
+  if (!(g.accumulate && !g.c)) {
+    const int64_t d_extent = (g.batch - 1) * g.stride_d + (g.n - 1) * g.ldd + g.m;
+    before_untracked_write(g.d, static_cast<size_t>(d_extent) * element);
+  }
+  const bool writes_aux = g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                          g.epilogue == CUBLASLT_EPILOGUE_RELU_AUX || g.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+  if (g.aux && writes_aux) before_untracked_write(g.aux, static_cast<size_t>((g.n - 1) * g.ld_aux + g.m) * element);
+  if (g.bias && (g.epilogue == CUBLASLT_EPILOGUE_BGRADB || g.epilogue == CUBLASLT_EPILOGUE_BGRADA))
+    before_untracked_write(g.bias, static_cast<size_t>(g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? g.n : g.m) * element);
+  if (g.bias && (g.epilogue & 16))  // DGELU_BGRAD, DRELU_BGRAD: the bias gradient has D's m rows
+    before_untracked_write(g.bias, static_cast<size_t>(g.m) * element);
+}
+
 }  // namespace
 
 void run_gemm(const LtGemm& g) {
@@ -123,6 +141,7 @@ bool try_run_gemm(const LtGemm& g) {
   const float alpha32 = static_cast<float>(g.alpha), beta32 = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  before_cublas_writes(g);
   FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, addend, ld, g.d, ld, &algo,
                                  workspace, workspace_bytes, stream()));
   cublasLtMatrixLayoutDestroy(la);

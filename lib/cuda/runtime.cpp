@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string_view>
+#include <vector>
 
 #include <cuda_profiler_api.h>
 
@@ -183,6 +185,13 @@ void reset_peak_memory() {
   FT_CUDA_CHECK(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &none));
 }
 
+size_t device_memory_total() {
+  if (!cuda_available()) return 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  FT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes;
+}
+
 void release_cached_memory() {
   if (!cuda_available()) return;
   cudaStreamSynchronize(cuda::stream());
@@ -201,6 +210,39 @@ void profiler_stop() {
   FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // the marked work has run
   FT_CUDA_CHECK(cudaProfilerStop());
 }
+
+namespace {
+// The bytes the graph's allocation nodes ask for: what a launch must find free (at most; CUDA may
+// reuse a freed block within the step).
+size_t graph_allocation_bytes(cudaGraph_t graph) {
+  size_t count = 0;
+  FT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  FT_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  size_t bytes = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    FT_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeMemAlloc) continue;
+    cudaMemAllocNodeParams params{};
+    FT_CUDA_CHECK(cudaGraphMemAllocNodeGetParams(node, &params));
+    bytes += params.bytesize;
+  }
+  return bytes;
+}
+
+// A graph's own allocations are made when it is instantiated, uploaded or launched, so a step
+// that ran eagerly can still not fit replayed: out of memory there is an OutOfMemory saying how
+// much the graph asks for; any other failure is a CUDA error.
+void check_graph_memory(cudaError_t status, const char* doing, size_t allocated_bytes) {
+  if (status == cudaSuccess) return;
+  if (status != cudaErrorMemoryAllocation) FT_CUDA_CHECK(status);
+  cudaGetLastError();
+  throw OutOfMemory(detail::concat("CUDA out of memory ", doing, " the captured step: its graph allocates up to ",
+                                   runtime::gigabytes(static_cast<double>(allocated_bytes)), " of its own (",
+                                   cuda::memory_summary(), "): try a smaller --batch, or --graph 0 to run the step eagerly"));
+}
+}  // namespace
 
 CapturedGraph::CapturedGraph(const std::function<void()>& work, const DeviceWrites* per_replay) {
   cudaStream_t s = cuda::stream();
@@ -222,19 +264,30 @@ CapturedGraph::CapturedGraph(const std::function<void()>& work, const DeviceWrit
     cudaStreamEndCapture(s, &graph);
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();  // the capture's error is reported here, not left for the next call
-    FT_FAIL("CapturedGraph: the work could not be captured: ", e.what());
+    const std::string message = detail::concat("CapturedGraph: the work could not be captured: ", e.what());
+    if (dynamic_cast<const OutOfMemory*>(&e)) throw OutOfMemory(message);
+    FT_FAIL(message);
   }
   FT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  allocated_bytes_ = graph_allocation_bytes(graph);
   cudaGraphExec_t exec = nullptr;
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   if (status != cudaSuccess) {
     cudaGraphDestroy(graph);
+    cudaGetLastError();
+    if (status == cudaErrorMemoryAllocation) check_graph_memory(status, "instantiating", allocated_bytes_);
     FT_FAIL("CapturedGraph: cudaGraphInstantiate failed: ", cudaGetErrorString(status));
+  }
+  // Uploaded now, so the first replay does not pay for it (and a timed step does not either).
+  // The upload maps the graph's own memory, so it is the first place that can run out.
+  const cudaError_t uploaded = cudaGraphUpload(exec, s);
+  if (uploaded != cudaSuccess) {  // no destructor runs for a constructor that throws
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    check_graph_memory(uploaded, "uploading", allocated_bytes_);
   }
   graph_ = graph;
   exec_ = exec;
-  // Uploaded now, so the first replay does not pay for it (and a timed step does not either).
-  FT_CUDA_CHECK(cudaGraphUpload(exec, s));
 }
 
 CapturedGraph::~CapturedGraph() {
@@ -244,13 +297,7 @@ CapturedGraph::~CapturedGraph() {
 
 void CapturedGraph::replay() {
   const cudaError_t status = cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::stream());
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    // A graph's own allocations are made when it launches: the step did fit eagerly, not replayed.
-    FT_FAIL("CUDA out of memory launching the captured step (its graph allocates its memory at launch; ",
-            cuda::memory_summary(), "): try a smaller --batch, or --graph 0 to run the step eagerly");
-  }
-  FT_CUDA_CHECK(status);
+  check_graph_memory(status, "launching", allocated_bytes_);
 }
 
 void CapturedGraph::replay(const DeviceWrites& per_replay) {
@@ -309,6 +356,14 @@ bool capturing() {
 
 namespace cuda {
 
+void before_untracked_write(void* begin, size_t bytes) {
+  static const bool on = [] {
+    const char* value = std::getenv("FT_INITCHECK");
+    return value && *value && std::string_view(value) != "0";
+  }();
+  if (on && bytes > 0) FT_CUDA_CHECK(cudaMemsetAsync(begin, 0, bytes, stream()));
+}
+
 std::string memory_summary() {
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
@@ -327,19 +382,17 @@ namespace runtime {
 
 void* allocate(size_t bytes, Device device) {
   if (bytes == 0) bytes = 1;
-  if (device.is_cpu()) {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    FT_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-    return p;
-  }
+  if (device.is_cpu()) return allocate_host(bytes);
   FT_CHECK(cuda_available(), "no CUDA device is available");
   void* p = nullptr;
   cudaError_t status = cudaMallocAsync(&p, bytes, cuda::stream());
   if (status != cudaSuccess) {
     cudaGetLastError();
-    FT_FAIL("CUDA out of memory allocating ", bytes / 1e9, " GB (", cudaGetErrorString(status), "; ",
-            cuda::memory_summary(), "): try a smaller --batch, or --graph 0 (a captured step holds its memory)");
+    throw OutOfMemory(detail::concat("CUDA out of memory allocating ", runtime::gigabytes(static_cast<double>(bytes)), " (", cudaGetErrorString(status),
+                                     "; ", cuda::memory_summary(),
+                                     "): try a smaller --batch, or --graph 0 (a captured step holds its memory)"));
   }
+  if (fill_uninitialized()) FT_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, cuda::stream()));
   return p;
 }
 

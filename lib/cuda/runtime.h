@@ -45,6 +45,15 @@ unsigned elementwise_blocks(long long n, int threads);
 /// "X GB free of Y GB on the device, Z GB held by fusedtrain's pool", for out-of-memory errors.
 std::string memory_summary();
 
+/// Called just before a write compute-sanitizer's initcheck cannot see: cuBLAS's TMA stores and
+/// the bulk copy engine's copies out of shared memory (its version 2025.3 reports later reads of
+/// such memory as uninitialized, tests/sanitizer/bulk_copy_probe.cu shows it, and its
+/// millions of reports slow it tenfold). With FT_INITCHECK=1 in the environment (set by
+/// scripts/device_sanitize.sh for initcheck only) the range is cleared first by a memset, a write
+/// initcheck does see; otherwise nothing happens. Whether these writers fill their whole output
+/// is checked apart, by the suite run with FT_FILL_UNINITIALIZED=1.
+void before_untracked_write(void* begin, size_t bytes);
+
 }  // namespace ft::cuda
 
 #define FT_CUDA_CHECK(expr)                                                           \
