@@ -17,8 +17,7 @@
 
 #include "lib/error.h"
 #include "lib/ops/random.h"
-#include "lib/parse.h"
-#include "train/json.h"
+#include "train/checkpoint_records.h"
 #include "train/safetensors.h"
 
 namespace ft {
@@ -70,14 +69,12 @@ uint32_t file_crc32(const fs::path& path, int64_t& bytes) {
 // The manifest, written last into a checkpoint folder: each file's size and CRC-32. Its presence
 // marks the folder complete; load_checkpoint checks every file against it.
 void write_manifest(const fs::path& dir) {
-  std::string text = "{";
+  std::map<std::string, ManifestEntry> files;
   for (const char* name : kFiles) {
-    int64_t bytes = 0;
-    const uint32_t crc = file_crc32(dir / name, bytes);
-    text += std::string(text.size() > 1 ? ", " : "") + json_quote(name) + ": {\"bytes\": " + std::to_string(bytes) +
-            ", \"crc32\": " + std::to_string(crc) + "}";
+    ManifestEntry& entry = files[name];
+    entry.crc32 = file_crc32(dir / name, entry.bytes);
   }
-  text += "}\n";
+  const std::string text = format_checkpoint_manifest(files);
   const fs::path path = dir / kManifest;
   {
     std::ofstream out(path, std::ios::trunc);
@@ -94,19 +91,15 @@ void verify(const fs::path& dir) {
   const fs::path path = dir / kManifest;
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const JsonValue manifest = parse_json(text, "load_checkpoint: '" + path.string() + "'", JsonScalars::IntegersOnly);
-  for (const char* name : kFiles) {
-    const JsonValue* entry = manifest.find(name);
-    const JsonValue* bytes = entry ? entry->find("bytes") : nullptr;
-    const JsonValue* crc = entry ? entry->find("crc32") : nullptr;
-    FT_CHECK(bytes && crc && bytes->kind == JsonValue::Kind::Integer && crc->kind == JsonValue::Kind::Integer,
-             "load_checkpoint: '", path.string(), "' has no size and crc32 for ", name);
+  const std::map<std::string, ManifestEntry> manifest =
+      parse_checkpoint_manifest(text, std::vector<std::string>(std::begin(kFiles), std::end(kFiles)), path.string());
+  for (const auto& [name, expected] : manifest) {
     int64_t actual_bytes = 0;
     const uint32_t actual = file_crc32(dir / name, actual_bytes);
-    FT_CHECK(actual_bytes == bytes->integer, "load_checkpoint: '", (dir / name).string(), "' holds ", actual_bytes,
-             " bytes, its manifest says ", bytes->integer, ": the file is truncated or was changed");
-    FT_CHECK(actual == static_cast<uint32_t>(crc->integer), "load_checkpoint: '", (dir / name).string(),
-             "' fails its checksum (crc32 ", actual, ", the manifest says ", crc->integer, "): the file is corrupt");
+    FT_CHECK(actual_bytes == expected.bytes, "load_checkpoint: '", (dir / name).string(), "' holds ", actual_bytes,
+             " bytes, its manifest says ", expected.bytes, ": the file is truncated or was changed");
+    FT_CHECK(actual == expected.crc32, "load_checkpoint: '", (dir / name).string(), "' fails its checksum (crc32 ",
+             actual, ", the manifest says ", expected.crc32, "): the file is corrupt");
   }
 }
 
@@ -225,21 +218,11 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   // Strict: a resumed run must continue from every saved weight, so any mismatch is an error.
   model.load_state_dict(weights.tensors, /*strict=*/true);
   const SafetensorsFile state = load_safetensors((dir / "optimizer.safetensors").string());
-  auto it = state.metadata.find("step");
-  FT_CHECK(it != state.metadata.end(), "load_checkpoint: '", dir.string(), "' has no step in its metadata");
+  const CheckpointCounters counters = parse_checkpoint_counters(state.metadata, dir.string());
   // The step count first: it resets the device counters, which the saved state then restores.
-  const int64_t step = parse_int64(it->second, "load_checkpoint: '" + dir.string() + "': the metadata's step");
-  FT_CHECK(step >= 0, "load_checkpoint: '", dir.string(), "': negative step ", step, " in its metadata");
-  optimizer.set_step_count(step);
+  optimizer.set_step_count(counters.step);
   optimizer.load_state(state.tensors);
-  if (auto philox = state.metadata.find("philox"); philox != state.metadata.end()) {  // absent in older checkpoints
-    uint64_t value = 0;
-    const std::string& text = philox->second;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    FT_CHECK(error == std::errc() && end == text.data() + text.size(), "load_checkpoint: '", dir.string(),
-             "' has a bad philox counter '", text, "' in its metadata");
-    PhiloxCounter::on(model_device(model)).set(value);
-  }
+  if (counters.philox) PhiloxCounter::on(model_device(model)).set(*counters.philox);
   return state.metadata;
 }
 

@@ -1,12 +1,8 @@
-// The Criteo Kaggle click logs for a DLRM: the TSV parser, a memory-mapped binary cache of the
-// parsed columns, dlrm's train/test/val split, and the batch source that feeds a model.
+// The Criteo Kaggle click logs for a DLRM: the TSV file (its parser is train/criteo_tsv.h), a
+// memory-mapped binary cache of the parsed columns, dlrm's train/test/val split, and the batch
+// source that feeds a model.
 //
-// B: batch size, N: rows. A line is `label \t I1..I13 \t C1..C26`: 40 tab-separated fields, the
-// label 0 or 1, I* decimal integers, C* 32-bit hex values (8 digits in the real data, either
-// letter case); an empty I* or C* field is missing. As in facebookresearch/dlrm, a dense value
-// is stored as log(max(x, 0) + 1) in f32 (missing reads as 0) and a categorical one as its u32
-// value (missing reads as 0). The modulo by an embedding table's row count is taken when
-// batches are made, so one cache serves every table size.
+// B: batch size, N: rows.
 //
 // The cache (`<tsv>.ftcache` unless a folder is given) is a 64-byte header (magic "FTCRITEO",
 // format version, the TSV's size and mtime in ns, N, the bad-line count, skip_bad_lines, payload
@@ -21,27 +17,12 @@
 
 #include "train/batch_source.h"
 #include "train/batches.h"
+#include "train/criteo_tsv.h"
 
 namespace ft {
 
-constexpr int kCriteoDense = 13;
-constexpr int kCriteoSparse = 26;
-
-/// The parsed columns of a Criteo TSV: row i's label, its 13 dense and its 26 sparse values.
-struct CriteoColumns {
-  std::vector<uint8_t> labels;   // [N], 0 or 1
-  std::vector<float> dense;      // [N, 13]
-  std::vector<uint32_t> sparse;  // [N, 26]
-  int64_t bad_lines = 0;         // lines skipped (skip_bad_lines only)
-  int64_t rows() const { return static_cast<int64_t>(labels.size()); }
-};
-
-/// Parses the TSV at `path` (no cache). A line with a wrong field count, a label other than 0 or
-/// 1, an integer that is not one or does not fit int64, or a categorical that is not hex or is
-/// longer than 8 digits is an ft::Error naming the file, the 1-based line and the fault; with
-/// skip_bad_lines such lines are skipped and counted instead. LF and CRLF both end a line, and
-/// the last line needs no line end. A missing, unreadable or empty file, or one with no valid
-/// line, is an ft::Error naming it.
+/// Parses the TSV at `path` (no cache): parse_criteo_text on the file's bytes. A missing or
+/// unreadable file is an ft::Error naming it too.
 CriteoColumns parse_criteo_tsv(const std::string& path, bool skip_bad_lines = false);
 
 struct CriteoOpenOptions {

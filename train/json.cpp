@@ -218,7 +218,11 @@ std::string json_quote(const std::string& s) {
 std::string json_number(double x) {
   FT_CHECK(std::isfinite(x), "json_number: ", x, " has no JSON form");
   char buf[32];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  // The shortest form writes an integral double past int64 (9.3e18) as bare digits, which
+  // parse_json reads as an Integer out of range; an exponent makes it read back as a Number.
+  const bool past_int64 = std::fabs(x) >= 0x1p63;
+  const auto [end, ec] = past_int64 ? std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific)
+                                    : std::to_chars(buf, buf + sizeof buf, x);
   FT_CHECK(ec == std::errc(), "json_number: cannot format ", x);
   return std::string(buf, end);
 }

@@ -11,6 +11,10 @@ namespace ft {
 
 struct JsonValue {
   enum class Kind { Null, Bool, Integer, Number, String, Array, Object };
+  // Declared, so that clang with libstdc++ need not ask whether JsonValue is implicitly default-
+  // constructible while `members` instantiates std::pair<std::string, JsonValue> inside this very
+  // definition (it fails to compile there otherwise).
+  JsonValue() = default;
   Kind kind = Kind::Null;
   bool boolean = false;
   int64_t integer = 0;  // an Integer's value
@@ -40,7 +44,8 @@ JsonValue parse_json(const std::string& text, const std::string& context, JsonSc
 /// `s` as a JSON string literal: quoted, with quotes, backslashes and control characters escaped.
 std::string json_quote(const std::string& s);
 
-/// `x` (finite) as the shortest JSON number that reads back to the same double ("16", "0.05").
+/// `x` (finite) as the shortest JSON number that parse_json reads back to the same double ("16",
+/// "0.05"; "9.223372036854776e+18" from 2^63 on, where bare digits would be an Integer out of range).
 std::string json_number(double x);
 
 }  // namespace ft

@@ -11,15 +11,11 @@
 
 #include "lib/error.h"
 #include "lib/parse.h"
+#include "train/token_shard_format.h"
 
 namespace ft {
 
 namespace {
-
-constexpr int32_t kShardMagic = 20240520;
-constexpr int32_t kShardVersion = 1;
-constexpr int64_t kHeaderInts = 256;
-constexpr int64_t kHeaderBytes = kHeaderInts * 4;
 
 std::vector<std::string> glob_files(const std::string& pattern) {
   glob_t matches{};
@@ -49,30 +45,16 @@ std::ifstream open_file(const std::string& path) {
   return in;
 }
 
-int32_t little_endian_i32(const uint8_t* p) {
-  return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24));
-}
-
 // Reads and checks a shard's header against the file's size; returns its token count.
 int64_t shard_length(const std::string& path) {
   const int64_t bytes = file_bytes(path);
-  FT_CHECK(bytes >= kHeaderBytes, "TokenLoader: '", path, "' is truncated: ", bytes, " bytes, shorter than the ",
-           kHeaderBytes, "-byte shard header");
-  std::ifstream in = open_file(path);
-  uint8_t header[kHeaderBytes];
-  in.read(reinterpret_cast<char*>(header), kHeaderBytes);
-  FT_CHECK(in, "TokenLoader: cannot read the header of '", path, "'");
-  const int32_t magic = little_endian_i32(header), version = little_endian_i32(header + 4);
-  const int64_t count = little_endian_i32(header + 8);
-  FT_CHECK(magic == kShardMagic, "TokenLoader: '", path, "' has magic ", magic, ", expected ", kShardMagic,
-           " (not an llm.c token shard; use TokenFormat::Text for a text file)");
-  FT_CHECK(version == kShardVersion, "TokenLoader: '", path, "' has version ", version, ", expected ", kShardVersion,
-           " (uint16 tokens)");
-  FT_CHECK(count >= 0, "TokenLoader: '", path, "' has a negative token count ", count);
-  const int64_t expected = kHeaderBytes + 2 * count;
-  FT_CHECK(bytes == expected, "TokenLoader: '", path, "' is ", bytes, " bytes but its header promises ", count,
-           " tokens (", expected, " bytes)", bytes < expected ? " (truncated)" : " (trailing data)");
-  return count;
+  uint8_t header[kShardHeaderBytes] = {};
+  if (bytes >= kShardHeaderBytes) {  // a shorter file fails shard_token_count's first check
+    std::ifstream in = open_file(path);
+    in.read(reinterpret_cast<char*>(header), kShardHeaderBytes);
+    FT_CHECK(in, "TokenLoader: cannot read the header of '", path, "'");
+  }
+  return shard_token_count(header, bytes, path);
 }
 
 // The whole file's tokens; every id checked against the vocabulary, so a bad file fails here
@@ -85,7 +67,7 @@ std::vector<uint16_t> read_tokens(const std::string& path, TokenFormat format, i
   std::ifstream in = open_file(path);
   std::vector<uint16_t> tokens(static_cast<size_t>(length));
   if (format == TokenFormat::Shards) {
-    in.seekg(kHeaderBytes);
+    in.seekg(kShardHeaderBytes);
     in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(2 * length));
     if constexpr (std::endian::native == std::endian::big) {
       for (uint16_t& t : tokens) t = static_cast<uint16_t>((t >> 8) | (t << 8));
@@ -96,9 +78,7 @@ std::vector<uint16_t> read_tokens(const std::string& path, TokenFormat format, i
     std::copy(bytes.begin(), bytes.end(), tokens.begin());
   }
   FT_CHECK(in, "TokenLoader: cannot read the tokens of '", path, "'");
-  const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t t) { return t >= vocab_size; });
-  FT_CHECK(bad == tokens.end(), "TokenLoader: '", path, "' has token id ", *bad, " at position ",
-           bad - tokens.begin(), ", not below ", vocab_size, " (the tokenizer's vocabulary, ft-gpt2's --tokens)");
+  check_token_ids(tokens, vocab_size, path);
   return tokens;
 }
 
@@ -111,6 +91,11 @@ TokenLoader::TokenLoader(const std::string& pattern, const Options& options) : o
   FT_CHECK(options.vocab_size > 0, "TokenLoader: vocabulary size must be positive, got ", options.vocab_size);
   FT_CHECK(options.shard.world >= 1 && options.shard.rank >= 0 && options.shard.rank < options.shard.world,
            "TokenLoader: rank ", options.shard.rank, " of a data-parallel world of ", options.shard.world);
+  int64_t step = 0;  // B·T·ranks, checked here once so that tokens_per_step() cannot overflow
+  FT_CHECK(!__builtin_mul_overflow(options.batch_size, options.seq_len, &step) &&
+               !__builtin_mul_overflow(step, options.shard.world, &step) && step < INT64_MAX,
+           "TokenLoader: B*T*ranks = ", options.batch_size, "*", options.seq_len, "*", options.shard.world,
+           " tokens a step is out of range");
   files_ = glob_files(pattern);
   for (const std::string& path : files_) {
     const int64_t length = options.format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
@@ -141,7 +126,9 @@ void TokenLoader::set_position(const TokenPosition& position) {
   std::vector<int64_t> order =
       order_.empty() || position.epoch != position_.epoch ? epoch_order(position.epoch) : order_;
   const size_t file = static_cast<size_t>(order[static_cast<size_t>(position.shard)]);
-  FT_CHECK(position.offset + tokens_per_step() + 1 <= lengths_[file], "TokenLoader: position (epoch ", position.epoch,
+  // Compared as offset <= length - (B·T + 1): a saved offset near 2^63 would overflow the sum.
+  // Every file holds at least B·T + 1 tokens, so the difference cannot go negative.
+  FT_CHECK(position.offset <= lengths_[file] - tokens_per_step() - 1, "TokenLoader: position (epoch ", position.epoch,
            ", shard ", position.shard, ", offset ", position.offset, ") leaves fewer than B*T+1 = ",
            tokens_per_step() + 1, " tokens in '", files_[file], "' (", lengths_[file], " tokens)");
   order_ = std::move(order);

@@ -20,7 +20,7 @@
 #include "optim/sgd.h"
 #include "train/batches.h"
 #include "train/evaluate.h"
-#include "train/idx.h"
+#include "train/fashion_mnist.h"
 #include "train/startup.h"
 #include "train/trainer.h"
 

@@ -20,6 +20,10 @@ TEST(Parse, IntegersWholeAndInRange) {
   EXPECT_FT_ERROR(parse_int64(" 3", "the step"), "is not an integer");
   EXPECT_FT_ERROR(parse_int64("1.5", "the step"), "is not an integer");
   EXPECT_FT_ERROR(parse_int64("99999999999999999999", "the step"), "out of range");
+  // from_chars takes the '-' after a skipped '+'; found by the cli fuzz target
+  // (tests/fuzz/cli/regress-plus-minus).
+  EXPECT_FT_ERROR(parse_int64("+-5", "the step"), "'+-5' is not an integer");
+  EXPECT_FT_ERROR(parse_int64("+", "the step"), "is not an integer");
 }
 
 TEST(Parse, NumbersWholeFiniteAndInRange) {
@@ -30,6 +34,9 @@ TEST(Parse, NumbersWholeFiniteAndInRange) {
   EXPECT_FT_ERROR(parse_double("1e999", "--lr"), "not a finite number");
   EXPECT_FT_ERROR(parse_double("0.1x", "--lr"), "'0.1x' is not a number");
   EXPECT_FT_ERROR(parse_double("", "--lr"), "is not a number");
+  // strtod would skip these; found by the cli fuzz target (tests/fuzz/cli/regress-leading-form-feed).
+  EXPECT_FT_ERROR(parse_double(" 1", "--lr"), "' 1' is not a number");
+  EXPECT_FT_ERROR(parse_double("\f\f320", "--lr"), "is not a number");
 }
 
 TEST(Parse, DeviceNamesAreStrictToo) {

@@ -14,6 +14,7 @@
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_records.h"
 #include "train/safetensors.h"
 #include "train/token_shards.h"
 
@@ -165,6 +166,33 @@ TEST(Checkpoint, CorruptFilesAreRefused) {
   EXPECT_FT_ERROR(load_checkpoint(root, other.model, other.optimizer), "fails its checksum");
   std::filesystem::resize_file(optimizer_file, size - 100);
   EXPECT_FT_ERROR(load_checkpoint(root, other.model, other.optimizer), "truncated");
+}
+
+// What load_checkpoint reads besides tensors (train/checkpoint_records.h; fuzzed by
+// tests/fuzz/checkpoint_fuzz.cpp).
+TEST(Checkpoint, ManifestAndCountersAreReadStrictly) {
+  const std::vector<std::string> files = {"model.safetensors", "optimizer.safetensors"};
+  const std::map<std::string, ManifestEntry> manifest = {{"model.safetensors", {.bytes = 120, .crc32 = 0xDEADBEEF}},
+                                                         {"optimizer.safetensors", {.bytes = 0, .crc32 = 0}}};
+  const auto back = parse_checkpoint_manifest(format_checkpoint_manifest(manifest), files, "m.json");
+  EXPECT_EQ(back.at("model.safetensors").crc32, 0xDEADBEEFu);
+  EXPECT_EQ(back.at("model.safetensors").bytes, 120);
+  // A CRC-32 past 32 bits was cut to 32 and then matched a file it does not describe.
+  EXPECT_FT_ERROR(parse_checkpoint_manifest("{\"model.safetensors\": {\"bytes\": 1, \"crc32\": 4294967297}, "
+                                            "\"optimizer.safetensors\": {\"bytes\": 1, \"crc32\": 1}}",
+                                            files, "m.json"),
+                  "not a 32-bit checksum");
+  EXPECT_FT_ERROR(parse_checkpoint_manifest("{\"model.safetensors\": {\"bytes\": 1}}", files, "m.json"),
+                  "no size and crc32 for model.safetensors");
+
+  const CheckpointCounters counters = parse_checkpoint_counters({{"step", "40"}, {"philox", "1234"}}, "dir");
+  EXPECT_EQ(counters.step, 40);
+  EXPECT_EQ(counters.philox, 1234u);
+  EXPECT_FALSE(parse_checkpoint_counters({{"step", "0"}}, "dir").philox.has_value());
+  EXPECT_FT_ERROR(parse_checkpoint_counters({}, "dir"), "has no step");
+  EXPECT_FT_ERROR(parse_checkpoint_counters({{"step", "-1"}}, "dir"), "negative step");
+  EXPECT_FT_ERROR(parse_checkpoint_counters({{"step", "+-1"}}, "dir"), "is not an integer");
+  EXPECT_FT_ERROR(parse_checkpoint_counters({{"step", "1"}, {"philox", "-1"}}, "dir"), "bad philox counter");
 }
 
 TEST(Checkpoint, PruneKeepsTheNewestAndLatest) {

@@ -232,6 +232,28 @@ TEST(CriteoDataset, StaleCacheIsRebuilt) {
   EXPECT_TRUE(CriteoDataset::open(f.path, {.skip_bad_lines = true}).cache_reused());
 }
 
+// The cache `good` with its header's row count (bytes 32..39) replaced by another N < 2^63 whose
+// payload size, 8·ceil(N / 8) + 156·N bytes, wraps around 2^64 to the real one. The checksum
+// covers only the payload, so nothing else gives the edit away.
+std::string with_wrapping_row_count(const std::string& good) {
+  int64_t rows = 0;
+  std::memcpy(&rows, good.data() + 32, 8);
+  const uint64_t total = (static_cast<uint64_t>(rows) + 7) / 8 * 8 + 156 * static_cast<uint64_t>(rows);
+  uint64_t inverse = 157;  // of 157 modulo 2^64, by Newton's iteration (each step doubles the bits)
+  for (int i = 0; i < 6; ++i) inverse *= 2 - 157 * inverse;
+  for (uint64_t a = 0; a < 8; ++a) {  // N = 8m + a: total = 8·157·m + 156·a + 8·[a > 0]
+    const uint64_t rest = total - 156 * a - (a ? 8 : 0);
+    if (rest % 8 != 0) continue;
+    const uint64_t n = 8 * ((rest / 8 * inverse) & ((uint64_t{1} << 61) - 1)) + a;
+    if (n == static_cast<uint64_t>(rows) || n >= (uint64_t{1} << 63)) continue;
+    std::string edited = good;
+    std::memcpy(edited.data() + 32, &n, 8);
+    return edited;
+  }
+  ADD_FAILURE() << "no wrapping row count for " << rows << " rows";
+  return good;
+}
+
 TEST(CriteoDataset, CorruptCacheIsRebuilt) {
   TsvFixture f;
   CriteoDataset::open(f.path);
@@ -258,6 +280,7 @@ TEST(CriteoDataset, CorruptCacheIsRebuilt) {
   version[8] = 99;
   corrupt(magic, "bad magic");
   corrupt(version, "unknown version");
+  corrupt(with_wrapping_row_count(good), "a row count whose payload size wraps to the real one");
   EXPECT_TRUE(CriteoDataset::open(f.path).cache_reused());
 }
 

@@ -2,6 +2,7 @@
 // metrics line and JSON, and the step-time median.
 #include <gtest/gtest.h>
 
+#include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
 #include <zlib.h>
 
@@ -14,6 +15,7 @@
 
 #include "lib/error.h"
 #include "train/batches.h"
+#include "train/fashion_mnist.h"
 #include "train/idx.h"
 #include "train/metrics.h"
 #include "train/step_timer.h"
@@ -89,6 +91,11 @@ TEST(Idx, RejectsBadMagicTypeAndSizes) {
   write_gz(dir.file("header.gz"), {0, 0, 8, 3, 0, 0});
   EXPECT_THROW(read_idx(dir.file("header.gz")), Error);
   EXPECT_THROW(read_idx(dir.file("missing.gz")), Error);
+  // Four dims of 2^16 multiply to 2^64, which a 64-bit count wraps to 0, the payload's size
+  // (tests/fuzz/idx/regress-dims-product-wraps-to-payload).
+  const std::vector<uint8_t> wraps = idx_bytes({65536, 65536, 65536, 65536}, {});
+  EXPECT_FT_ERROR(parse_idx(wraps, "wrap.idx"), "its header promises more than 2^64 (truncated)");
+  EXPECT_EQ(parse_idx(idx_bytes({65536, 0, 3}, {}), "empty.idx").dims, (std::vector<int64_t>{65536, 0, 3}));
 }
 
 TEST(Idx, RejectsACutOrCorruptGzipStream) {

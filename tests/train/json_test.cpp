@@ -60,7 +60,8 @@ TEST(Json, IntegersOnlyRefusesOtherScalars) {
 TEST(Json, QuotedStringsAndNumbersReadBack) {
   const std::string s = "quote \" backslash \\ newline \n tab \t bell \x07";
   EXPECT_EQ(parse_json(json_quote(s), "q").text, s);
-  for (double x : {0.0, 16.0, 0.05, -1.0 / 3.0, 1e-300, 123456789.125}) {
+  // Integral doubles past int64 too (tests/fuzz/json/regress-integral-double-past-int64).
+  for (double x : {0.0, 16.0, 0.05, -1.0 / 3.0, 1e-300, 123456789.125, 0x1p63, -0x1p63, 1e300}) {
     SCOPED_TRACE(x);
     EXPECT_EQ(parse_json(json_number(x), "n").number, x);
   }

@@ -114,6 +114,12 @@ TEST_F(SafetensorsTest, RejectsCorruptFiles) {
                                           12)});
   cases.push_back({"missing field", with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8)});
   cases.push_back({"negative dim", with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8)});
+  // 2^39 · 2^39 · 4 bytes wraps to 0 in 64 bits, the size of the empty range: the loader then
+  // asked for a 2^78-element tensor (tests/fuzz/safetensors/regress-shape-bytes-wrap-past-2-64).
+  cases.push_back({"shape past 2^64 bytes",
+                   with_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[549755813888,549755813888],"
+                               "\"data_offsets\":[0,0]}}",
+                               0)});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     write_bytes(file("bad.safetensors"), c.bytes);

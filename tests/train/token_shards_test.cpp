@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -265,8 +266,12 @@ TEST(TokenLoader, ResumesExactlyFromASavedPosition) {
 
   // Positions that cannot start a batch are refused and leave the loader where it was.
   const TokenPosition before = run.position();
+  // The last two: a saved offset near 2^63 (a corrupt checkpoint's position) overflowed the check
+  // offset + B·T + 1 <= length, passed it, and had next_batch() read 2^63 tokens past the file.
   for (const TokenPosition& bad : {TokenPosition{-1, 0, 0}, TokenPosition{0, 3, 0}, TokenPosition{0, -1, 0},
-                                   TokenPosition{0, 0, -1}, TokenPosition{2, 0, 60}})
+                                   TokenPosition{0, 0, -1}, TokenPosition{2, 0, 60},
+                                   TokenPosition{0, 0, std::numeric_limits<int64_t>::max()},
+                                   TokenPosition{0, 0, std::numeric_limits<int64_t>::max() - 8}})
     EXPECT_THROW(run.set_position(bad), Error);
   EXPECT_EQ(run.position(), before);
   run.set_position({});
@@ -336,6 +341,9 @@ TEST(TokenLoader, RejectsMalformedShards) {
   expect_error(open("nothing_*.bin"), {"nothing_*.bin", "no file matches"});
   expect_error([&] { TokenLoader(dir.file("just.bin"), {.batch_size = 0, .seq_len = 4, .vocab_size = 10}); },
                {"positive"});
+  // B·T would overflow int64 in every position check.
+  const TokenLoader::Options huge{.batch_size = int64_t{1} << 32, .seq_len = int64_t{1} << 32, .vocab_size = 10};
+  expect_error([&] { TokenLoader(dir.file("just.bin"), huge); }, {"B*T*ranks", "out of range"});
 }
 
 TEST(TokenLoader, RejectsATokenOutsideTheVocabularyWhenItsShardIsRead) {
