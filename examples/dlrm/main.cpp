@@ -138,6 +138,16 @@ int run(int argc, char** argv) {
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-dlrm");
   const ft::KernelMode mode = ft::kernel_mode();
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
+  const std::string pooling = args.str("pooling"), sparse_optimizer = args.str("sparse-optimizer");
+  FT_CHECK(pooling == "sum" || pooling == "mean", "ft-dlrm: --pooling must be sum or mean, got '", pooling, "'");
+  FT_CHECK(sparse_optimizer == "sgd" || sparse_optimizer == "adagrad",
+           "ft-dlrm: --sparse-optimizer must be sgd or adagrad, got '", sparse_optimizer, "'");
+  const std::vector<int64_t> bottom = widths("bottom", or_preset(args, "bottom", preset.bottom));
+  const std::vector<int64_t> top = widths("top", or_preset(args, "top", preset.top));
+  FT_CHECK(bottom.back() == dim, "ft-dlrm: --bottom must end at --dim ", dim,
+           " (the dense features join the tables' vectors in the interaction), it ends at ", bottom.back());
+  FT_CHECK(top.back() == 1, "ft-dlrm: --top must end at 1 (the click logit), it ends at ", top.back());
+
   const std::string data_path = args.str("data");
   FT_CHECK(!data_path.empty(), "ft-dlrm: give the training data with --data FILE (a Criteo TSV), or write one with "
                                "--make-synthetic FILE --rows N");
@@ -154,17 +164,13 @@ int run(int argc, char** argv) {
 
   FT_CHECK(batch <= split.train.size(), "ft-dlrm: --batch must be in [1, ", split.train.size(),
            "] (the training rows)");
-  const std::string pooling = args.str("pooling"), sparse_optimizer = args.str("sparse-optimizer");
-  FT_CHECK(pooling == "sum" || pooling == "mean", "ft-dlrm: --pooling must be sum or mean, got '", pooling, "'");
-  FT_CHECK(sparse_optimizer == "sgd" || sparse_optimizer == "adagrad",
-           "ft-dlrm: --sparse-optimizer must be sgd or adagrad, got '", sparse_optimizer, "'");
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   ft::Generator gen(seed);
   const std::vector<int64_t> rows_per_table(ft::kCriteoSparse, table_rows);
   auto model = std::make_shared<ft::DLRM>(
       ft::DLRM::Options{.dense_features = ft::kCriteoDense,
-                        .bottom = widths("bottom", or_preset(args, "bottom", preset.bottom)),
-                        .top = widths("top", or_preset(args, "top", preset.top)),
+                        .bottom = bottom,
+                        .top = top,
                         .tables = {.table_rows = rows_per_table,
                                    .dim = dim,
                                    .mode = pooling == "mean" ? ft::BagMode::Mean : ft::BagMode::Sum,

@@ -115,7 +115,7 @@ int run(int argc, char** argv) {
   args.flag("sample-every", "0", "steps between samples (byte-level models only; 0: never)");
   args.flag("sample-len", "128", "bytes per sample");
   args.flag("prompt", "", "text the samples start from");
-  args.flag("temperature", "1.0", "sampling temperature");
+  args.flag("temperature", "1.0", "sampling temperature (0: always the most likely token)");
   args.flag("top-k", "0", "sample among the k most likely tokens (0: all)");
   args.flag("init-from", "", "start from these weights: an ft-gpt2 checkpoint (a step_N folder or its\n"
                             "model.safetensors) or a Hugging Face GPT-2 model.safetensors (or its folder); the\n"
@@ -143,6 +143,9 @@ int run(int argc, char** argv) {
   for (const char* name : {"batch", "seq", "steps", "grad-accum"}) (void)args.integer(name, 1);
   FT_CHECK(args.number("lora-dropout") < 1, "ft-gpt2: --lora-dropout must be below 1, got ", args.number("lora-dropout"));
   FT_CHECK(args.number("lora-alpha") > 0, "ft-gpt2: --lora-alpha must be positive, got ", args.number("lora-alpha"));
+  FT_CHECK(args.number("min-lr-frac") <= 1, "ft-gpt2: --min-lr-frac is the floor as a fraction of the peak, at most 1, got ",
+           args.number("min-lr-frac"));
+  FT_CHECK(args.number("momentum") < 1, "ft-gpt2: --momentum must be below 1, got ", args.number("momentum"));
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
@@ -186,6 +189,13 @@ int run(int argc, char** argv) {
   FT_CHECK(lora_rank >= 0, "ft-gpt2: --lora-rank must not be negative, got ", lora_rank);
   ft::PeftLoraConfig adapter;
   if (lora_rank > 0) {
+    FT_CHECK(lora_rank <= config.channels, "ft-gpt2: --lora-rank ", lora_rank, " exceeds the model's width ",
+             config.channels, " (a rank above the smaller side of a linear adds nothing)");
+    for (const std::string& target : split_list(args.str("lora-targets"))) {
+      const auto& known = ft::GPT::lora_targets();
+      FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == target; }),
+               "ft-gpt2: --lora-targets: unknown target '", target, "' (choose from qkv, attn_proj, fc, mlp_proj)");
+    }
     adapter = {.r = lora_rank, .alpha = args.number("lora-alpha", 0), .dropout = args.number("lora-dropout", 0),
                .targets = split_list(args.str("lora-targets")), .rslora = args.integer("lora-rslora", 0) != 0,
                .base_model = args.str("init-from")};

@@ -68,6 +68,7 @@ int run(int argc, char** argv) {
 
   // Every numeric flag is checked here, at the edge, before the data is read.
   for (const char* name : {"lr", "weight-decay", "momentum", "dropout"}) (void)args.number(name, 0);
+  FT_CHECK(args.number("momentum") < 1, "ft-mlp: --momentum must be below 1, got ", args.number("momentum"));
   FT_CHECK(args.number("dropout") < 1, "ft-mlp: --dropout must be below 1, got ", args.number("dropout"));
   for (const char* name : {"layers", "steps", "warmup", "log-every", "seed"}) (void)args.integer(name, 0);
   (void)args.integer("hidden", 1);

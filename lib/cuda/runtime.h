@@ -68,5 +68,12 @@ void before_untracked_write(void* begin, size_t bytes);
     if (ft_status_ != CUBLAS_STATUS_SUCCESS) ::ft::cuda::throw_cublas_error(ft_status_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-/// Checks the launch just enqueued (configuration errors surface here, not later).
-#define FT_CUDA_CHECK_LAUNCH(kernel_name) FT_CUDA_CHECK(cudaGetLastError())
+/// Checks the launch just enqueued (configuration errors, and out of memory for a module or local
+/// memory, surface here, not later); the error names the kernel.
+#define FT_CUDA_CHECK_LAUNCH(kernel_name)                                                              \
+  do {                                                                                                 \
+    cudaError_t ft_status_ = cudaGetLastError();                                                       \
+    if (ft_status_ != cudaSuccess)                                                                     \
+      ::ft::cuda::throw_cuda_error(ft_status_, ::std::string("the launch of ").append(kernel_name).c_str(), \
+                                   __FILE__, __LINE__);                                                \
+  } while (0)
