@@ -75,14 +75,20 @@ void GPTBlock::add_lora(const LoRAConfig& config, const std::vector<std::string>
   }
 }
 
-void GPT::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) {
-  config.check();
-  FT_CHECK(!targets.empty(), "GPT::add_lora: no targets (choose from qkv, attn_proj, fc, mlp_proj)");
+void GPT::check_lora_targets(const std::vector<std::string>& targets, const std::string& who) {
+  std::string names;
+  for (const auto& [name, path] : lora_targets()) names += (names.empty() ? "" : ", ") + name;
+  FT_CHECK(!targets.empty(), who, ": no targets (choose from ", names, ")");
   for (const std::string& t : targets) {
     const auto& known = lora_targets();
-    FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == t; }),
-             "GPT::add_lora: unknown target '", t, "' (choose from qkv, attn_proj, fc, mlp_proj)");
+    FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == t; }), who,
+             ": unknown target '", t, "' (choose from ", names, ")");
   }
+}
+
+void GPT::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) {
+  config.check();
+  check_lora_targets(targets, "GPT::add_lora");
   set_trainable(false);
   Generator gen(seed);
   for (auto& block : blocks_) block->add_lora(config, targets, gen);

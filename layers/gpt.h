@@ -63,6 +63,9 @@ class GPT : public Module {
   std::map<std::string, Tensor> lora_state_dict() const;
   /// The target names add_lora takes, and the module path each wraps.
   static const std::vector<std::pair<std::string, std::string>>& lora_targets();
+  /// Throws ft::Error, its message starting with `who`, unless `targets` is a non-empty list of
+  /// lora_targets() names.
+  static void check_lora_targets(const std::vector<std::string>& targets, const std::string& who);
 
  private:
   GPTConfig config_;

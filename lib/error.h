@@ -27,6 +27,8 @@ std::string concat(const Parts&... parts) {
   (out << ... << parts);
   return out.str();
 }
+/// "message [file.cpp:42]": what every error of the library ends with.
+std::string with_location(const std::string& message, const char* file, int line);
 [[noreturn]] void throw_error(const std::string& message, const char* file, int line);
 }  // namespace detail
 

@@ -141,11 +141,12 @@ inline std::string gigabytes(double bytes) {
 /// NaN instead of quietly plausible; scripts/device_sanitize.sh runs the GPU suite so, because
 /// compute-sanitizer's initcheck cannot see writes made by the bulk copy engine. For checking,
 /// not speed: it costs a memset per allocation.
+inline bool env_switch(const char* name) {  // set, and neither empty nor "0"
+  const char* value = std::getenv(name);
+  return value && *value && std::string_view(value) != "0";
+}
 inline bool fill_uninitialized() {
-  static const bool on = [] {
-    const char* value = std::getenv("FT_FILL_UNINITIALIZED");
-    return value && *value && std::string_view(value) != "0";
-  }();
+  static const bool on = env_switch("FT_FILL_UNINITIALIZED");
   return on;
 }
 /// The host half of allocate (64-byte aligned, released with std::free).

@@ -191,11 +191,7 @@ int run(int argc, char** argv) {
   if (lora_rank > 0) {
     FT_CHECK(lora_rank <= config.channels, "ft-gpt2: --lora-rank ", lora_rank, " exceeds the model's width ",
              config.channels, " (a rank above the smaller side of a linear adds nothing)");
-    for (const std::string& target : split_list(args.str("lora-targets"))) {
-      const auto& known = ft::GPT::lora_targets();
-      FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == target; }),
-               "ft-gpt2: --lora-targets: unknown target '", target, "' (choose from qkv, attn_proj, fc, mlp_proj)");
-    }
+    ft::GPT::check_lora_targets(split_list(args.str("lora-targets")), "ft-gpt2: --lora-targets");
     adapter = {.r = lora_rank, .alpha = args.number("lora-alpha", 0), .dropout = args.number("lora-dropout", 0),
                .targets = split_list(args.str("lora-targets")), .rslora = args.integer("lora-rslora", 0) != 0,
                .base_model = args.str("init-from")};

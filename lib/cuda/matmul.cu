@@ -59,10 +59,10 @@ void before_cublas_writes(const LtGemm& g) {
   const bool writes_aux = g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
                           g.epilogue == CUBLASLT_EPILOGUE_RELU_AUX || g.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
   if (g.aux && writes_aux) before_untracked_write(g.aux, static_cast<size_t>((g.n - 1) * g.ld_aux + g.m) * element);
-  if (g.bias && (g.epilogue == CUBLASLT_EPILOGUE_BGRADB || g.epilogue == CUBLASLT_EPILOGUE_BGRADA))
+  const bool writes_bias = g.epilogue == CUBLASLT_EPILOGUE_BGRADA || g.epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+                           g.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD || g.epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD;
+  if (g.bias && writes_bias)  // BGRADB sums over D's rows into n values; the others over its columns into m
     before_untracked_write(g.bias, static_cast<size_t>(g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? g.n : g.m) * element);
-  if (g.bias && (g.epilogue & 16))  // DGELU_BGRAD, DRELU_BGRAD: the bias gradient has D's m rows
-    before_untracked_write(g.bias, static_cast<size_t>(g.m) * element);
 }
 
 }  // namespace

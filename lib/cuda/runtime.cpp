@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <string_view>
 #include <vector>
 
 #include <cuda_profiler_api.h>
@@ -16,16 +15,19 @@
 
 namespace ft::cuda {
 
+void throw_out_of_memory(const std::string& what, const char* file, int line) {
+  cudaGetLastError();  // the failed call's error is reported here, not left for the next call
+  throw OutOfMemory(detail::with_location(
+      detail::concat(what, " (", memory_summary(), "): try a smaller --batch, or --graph 0 (a captured step holds its memory)"),
+      file, line));
+}
+
 void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
-  // Out of memory wherever CUDA reports it (a kernel's launch, a graph's upload or launch): say
-  // how much is free and what to try.
-  const std::string advice = status == cudaErrorMemoryAllocation
-                                 ? "; " + memory_summary() + ": try a smaller --batch, or --graph 0 (a captured step " +
-                                       "holds its memory)"
-                                 : std::string();
-  ::ft::detail::throw_error(::ft::detail::concat("CUDA error ", cudaGetErrorName(status), " (",
-                                                 cudaGetErrorString(status), ") in ", expr, advice),
-                            file, line);
+  const std::string what =
+      detail::concat("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") in ", expr);
+  // Out of memory wherever CUDA reports it (a kernel's launch, a graph's upload or launch).
+  if (status == cudaErrorMemoryAllocation) throw_out_of_memory(what, file, line);
+  ::ft::detail::throw_error(what, file, line);
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line) {
@@ -232,15 +234,14 @@ size_t graph_allocation_bytes(cudaGraph_t graph) {
 }
 
 // A graph's own allocations are made when it is instantiated, uploaded or launched, so a step
-// that ran eagerly can still not fit replayed: out of memory there is an OutOfMemory saying how
-// much the graph asks for; any other failure is a CUDA error.
+// that ran eagerly can still not fit replayed: out of memory there says how much the graph asks
+// for; any other failure is a CUDA error.
 void check_graph_memory(cudaError_t status, const char* doing, size_t allocated_bytes) {
   if (status == cudaSuccess) return;
   if (status != cudaErrorMemoryAllocation) FT_CUDA_CHECK(status);
-  cudaGetLastError();
-  throw OutOfMemory(detail::concat("CUDA out of memory ", doing, " the captured step: its graph allocates up to ",
-                                   runtime::gigabytes(static_cast<double>(allocated_bytes)), " of its own (",
-                                   cuda::memory_summary(), "): try a smaller --batch, or --graph 0 to run the step eagerly"));
+  cuda::throw_out_of_memory(detail::concat("CUDA out of memory ", doing, " the captured step: its graph allocates up to ",
+                                           runtime::gigabytes(static_cast<double>(allocated_bytes)), " of its own"),
+                            __FILE__, __LINE__);
 }
 }  // namespace
 
@@ -357,10 +358,7 @@ bool capturing() {
 namespace cuda {
 
 void before_untracked_write(void* begin, size_t bytes) {
-  static const bool on = [] {
-    const char* value = std::getenv("FT_INITCHECK");
-    return value && *value && std::string_view(value) != "0";
-  }();
+  static const bool on = runtime::env_switch("FT_INITCHECK");
   if (on && bytes > 0) FT_CUDA_CHECK(cudaMemsetAsync(begin, 0, bytes, stream()));
 }
 
@@ -370,10 +368,10 @@ std::string memory_summary() {
     cudaGetLastError();
     return "free memory unknown";
   }
-  char text[128];
-  std::snprintf(text, sizeof text, "%.2f GB free of %.2f GB on the device, %.2f GB held by fusedtrain's pool",
-                free_bytes / 1e9, total_bytes / 1e9, static_cast<double>(pool_attribute(cudaMemPoolAttrReservedMemCurrent)) / 1e9);
-  return text;
+  using runtime::gigabytes;
+  return detail::concat(gigabytes(static_cast<double>(free_bytes)), " free of ", gigabytes(static_cast<double>(total_bytes)),
+                        " on the device, ", gigabytes(static_cast<double>(pool_attribute(cudaMemPoolAttrReservedMemCurrent))),
+                        " held by fusedtrain's pool");
 }
 
 }  // namespace cuda
@@ -386,12 +384,10 @@ void* allocate(size_t bytes, Device device) {
   FT_CHECK(cuda_available(), "no CUDA device is available");
   void* p = nullptr;
   cudaError_t status = cudaMallocAsync(&p, bytes, cuda::stream());
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    throw OutOfMemory(detail::concat("CUDA out of memory allocating ", runtime::gigabytes(static_cast<double>(bytes)), " (", cudaGetErrorString(status),
-                                     "; ", cuda::memory_summary(),
-                                     "): try a smaller --batch, or --graph 0 (a captured step holds its memory)"));
-  }
+  if (status != cudaSuccess)
+    cuda::throw_out_of_memory(detail::concat("CUDA out of memory allocating ", gigabytes(static_cast<double>(bytes)), " (",
+                                             cudaGetErrorString(status), ")"),
+                              __FILE__, __LINE__);
   if (fill_uninitialized()) FT_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, cuda::stream()));
   return p;
 }

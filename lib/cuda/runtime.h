@@ -12,6 +12,9 @@
 namespace ft::cuda {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line);
+/// Throws OutOfMemory: `what` failed, then what the device has free (memory_summary) and what to
+/// try. Every out-of-memory report on CUDA goes through here.
+[[noreturn]] void throw_out_of_memory(const std::string& what, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line);
 
 /// The compute stream of the current device. Every op enqueues its work here.
