@@ -15,6 +15,14 @@
 #   SHARDS=4                     processes per tool
 #   SAN_BUDGET_S=420             seconds each process may run (a shard cut short is reported)
 #   FILTER='-*/cpu_*'            gtest filter (default: every GPU case; the CPU ones are CI's)
+#   TESTS_FILE=list.txt          instead of FILTER: the cases named in the file, one a line (the
+#                                ones an earlier, cut-short call did not reach)
+#   SOLO='A.b:C.d'               cases that each get a process of their own beside the shards:
+#                                the slow ones (a twin AdamW over 20 steps, 36k launches, takes
+#                                longer under racecheck than a whole shard), so no shard waits on them
+#   PROJECT_KERNELS_ONLY=1       instrument only the project's kernels (mangled names starting
+#                                _ZN2ft): cuBLAS's nvjet kernels run at full speed instead of
+#                                10-50x slower, and their reports (listed apart anyway) go unseen
 #   SKIP_BUILD=1                 reuse build-device
 #   LOG_NAME=sanitize            the logs' folder under build-device and tarball name in $OUT
 #
@@ -42,12 +50,18 @@ tools=${TOOLS:-memcheck initcheck racecheck synccheck}
 shards=${SHARDS:-4}
 budget=${SAN_BUDGET_S:-420}
 filter=${FILTER:--*/cpu_*}
+if [ -n "${TESTS_FILE:-}" ]; then
+  filter=$(grep -v '^ *$' "$TESTS_FILE" | paste -sd:)
+fi
+solo=${SOLO:-}
 lone=OutOfMemoryTest.*
-# The filter less the lone cases (gtest: positive patterns, then '-' and the negative ones).
+# The filter less the lone and solo cases (gtest: positive patterns, then '-' and the negative
+# ones).
 case "$filter" in
   *-*) shard_filter="$filter:$lone" ;;
   *) shard_filter="$filter-$lone" ;;
 esac
+[ -n "$solo" ] && shard_filter="$shard_filter:$solo"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   BUILD_DIR=build-device scripts/build.sh >"$logs/build.log" 2>&1 || {
@@ -55,6 +69,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "build ok"
 fi
 tests=build-device/tests/ft_tests
+[ -x "$tests" ] || { echo "no $tests: build first (SKIP_BUILD=1 needs a build-device from this machine)"; exit 1; }
 "$tests" --gtest_filter="$filter" --gtest_list_tests | grep -c '^  ' >"$logs/test-count.txt"
 
 # Options this compute-sanitizer has (they vary between releases).
@@ -67,15 +82,18 @@ for option in check-bulk-copy check-warpgroup-mma; do
 done
 echo "options: ${common[*]}"
 
-nvcc -std=c++20 -arch=sm_90a -I. tests/sanitizer/bulk_copy_probe.cu -lcublas -o build-device/bulk_copy_probe &&
-  build-device/bulk_copy_probe &&
-  compute-sanitizer --tool initcheck "${common[@]}" build-device/bulk_copy_probe >"$logs/probe-initcheck.txt" 2>&1
+nvcc -std=c++20 -arch=sm_90a -I. tests/sanitizer/bulk_copy_probe.cu -lcublas -o build-device/$name-bulk_copy_probe &&
+  build-device/$name-bulk_copy_probe &&
+  compute-sanitizer --tool initcheck "${common[@]}" build-device/$name-bulk_copy_probe >"$logs/probe-initcheck.txt" 2>&1
 # One report per reading kernel (read_after_plain, _bulk, _cublas) and per host copy whose
 # source initcheck takes for uninitialized.
 probe_reads=$(grep -o "at .*read_after_[a-z]*" "$logs/probe-initcheck.txt" | grep -o "read_after_[a-z]*" | tr '\n' ' ')
 probe_copies=$(grep -c "on access by cudaMemcpy" "$logs/probe-initcheck.txt")
 echo "bulk copy probe under initcheck: uninitialized reads reported in: ${probe_reads:-none}; host copies from" \
   "uninitialized memory: $probe_copies (of plain, bulk and cuBLAS buffers)" | tee "$logs/probe-summary.txt"
+
+# After the probe, whose kernels are not the project's.
+[ "${PROJECT_KERNELS_ONLY:-0}" = 1 ] && common+=(--kernel-name kns=_ZN2ft) && echo "only kernels named _ZN2ft* are checked"
 
 # Tool options: reports go to the test's own output (no --log-file), with device backtraces only
 # (host frames would dwarf the logs); API errors the tests provoke on purpose (out of memory,
@@ -87,6 +105,8 @@ declare -A extra=([memcheck]="--padding 64" [initcheck]="" [racecheck]="" [syncc
 FT_FILL_UNINITIALIZED=1 "$tests" --gtest_filter="$shard_filter" >"$logs/nan-filled.txt" 2>&1 &
 nan_filled=$!
 
+# The tests take their sanitizer sizes (fewer optimizer steps; tests/lib/test_util.h).
+export FT_UNDER_SANITIZER=1
 for tool in $tools; do
   start=$(date +%s)
   pids=()
@@ -98,10 +118,21 @@ for tool in $tools; do
       "$tests" --gtest_filter="$shard_filter" >"$logs/$tool-$i.log" 2>&1 &
     pids+=($!)
   done
+  IFS=: read -ra solo_cases <<<"$solo"
+  for ((i = 0; i < ${#solo_cases[@]}; i++)); do
+    # shellcheck disable=SC2086
+    FT_INITCHECK=$([ "$tool" = initcheck ] && echo 1 || echo 0) timeout -k 10 "$budget" \
+      compute-sanitizer --tool "$tool" "${common[@]}" ${extra[$tool]} \
+      "$tests" --gtest_filter="${solo_cases[$i]}" >"$logs/$tool-solo$i.log" 2>&1 &
+    pids+=($!)
+  done
   wait "${pids[@]}"
-  # shellcheck disable=SC2086
-  FT_INITCHECK=$([ "$tool" = initcheck ] && echo 1 || echo 0) timeout -k 10 "$budget" compute-sanitizer --tool "$tool" "${common[@]}" ${extra[$tool]} \
-    "$tests" --gtest_filter="$lone" >"$logs/$tool-$shards.log" 2>&1
+  # The lone cases, when the filter takes them in.
+  if "$tests" --gtest_filter="$filter" --gtest_list_tests | grep -q '^OutOfMemoryTest\.'; then
+    # shellcheck disable=SC2086
+    FT_INITCHECK=$([ "$tool" = initcheck ] && echo 1 || echo 0) timeout -k 10 "$budget" compute-sanitizer --tool "$tool" "${common[@]}" ${extra[$tool]} \
+      "$tests" --gtest_filter="$lone" >"$logs/$tool-$shards.log" 2>&1
+  fi
   echo "$tool done in $(($(date +%s) - start)) s"
 done
 wait "$nan_filled"

@@ -16,7 +16,8 @@ import re
 import sys
 
 NOT_A_FINDING = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
-                 "Target application returned", "Error: process didn't terminate successfully")
+                 "Target application returned", "Error: process didn't terminate successfully",
+                 "Target application terminated before first instrumented API call")  # used no CUDA
 NVIDIA_KERNEL = re.compile(r"nvjet|cublas|cutlass|xmma|gemv|gemmk|splitKreduce|cudnn", re.I)
 
 
@@ -68,7 +69,7 @@ def parse_log(path):
     def close_block():
         if block:
             kind = re.sub(r"0x[0-9a-f]+", "0x...", block[0])
-            findings.append((tool, kind, kernel_of(block), test))
+            findings.append((tool, kind, kernel_of(block), test or "(before any test)"))
 
     for raw in path.read_text(errors="replace").splitlines():
         line = raw.rstrip()
@@ -79,7 +80,7 @@ def parse_log(path):
                     block.append(body.strip())
                 continue
             close_block()
-            block = None if body.startswith(NOT_A_FINDING) else [body]
+            block = None if any(text in body for text in NOT_A_FINDING) else [body]
             continue
         close_block()
         block = None

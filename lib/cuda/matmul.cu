@@ -142,6 +142,10 @@ bool try_run_gemm(const LtGemm& g) {
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
   before_cublas_writes(g);
+  // A split-K algorithm's partial sums go to the workspace through TMA too, and its reduce kernel
+  // reads them: initcheck took each of those reads for uninitialized (millions, in
+  // LinearCrossEntropyMemoryTest).
+  before_untracked_write(workspace, workspace_bytes);
   FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, addend, ld, g.d, ld, &algo,
                                  workspace, workspace_bytes, stream()));
   cublasLtMatrixLayoutDestroy(la);

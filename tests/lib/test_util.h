@@ -45,6 +45,21 @@
 
 namespace ft::test {
 
+// ---- sizes under a sanitizer
+//
+// scripts/device_sanitize.sh sets FT_UNDER_SANITIZER=1 for the processes it runs under a
+// compute-sanitizer tool. Racecheck slows every memory access ~100x, and the few tests whose
+// size serves only the plain run (the optimizer's fused-vs-twin runs over 120 tensors, one of
+// them 21M elements, for 20 steps) then take longer than a whole device call. Under a tool they
+// take fewer steps and leave out the long tensor; every kernel and code path stays the same.
+inline bool under_sanitizer() {
+  const char* value = std::getenv("FT_UNDER_SANITIZER");
+  return value != nullptr && std::string(value) == "1";
+}
+
+/// `full` in a plain run, `under_tool` (fewer) under a sanitizer.
+inline int64_t steps_for_this_run(int64_t full, int64_t under_tool) { return under_sanitizer() ? under_tool : full; }
+
 // ---- tolerances
 //
 // Norm-wise relative errors against a CPU f64 reference computed on the same (rounded) inputs.
