@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what fusedtrain needs to build, test and train on a Debian/Ubuntu machine.
 # Idempotent: packages already present are left alone. The CUDA toolkit is not installed here;
-# without nvcc the library builds CPU-only. With the argument `fuzz` (the test command gives it),
-# also clang and its fuzzer runtime, which build the fuzz targets (scripts/fuzz.sh).
+# without nvcc the library builds CPU-only. With the argument `test` (the test command gives it),
+# also what only the tests need: clang and its fuzzer runtime, which build the fuzz targets
+# (scripts/fuzz.sh), and matplotlib for scripts/plot.py's test.
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev zlib1g-dev dataset-fashion-mnist ccache libgloo-dev)
-fuzz=0
-[ "${1:-}" = fuzz ] && fuzz=1 && packages+=(clang)
+for_tests=0
+[ "${1:-}" = test ] && for_tests=1 && packages+=(clang)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
@@ -45,11 +46,17 @@ fuzzer_runtime_package() {
   done
   return 1
 }
-[ "$fuzz" -eq 1 ] || exit 0
+[ "$for_tests" -eq 1 ] || exit 0
+# matplotlib for the python3 on the PATH (a pyenv one, say, which does not see Debian's
+# python3-matplotlib).
+python3 -c 'import matplotlib' 2>/dev/null || {
+  echo "installing: matplotlib (pip)"
+  python3 -m pip install --quiet --disable-pip-version-check matplotlib 2>&1 | grep -v "Running pip as the 'root' user" || true
+  python3 -c 'import matplotlib' || { echo "install_deps: matplotlib did not install" >&2; exit 1; }
+}
 runtime=$(fuzzer_runtime_package) || {
   $SUDO apt-get update -qq
   updated=1
-  [ "$fuzz" -eq 1 ] || exit 0
-runtime=$(fuzzer_runtime_package) || { echo "install_deps: no package provides clang's fuzzer runtime" >&2; exit 1; }
+  runtime=$(fuzzer_runtime_package) || { echo "install_deps: no package provides clang's fuzzer runtime" >&2; exit 1; }
 }
 installed "$runtime" || install "$runtime"

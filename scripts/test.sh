@@ -5,7 +5,7 @@
 # every parser for ${FUZZ_SECONDS:-30} seconds a target (scripts/fuzz.sh; FUZZ_SECONDS=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh fuzz
+scripts/install_deps.sh test
 scripts/build.sh
 build_dir=${BUILD_DIR:-build}
 ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)"
