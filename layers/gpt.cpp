@@ -79,8 +79,8 @@ void GPT::check_lora_targets(const std::vector<std::string>& targets, const std:
   std::string names;
   for (const auto& [name, path] : lora_targets()) names += (names.empty() ? "" : ", ") + name;
   FT_CHECK(!targets.empty(), who, ": no targets (choose from ", names, ")");
+  const auto& known = lora_targets();
   for (const std::string& t : targets) {
-    const auto& known = lora_targets();
     FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == t; }), who,
              ": unknown target '", t, "' (choose from ", names, ")");
   }

@@ -135,16 +135,17 @@ inline std::string gigabytes(double bytes) {
   std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
   return text;
 }
+/// True when the environment variable `name` is set, and neither empty nor "0".
+inline bool env_switch(const char* name) {
+  const char* value = std::getenv(name);
+  return value && *value && std::string_view(value) != "0";
+}
 /// With FT_FILL_UNINITIALIZED=1 in the environment, allocate fills every new allocation with
 /// 0xFF bytes: NaN in every float dtype, -1 in the integer ones (PyTorch's
 /// fill_uninitialized_memory does the same). A result that reads memory nothing wrote then turns
 /// NaN instead of quietly plausible; scripts/device_sanitize.sh runs the GPU suite so, because
 /// compute-sanitizer's initcheck cannot see writes made by the bulk copy engine. For checking,
 /// not speed: it costs a memset per allocation.
-inline bool env_switch(const char* name) {  // set, and neither empty nor "0"
-  const char* value = std::getenv(name);
-  return value && *value && std::string_view(value) != "0";
-}
 inline bool fill_uninitialized() {
   static const bool on = env_switch("FT_FILL_UNINITIALIZED");
   return on;

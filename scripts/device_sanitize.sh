@@ -107,31 +107,29 @@ nan_filled=$!
 
 # The tests take their sanitizer sizes (fewer optimizer steps; tests/lib/test_util.h).
 export FT_UNDER_SANITIZER=1
+# sanitized TOOL LOG FILTER: the suite's FILTER cases under TOOL, within the budget, into LOG
+# (the shard variables, when set, pick the shard). Initcheck gets FT_INITCHECK=1 (above).
+sanitized() {
+  # shellcheck disable=SC2086
+  FT_INITCHECK=$([ "$1" = initcheck ] && echo 1 || echo 0) timeout -k 10 "$budget" \
+    compute-sanitizer --tool "$1" "${common[@]}" ${extra[$1]} "$tests" --gtest_filter="$3" >"$2" 2>&1
+}
+IFS=: read -ra solo_cases <<<"$solo"
 for tool in $tools; do
   start=$(date +%s)
   pids=()
   for ((i = 0; i < shards; i++)); do
-    # shellcheck disable=SC2086
-    FT_INITCHECK=$([ "$tool" = initcheck ] && echo 1 || echo 0) GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i \
-      timeout -k 10 "$budget" \
-      compute-sanitizer --tool "$tool" "${common[@]}" ${extra[$tool]} \
-      "$tests" --gtest_filter="$shard_filter" >"$logs/$tool-$i.log" 2>&1 &
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i sanitized "$tool" "$logs/$tool-$i.log" "$shard_filter" &
     pids+=($!)
   done
-  IFS=: read -ra solo_cases <<<"$solo"
   for ((i = 0; i < ${#solo_cases[@]}; i++)); do
-    # shellcheck disable=SC2086
-    FT_INITCHECK=$([ "$tool" = initcheck ] && echo 1 || echo 0) timeout -k 10 "$budget" \
-      compute-sanitizer --tool "$tool" "${common[@]}" ${extra[$tool]} \
-      "$tests" --gtest_filter="${solo_cases[$i]}" >"$logs/$tool-solo$i.log" 2>&1 &
+    sanitized "$tool" "$logs/$tool-solo$i.log" "${solo_cases[$i]}" &
     pids+=($!)
   done
   wait "${pids[@]}"
   # The lone cases, when the filter takes them in.
   if "$tests" --gtest_filter="$filter" --gtest_list_tests | grep -q '^OutOfMemoryTest\.'; then
-    # shellcheck disable=SC2086
-    FT_INITCHECK=$([ "$tool" = initcheck ] && echo 1 || echo 0) timeout -k 10 "$budget" compute-sanitizer --tool "$tool" "${common[@]}" ${extra[$tool]} \
-      "$tests" --gtest_filter="$lone" >"$logs/$tool-$shards.log" 2>&1
+    sanitized "$tool" "$logs/$tool-$shards.log" "$lone"
   fi
   echo "$tool done in $(($(date +%s) - start)) s"
 done

@@ -384,14 +384,10 @@ void* allocate(size_t bytes, Device device) {
   FT_CHECK(cuda_available(), "no CUDA device is available");
   void* p = nullptr;
   cudaError_t status = cudaMallocAsync(&p, bytes, cuda::stream());
-  // A sticky error from earlier work (an illegal address, say) also fails the allocation: that
-  // one is reported as itself, not as out of memory.
-  if (status != cudaSuccess && status != cudaErrorMemoryAllocation)
-    cuda::throw_cuda_error(status, "cudaMallocAsync", __FILE__, __LINE__);
-  if (status != cudaSuccess)
-    cuda::throw_out_of_memory(detail::concat("CUDA out of memory allocating ", gigabytes(static_cast<double>(bytes)), " (",
-                                             cudaGetErrorString(status), ")"),
+  if (status == cudaErrorMemoryAllocation)
+    cuda::throw_out_of_memory(detail::concat("CUDA out of memory allocating ", gigabytes(static_cast<double>(bytes))),
                               __FILE__, __LINE__);
+  FT_CUDA_CHECK(status);  // a sticky error from earlier work (an illegal address) fails it too, and is that error
   if (fill_uninitialized()) FT_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, cuda::stream()));
   return p;
 }

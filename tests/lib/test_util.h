@@ -52,10 +52,7 @@ namespace ft::test {
 // size serves only the plain run (the optimizer's fused-vs-twin runs over 120 tensors, one of
 // them 21M elements, for 20 steps) then take longer than a whole device call. Under a tool they
 // take fewer steps and leave out the long tensor; every kernel and code path stays the same.
-inline bool under_sanitizer() {
-  const char* value = std::getenv("FT_UNDER_SANITIZER");
-  return value != nullptr && std::string(value) == "1";
-}
+inline bool under_sanitizer() { return runtime::env_switch("FT_UNDER_SANITIZER"); }
 
 /// `full` in a plain run, `under_tool` (fewer) under a sanitizer.
 inline int64_t steps_for_this_run(int64_t full, int64_t under_tool) { return under_sanitizer() ? under_tool : full; }
