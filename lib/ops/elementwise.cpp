@@ -18,7 +18,9 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   FT_CHECK(a.device() == b.device(), op, ": devices differ: ", a.device().str(), " vs ", b.device().str());
 }
 
-BroadcastPlan make_plan(const char* op, const Shape& out, const std::vector<const Shape*>& operands) {
+}  // namespace
+
+BroadcastPlan broadcast_plan(const char* op, const Shape& out, const std::vector<const Shape*>& operands) {
   FT_CHECK(out.size() <= BroadcastPlan::kMaxDims, op, ": at most ", BroadcastPlan::kMaxDims, " dims, got ",
            shape_str(out));
   BroadcastPlan plan;
@@ -35,8 +37,11 @@ BroadcastPlan make_plan(const char* op, const Shape& out, const std::vector<cons
       stride *= size;
     }
   }
+  plan.coalesce();
   return plan;
 }
+
+namespace {
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double p = 0, double q = 0) {
   check_defined(x, "unary op", "input");
@@ -63,7 +68,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   check_operands(name, a, b);
   const Shape shape = out_shape ? *out_shape : broadcast_shape(name, a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  const BroadcastPlan plan = make_plan(name, shape, {&a.shape(), &b.shape()});
+  const BroadcastPlan plan = broadcast_plan(name, shape, {&a.shape(), &b.shape()});
   if (a.is_cuda()) {
     cuda::binary(op, a, b, out, plan);
     return out;
@@ -226,7 +231,7 @@ Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
   check_operands("compare", a, b);
   const Shape shape = broadcast_shape("compare", a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, DType::U8, a.device());
-  const BroadcastPlan plan = make_plan("compare", shape, {&a.shape(), &b.shape()});
+  const BroadcastPlan plan = broadcast_plan("compare", shape, {&a.shape(), &b.shape()});
   if (a.is_cuda()) {
     cuda::compare(op, a, b, out, plan);
     return out;
@@ -256,7 +261,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   FT_CHECK(cond.device() == a.device(), "where: cond is on ", cond.device().str(), ", values on ", a.device().str());
   const Shape shape = broadcast_shape("where", cond.shape(), broadcast_shape("where", a.shape(), b.shape()));
   Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  const BroadcastPlan plan = make_plan("where", shape, {&cond.shape(), &a.shape(), &b.shape()});
+  const BroadcastPlan plan = broadcast_plan("where", shape, {&cond.shape(), &a.shape(), &b.shape()});
   if (a.is_cuda()) {
     cuda::where(cond, a, b, out, plan);
   } else if (cond.numel() == 1 && a.shape() == shape && b.shape() == shape) {

@@ -8,7 +8,14 @@
 #include "lib/ops/elementwise_math.h"
 #include "lib/tensor.h"
 
+#include <vector>
+
 namespace ft {
+
+/// How operands of the given shapes map onto an output of shape `out` (shapes that broadcast to
+/// it), with neighbouring dims merged where every operand allows (BroadcastPlan::coalesce). The
+/// CPU loops and the CUDA kernels index through it; `op` names the caller in errors.
+BroadcastPlan broadcast_plan(const char* op, const Shape& out, const std::vector<const Shape*>& operands);
 
 Tensor neg(const Tensor& x);
 Tensor exp(const Tensor& x);

@@ -73,6 +73,34 @@ struct BroadcastPlan {
     }
     return index;
   }
+
+  /// Merges neighbouring dims that every operand walks the same way (both contiguous, or both
+  /// broadcast) and drops dims of size 1, so the per-element index math does one division per
+  /// remaining dim: `x - max(x, keepdim)` over [B, NH, T, T] becomes [B·NH·T, T], one division
+  /// instead of four. operand_index gives the same indices before and after.
+  void coalesce() {
+    int kept = 0;  // dims kept so far, innermost first, packed at the front
+    int64_t new_size[kMaxDims];
+    int64_t new_stride[kMaxOperands][kMaxDims];
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (size[d] == 1) continue;  // its coordinate is always 0
+      bool merges = kept > 0;
+      for (int k = 0; k < kMaxOperands && merges; ++k)
+        merges = stride[k][d] == new_stride[k][kept - 1] * new_size[kept - 1];
+      if (merges) {
+        new_size[kept - 1] *= size[d];
+        continue;
+      }
+      new_size[kept] = size[d];
+      for (int k = 0; k < kMaxOperands; ++k) new_stride[k][kept] = stride[k][d];
+      ++kept;
+    }
+    ndim = kept;
+    for (int d = 0; d < kMaxDims; ++d) {  // back to outermost first
+      size[d] = d < kept ? new_size[kept - 1 - d] : 0;
+      for (int k = 0; k < kMaxOperands; ++k) stride[k][d] = d < kept ? new_stride[k][kept - 1 - d] : 0;
+    }
+  }
 };
 
 }  // namespace ft

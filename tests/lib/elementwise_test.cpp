@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,44 @@ int64_t operand_index(int64_t i, const Shape& out, const Shape& s) {
     stride *= size;
   }
   return index;
+}
+
+// ---- the broadcast plan: merged dims index exactly as the unmerged shapes do
+
+TEST(BroadcastPlanTest, MergedDimsGiveTheSameIndicesAsTheShapes) {
+  std::mt19937_64 rng(test_seed());
+  for (int trial = 0; trial < 300; ++trial) {
+    Shape out(static_cast<size_t>(rng() % 7));  // rank 0 to 6
+    for (int64_t& d : out) d = 1 + static_cast<int64_t>(rng() % 5);
+    std::vector<Shape> shapes;
+    for (size_t k = 0, operands = 1 + rng() % 3; k < operands; ++k) {
+      Shape s(out.begin() + static_cast<std::ptrdiff_t>(rng() % (out.size() + 1)), out.end());  // leading dims dropped
+      for (int64_t& d : s)
+        if (rng() % 3 == 0) d = 1;  // broadcast along this dim
+      shapes.push_back(s);
+    }
+    std::vector<const Shape*> operands;
+    for (const Shape& s : shapes) operands.push_back(&s);
+    const BroadcastPlan plan = broadcast_plan("test", out, operands);
+    ASSERT_LE(plan.ndim, static_cast<int>(out.size()));
+    for (size_t k = 0; k < shapes.size(); ++k)
+      for (int64_t i = 0; i < shape_numel(out); ++i)
+        ASSERT_EQ(plan.operand_index(static_cast<int>(k), i), operand_index(i, out, shapes[k]))
+            << "output " << shape_str(out) << ", operand " << shape_str(shapes[k]) << ", element " << i;
+  }
+}
+
+TEST(BroadcastPlanTest, MergesWhatEveryOperandWalksAlike) {
+  const auto dims = [](const Shape& out, std::vector<Shape> shapes) {
+    std::vector<const Shape*> operands;
+    for (const Shape& s : shapes) operands.push_back(&s);
+    return broadcast_plan("test", out, operands).ndim;
+  };
+  EXPECT_EQ(dims({16, 12, 64, 64}, {{16, 12, 64, 64}, {16, 12, 64, 1}}), 2);  // x - max(x, keepdim)
+  EXPECT_EQ(dims({4096, 768}, {{4096, 768}, {768}}), 2);                      // + bias
+  EXPECT_EQ(dims({2, 3, 5}, {{2, 3, 5}, {2, 3, 5}}), 1);                      // same shapes: flat
+  EXPECT_EQ(dims({64, 1, 64}, {{64, 1, 64}, {1}}), 1);                        // a size-1 dim and a scalar
+  EXPECT_EQ(dims({8, 4, 6}, {{8, 1, 6}, {8, 4, 6}}), 3);                      // a broadcast in the middle
 }
 
 // ---- unary ops and the scalar forms of the binary ops
