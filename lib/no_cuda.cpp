@@ -13,6 +13,7 @@
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/ops/lora_linear.h"
+#include "lib/ops/softmax.h"
 #include "lib/runtime.h"
 
 namespace ft {
@@ -79,6 +80,10 @@ void transpose_last2(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { 
 void copy_rows(void*, size_t, const void*, size_t, size_t, size_t) { unavailable(); }
 void gather_rows(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 void scatter_add_rows(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void gather_last(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void put_last(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void softmax_forward(const Tensor&, const Tensor&, bool) { unavailable(); }
+void softmax_backward(const Tensor&, const Tensor&, const Tensor&, bool) { unavailable(); }
 void validate_ids(const Tensor&, int64_t, int64_t, unsigned) { unavailable(); }
 void philox_uniform(const Tensor&, uint64_t, const Tensor&) { unavailable(); }
 void philox_take(const Tensor&, const Tensor&, uint64_t) { unavailable(); }

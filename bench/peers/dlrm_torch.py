@@ -8,7 +8,9 @@ layer, one logit), mean BCE with logits, dlrm's weight init. Presets: bench (dlr
 D=16, batch 128, SGD lr 0.1 on everything). Fixed random inputs uploaded once; each step (zero_grad,
 forward, loss, backward, both optimizer steps) is timed eagerly and with torch.compile'd forward
 (optimizers eager), with CUDA events after a warm-up. Prints the median ms, samples/s and peak
-memory per mode and a RESULT line. --check runs a float64 CPU self-test and prints PASS/FAIL."""
+memory per mode and a RESULT line; --json writes the modes that ran for scripts/plot.py (workload
+dlrm-kaggle, dlrm-mlperf or dlrm kaggle-config by preset, variants "torch eager" and "torch compile",
+" bf16" appended under --dtype bf16). --check runs a float64 CPU self-test and prints PASS/FAIL."""
 import argparse
 import gc
 import math
@@ -18,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from results import add_json_argument, device_name, write_results
 from timing import time_steps
 
 PRESETS = {  # bottom and top exclude the input widths (13 and D + pairs)
@@ -27,6 +30,9 @@ PRESETS = {  # bottom and top exclude the input widths (13 and D + pairs)
     "kaggle": dict(dim=16, rows=100_000, bottom=[512, 256, 64, 16], top=[512, 256, 1], batch=128, opt="sgd"),
 }
 NUM_DENSE, NUM_TABLES = 13, 26
+# --json's workload of each preset: BENCHMARKS.md's names, those of ft-bench dlrm's bench and mlperf
+# presets; the kaggle preset is dlrm's own Kaggle recipe, not the dlrm-kaggle workload.
+WORKLOADS = {"bench": "dlrm-kaggle", "mlperf": "dlrm-mlperf", "kaggle": "dlrm kaggle-config"}
 
 
 def mlp(widths, relu_last, **kw):
@@ -159,6 +165,23 @@ def check():
     return ok
 
 
+def json_results(a, cfg, results):
+    """--json's results: one per mode that ran (a failed mode's ms is NaN and is left out), under the
+    preset's workload name only at the preset's own batch and table rows."""
+    workload = WORKLOADS[a.preset]
+    if (a.batch, a.table_rows) != (cfg["batch"], cfg["rows"]):
+        workload += f" B{a.batch} rows{a.table_rows}"
+    out = []
+    for mode, (ms, samples_per_s, mem) in results.items():
+        if not math.isfinite(ms):
+            continue
+        out.append({"workload": workload, "variant": f"torch {mode}" + (" bf16" if a.dtype == "bf16" else ""),
+                    "ms": ms, "samples_per_s": samples_per_s})
+        if math.isfinite(mem):  # NaN on the CPU
+            out[-1]["peak_gb"] = mem
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preset", default="bench", choices=list(PRESETS))
@@ -171,6 +194,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--check", action="store_true", help="float64 CPU self-test, then exit")
+    add_json_argument(ap)
     a = ap.parse_args()
     if a.check:
         raise SystemExit(0 if check() else 1)
@@ -202,6 +226,8 @@ def main():
     parts = [f"{m}_ms={results[m][0]:.4f} {m}_samples_s={results[m][1]:.0f}" for m in modes]
     parts += [f"{m}_mem_gb={results[m][2]:.3f}" for m in modes]
     print(f"RESULT preset={a.preset} dtype={a.dtype} batch={a.batch} " + " ".join(parts), flush=True)
+    if a.json:
+        write_results(a.json, device_name(device), json_results(a, cfg, results))
 
 
 if __name__ == "__main__":

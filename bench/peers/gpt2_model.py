@@ -1,7 +1,8 @@
 """GPT-2 in plain PyTorch, built as fusedtrain's layers/gpt.cpp builds it and with its parameter
 names (so ft-gpt2's safetensors load as they are): tied token embedding, learned positions,
 pre-LayerNorm blocks, fused QKV projection, tanh GELU, final LayerNorm, mean cross-entropy.
-Optional LoRA adapters (add_lora) as Hugging Face PEFT defines them, with ft's names.
+Optional LoRA adapters (add_lora) as Hugging Face PEFT defines them, with ft's names. Attention
+is SDPA's fused kernel, or with attention="naive" nanoGPT's non-flash path, one kernel per op.
 Shared by tests/parity/gpt2_parity.py, tests/parity/lora_parity.py and bench/peers/gpt2_torch.py,
 lora_torch.py."""
 import math
@@ -14,11 +15,20 @@ LORA_TARGETS = {"qkv": "attn.c_attn", "attn_proj": "attn.c_proj", "fc": "mlp.c_f
 
 
 class GPT(torch.nn.Module):
-    """GPT-2 as ft's layers/gpt.cpp builds it, with ft's parameter names."""
+    """GPT-2 as ft's layers/gpt.cpp builds it, with ft's parameter names. `attention` is "sdpa"
+    (F.scaled_dot_product_attention, causal) or "naive" (scores, mask, softmax and the product with
+    v as separate ops: what an unfused eager model runs)."""
 
-    def __init__(self, vocab, block, layers, heads, channels):
+    def __init__(self, vocab, block, layers, heads, channels, attention="sdpa"):
         super().__init__()
+        if attention not in ("sdpa", "naive"):
+            raise ValueError(f"attention must be sdpa or naive, not {attention!r}")
         self.heads = heads
+        self.attention = attention
+        if attention == "naive":
+            # Built once and moved with the model (.cuda(), .to()), not rebuilt every step; not
+            # persistent, so state_dict stays ft's parameters.
+            self.register_buffer("mask", torch.ones(block, block, dtype=torch.bool).tril(), persistent=False)
         p = {}  # ft's names contain dots, which module attribute names cannot: registered as a_b_c
         c = channels
         p["wte.weight"] = torch.nn.Parameter(torch.empty(vocab, c))
@@ -69,6 +79,15 @@ class GPT(torch.nn.Module):
         x = F.dropout(x, self.lora_dropout, self.training)
         return y + self.lora_scale * F.linear(F.linear(x, a), self.lora[module + ".lora_B.weight"])
 
+    def attend(self, q, k, v, t):
+        """Causal attention of q, k, v [B, heads, t, hs]."""
+        if self.attention == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.mask[:t, :t] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        return att @ v
+
     def forward(self, ids, targets):
         p, b, t = self.p, ids.shape[0], ids.shape[1]
         c = p["wte.weight"].shape[1]
@@ -79,7 +98,7 @@ class GPT(torch.nn.Module):
             a = F.layer_norm(x, (c,), h("ln_1.weight"), h("ln_1.bias"), 1e-5)
             q, k, v = linear(a, "attn.c_attn").split(c, dim=2)
             q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
+            y = self.attend(q, k, v, t).transpose(1, 2).reshape(b, t, c)
             x = x + linear(y, "attn.c_proj")
             m = F.layer_norm(x, (c,), h("ln_2.weight"), h("ln_2.bias"), 1e-5)
             m = F.gelu(linear(m, "mlp.c_fc"), approximate="tanh")

@@ -6,7 +6,8 @@ flags say otherwise) on all four linears of every block, in fp32, trained by fus
 the forward under bf16 autocast, SDPA attention, mean cross-entropy. Eager or torch.compile'd;
 each step timed with CUDA events after a warm-up. Prints a RESULT line with the median ms, tok/s,
 MFU (ft's count: 4 FLOPs a parameter a token, 2 more a trainable one, and the attention's
-6·L·C·T) and the peak memory of the timed steps.
+6·L·C·T) and the peak memory of the timed steps; --json writes them for scripts/plot.py (workload
+lora-gpt2 at its own shapes, variant "torch eager" or "torch compile").
 
     python3 bench/peers/lora_torch.py --mode compile
     python3 bench/peers/lora_torch.py --device cpu --mode eager --layers 1 --batch 1 --seq 64 --steps 2 --warmup 1
@@ -17,7 +18,15 @@ import statistics
 import torch
 
 from gpt2_model import GPT, init_gpt2_
+from results import add_json_argument, device_name, write_results
 from timing import time_steps
+
+
+def workload(a):
+    """lora-gpt2 only at its own shapes, rank and dropout, as gpt2_torch.py names gpt2-124M."""
+    if (a.batch, a.seq, a.layers, a.rank, a.dropout) == (16, 1024, 12, 16, 0.0):
+        return "lora-gpt2"
+    return f"lora-gpt2 B{a.batch} T{a.seq} L{a.layers} r{a.rank}" + (f" p{a.dropout:g}" if a.dropout else "")
 
 
 def main():
@@ -32,6 +41,7 @@ def main():
     ap.add_argument("--alpha", type=float, default=32.0)
     ap.add_argument("--dropout", type=float, default=0.0, help="on the adapters' input")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script (wall-clock timing)")
+    add_json_argument(ap)
     a = ap.parse_args()
     cuda = a.device == "cuda"
     torch.manual_seed(0)
@@ -66,6 +76,11 @@ def main():
     peak_gb = torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0
     print(f"RESULT lora-gpt2 torch={a.mode} rank={a.rank} dropout={a.dropout:g} ms={ms:.3f} tok_per_s={tok_per_s:.0f} "
           f"mfu={mfu:.4f} peak_gb={peak_gb:.3f} loss={loss.item():.4f}", flush=True)
+    if a.json:
+        result = {"workload": workload(a), "variant": f"torch {a.mode}", "ms": ms, "tok_per_s": tok_per_s}
+        if cuda:  # no peak memory on the CPU
+            result["peak_gb"] = peak_gb
+        write_results(a.json, device_name(a.device), [result])
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 by LayerNorm, GELU (tanh) and Dropout 0.1, cross-entropy, AdamW (lr 1e-3, weight decay 0.01), batch
 4096, bf16 parameters as ft-mlp keeps them on CUDA (fp32 AdamW moments), on random inputs. Times
 the step eagerly and with the whole step in one CUDA graph (capturable AdamW, static inputs),
-each with CUDA events after a warm-up, and prints a RESULT line with both medians."""
+each with CUDA events after a warm-up, and prints a RESULT line with both medians; --json writes
+them for scripts/plot.py (workload mlp-fmnist, variants "torch eager" and "torch graph")."""
 import argparse
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from results import add_json_argument, device_name, write_results
 from timing import median_ms
 
 
@@ -26,6 +28,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    add_json_argument(ap)
     a = ap.parse_args()
     torch.manual_seed(0)
     x = torch.randn(a.batch, 784, device="cuda")
@@ -56,6 +59,9 @@ def main():
             step()
         results[mode] = median_ms(graph.replay, a.warmup, a.steps)
     print(f"RESULT mlp torch_eager_ms={results['eager']:.4f} torch_graph_ms={results['graph']:.4f}", flush=True)
+    if a.json:
+        write_results(a.json, device_name(), [{"workload": "mlp-fmnist", "variant": f"torch {mode}", "ms": ms}
+                                              for mode, ms in results.items()])
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """PyTorch eager peer for `ft-bench ops`: the same ops, shapes and dtype (bf16), forward +
 backward, timed with CUDA events after a warm-up; prints one RESULT line per op. Gradients
 are taken with torch.autograd.grad, as ft-bench takes them with ft::gradients: no copies into
-leaves' .grad."""
+leaves' .grad. --json writes the medians for scripts/plot.py: each op under its printed name,
+variant "torch eager"; attention as "attention HS{hs}" (forward + backward), variants "torch sdpa"
+and "torch eager"."""
 import argparse
 
 import torch
 import torch.nn.functional as F
 
+from results import add_json_argument, device_name, write_results
 from timing import median_ms
 
 
@@ -22,6 +25,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--only", default="", help="ops or attention (default: both)")
+    add_json_argument(parser)
     a = parser.parse_args()
     n, c, v = a.rows, a.channels, a.vocab
     torch.manual_seed(0)
@@ -47,17 +51,33 @@ def main():
     def ce():
         torch.autograd.grad(F.cross_entropy(logits, targets), (logits,))
 
+    def ce_autocast():
+        # What a bf16 training step runs (autocast puts cross_entropy in f32): the twin's math,
+        # f32 log-probabilities; the plain call above keeps them in bf16.
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            torch.autograd.grad(F.cross_entropy(logits, targets), (logits,))
+
+    results = []
     if a.only in ("", "ops"):
         for name, work in [("residual+layernorm", ln), ("bias+gelu (4C)", gelu), ("bias+dropout+residual", dropout),
                            (f"cross-entropy V={v}", ce)]:
-            print(f"RESULT op={name} torch_eager_ms={median_ms(work, a.warmup, a.iterations):.4f}", flush=True)
+            ms = median_ms(work, a.warmup, a.iterations)
+            print(f"RESULT op={name} torch_eager_ms={ms:.4f}", flush=True)
+            results.append({"workload": name, "variant": "torch eager", "ms": ms})
+        ms = median_ms(ce_autocast, a.warmup, a.iterations)
+        print(f"RESULT op=cross-entropy V={v} autocast torch_eager_ms={ms:.4f}", flush=True)
+        results.append({"workload": f"cross-entropy V={v}", "variant": "torch eager autocast", "ms": ms})
     if a.only in ("", "attention"):
-        attention(a)
+        results += attention(a)
+    if a.json:
+        write_results(a.json, device_name(), results)
 
 
 def attention(a):
     """Causal attention at ft-bench's shapes: SDPA (PyTorch's flash kernel) and the eager
-    composition, forward and forward + backward, with TFLOP/s counted as BENCHMARKS.md does."""
+    composition, forward and forward + backward, with TFLOP/s counted as BENCHMARKS.md does.
+    Returns the results for --json: forward + backward ms, with the forward's as fwd_ms."""
+    results = []
     for heads, hs in ((12, 64), (6, 128)):
         b, t = 16, 1024
         q, k, vv = leaf(b, heads, t, hs), leaf(b, heads, t, hs), leaf(b, heads, t, hs)
@@ -85,6 +105,9 @@ def attention(a):
             print(f"RESULT attention=HS{hs} torch={name} fwd_ms={fwd_ms:.4f} total_ms={total_ms:.4f} "
                   f"fwd_tflops={flops / fwd_ms / 1e9:.1f} bwd_tflops={2.5 * flops / (total_ms - fwd_ms) / 1e9:.1f}",
                   flush=True)
+            results.append({"workload": f"attention HS{hs}", "variant": f"torch {name}", "ms": total_ms,
+                            "fwd_ms": fwd_ms})
+    return results
 
 
 if __name__ == "__main__":

@@ -43,6 +43,11 @@ void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, s
 void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out);
 /// table_grad[ids[i]] += grad[i] (table_grad zeroed by the caller).
 void scatter_add_rows(const Tensor& grad, const Tensor& ids, const Tensor& table_grad);
+/// out[r] = x[r, ids[r]] for x viewed as [rows, x.size(-1)]; an id out of range flags
+/// kIndexOutOfRange and gives 0.
+void gather_last(const Tensor& x, const Tensor& ids, const Tensor& out);
+/// dst[r, ids[r]] = values[r] (dst zeroed by the caller); ids out of range are skipped.
+void put_last(const Tensor& values, const Tensor& ids, const Tensor& dst);
 
 /// Flags `code` in the device error word when an id is outside [0, limit) and not `allowed`.
 void validate_ids(const Tensor& ids, int64_t limit, int64_t allowed, unsigned code);

@@ -11,6 +11,7 @@
 #include "lib/dtype.h"
 #include "lib/error.h"
 #include "lib/ops/activation.h"
+#include "lib/ops/elementwise_math.h"
 #include "lib/philox.h"
 
 namespace ft::cuda {
@@ -75,15 +76,14 @@ __device__ __forceinline__ float tanh_of(float x, bool fast) {
   return y;
 }
 
-/// GELU, tanh form, and its derivative.
-__device__ __forceinline__ float gelu_tanh(float x, bool fast = false) {
-  const float k = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + tanh_of(k * (x + 0.044715f * x * x * x), fast));
-}
+/// GELU, tanh form, and its derivative (the formulas of lib/ops/elementwise_math.h).
+struct TanhOf {
+  bool fast;
+  __device__ __forceinline__ float operator()(float v) const { return tanh_of(v, fast); }
+};
+__device__ __forceinline__ float gelu_tanh(float x, bool fast = false) { return gelu_tanh_of(x, TanhOf{fast}); }
 __device__ __forceinline__ float gelu_tanh_grad(float x, bool fast = false) {
-  const float k = 0.7978845608028654f;
-  const float t = tanh_of(k * (x + 0.044715f * x * x * x), fast);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+  return gelu_tanh_derivative(x, TanhOf{fast});
 }
 
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
@@ -279,6 +279,18 @@ void dispatch_floating(DType dtype, const char* op, F&& f) {
     case DType::F64: return f(double{});
     case DType::BF16: return f(__nv_bfloat16{});
     default: FT_FAIL(op, ": expected a floating dtype (f32, f64, bf16), got ", dtype_name(dtype));
+  }
+}
+
+/// Calls f with an unsigned word as wide as the dtype's elements (for kernels that move elements
+/// unchanged: where, transposes, gathers).
+template <class F>
+void dispatch_word(DType dtype, F&& f) {
+  switch (dtype_size(dtype)) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    default: return f(uint64_t{});
   }
 }
 

@@ -1,7 +1,9 @@
-// Reduction kernels: one block per row for the last axis; for a middle axis, the column kernel
+// Reduction kernels: one block per row for the last axis (a few long rows split over several
+// blocks, then their partials combined); for a middle axis, the column kernel
 // of row_map.cuh when there is no outer dim (a bias gradient: [rows, cols] to [cols]), else one
 // thread per output (coalesced across the inner dim). Fixed summation order, so results are
 // deterministic.
+#include <algorithm>
 #include <cfloat>
 
 #include "lib/cuda/launchers.h"
@@ -44,6 +46,29 @@ __global__ void reduce_last_kernel(ReduceOp op, const T* x, T* out, int64_t cols
   if (threadIdx.x == 0) out[blockIdx.x] = from_acc<T>(op == ReduceOp::Mean ? acc / A(cols) : acc);
 }
 
+// A long row over several blocks (a sum over every element of a tensor, say): each block
+// reduces one chunk of a row into an f32 (f64) partial, and reduce_partials_kernel combines a
+// row's partials in a fixed order.
+template <class T>
+__global__ void reduce_chunks_kernel(ReduceOp op, const T* x, acc_t<T>* partials, int64_t cols, int64_t chunk) {
+  using A = acc_t<T>;
+  const T* row = x + blockIdx.y * cols;
+  const int64_t begin = blockIdx.x * chunk, end = begin + chunk < cols ? begin + chunk : cols;
+  A acc = op == ReduceOp::Max ? A(-INFINITY) : A(0);
+  for (int64_t c = begin + threadIdx.x; c < end; c += blockDim.x) acc = combine(op, acc, to_acc(row[c]));
+  acc = block_reduce(op, acc);
+  if (threadIdx.x == 0) partials[blockIdx.y * gridDim.x + blockIdx.x] = acc;
+}
+
+template <class T>
+__global__ void reduce_partials_kernel(ReduceOp op, const acc_t<T>* partials, int64_t chunks, T* out, int64_t cols) {
+  using A = acc_t<T>;
+  A acc = op == ReduceOp::Max ? A(-INFINITY) : A(0);
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc = combine(op, acc, partials[blockIdx.x * chunks + c]);
+  acc = block_reduce(op, acc);
+  if (threadIdx.x == 0) out[blockIdx.x] = from_acc<T>(op == ReduceOp::Mean ? acc / A(cols) : acc);
+}
+
 template <class T>
 __global__ void reduce_middle_kernel(const T* x, T* out, int64_t outer, int64_t mid, int64_t inner) {
   using A = acc_t<T>;
@@ -70,9 +95,26 @@ struct ColumnLoad {
 void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, int64_t cols) {
   FT_CHECK(rows <= 2147483647LL, "reduce: too many rows (", rows, ")");
   const int threads = cols >= 256 ? 256 : cols > 32 ? static_cast<int>((cols + 31) / 32 * 32) : 32;
+  // One block a row leaves most of the GPU idle when the rows are few and long: split them so
+  // that about four blocks run per multiprocessor, each over at least 4096 elements.
+  constexpr int64_t kMinChunk = 4096;
+  const int64_t wanted_blocks = 4LL * multiprocessor_count();
+  int64_t chunks = rows >= wanted_blocks ? 1 : std::min((wanted_blocks + rows - 1) / rows, cols / kMinChunk);
+  chunks = std::min<int64_t>(chunks, 65535);
   dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
-    reduce_last_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(op, x.data<T>(), out.data<T>(), cols);
+    if (chunks <= 1 || rows > 65535) {
+      reduce_last_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(op, x.data<T>(), out.data<T>(), cols);
+      return;
+    }
+    const int64_t chunk = (cols + chunks - 1) / chunks;
+    chunks = (cols + chunk - 1) / chunk;
+    const DType acc_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    Tensor partials = Tensor::empty({rows * chunks}, acc_dtype, x.device());
+    auto* p = static_cast<acc_t<T>*>(partials.data_ptr());
+    reduce_chunks_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), kThreads, 0, stream()>>>(
+        op, x.data<T>(), p, cols, chunk);
+    reduce_partials_kernel<T><<<static_cast<unsigned>(rows), 256, 0, stream()>>>(op, p, chunks, out.data<T>(), cols);
   });
   FT_CUDA_CHECK_LAUNCH("reduce_last_kernel");
 }

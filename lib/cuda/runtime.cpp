@@ -94,8 +94,9 @@ void check_device_errors() {
   FT_CUDA_CHECK(cudaStreamSynchronize(stream()));
   if (word == 0) return;
   FT_CUDA_CHECK(cudaMemsetAsync(device_error_word(), 0, sizeof(unsigned), stream()));
-  if (word & kIndexOutOfRange) FT_FAIL("gather: an index was out of range [0, rows) (flagged on the device)");
+  // A bad target is named first: cross-entropy's twin then also gathers with it.
   if (word & kTargetOutOfRange) FT_FAIL("cross_entropy: a target id was out of range [0, V) (flagged on the device)");
+  if (word & kIndexOutOfRange) FT_FAIL("gather: an index was out of range [0, rows) (flagged on the device)");
   if (word & kNormZeroWeight)
     FT_FAIL("layer_norm/rms_norm backward: a weight (gain) element is 0, so the normalized input cannot be taken "
             "from the saved output; that column's gradients are NaN (flagged on the device)");

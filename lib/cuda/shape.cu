@@ -1,5 +1,6 @@
 // Data-movement kernels: transpose of the last two dims (tiled through shared memory), pitched
-// row copies (narrow, cat), and row gather/scatter for embeddings.
+// row copies (narrow, cat), row gather/scatter for embeddings, and one element a row picked by
+// id (gather_last, cross-entropy's twin).
 #include "lib/cuda/indexed_rows.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
@@ -48,6 +49,30 @@ __global__ void scatter_add_rows_kernel(const T* grad, const void* ids, bool ids
   }
 }
 
+// One element a row, picked by id (gather_last), and its gradient put back (put_last). Elements
+// move as words of their width.
+template <class Word>
+__global__ void gather_last_kernel(const Word* x, const void* ids, bool ids64, Word* out, int64_t rows, int64_t cols,
+                                   unsigned* error_word) {
+  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t id = load_id(ids, ids64, r);
+    if (id < 0 || id >= cols) {
+      atomicOr(error_word, kIndexOutOfRange);
+      out[r] = Word{};
+    } else {
+      out[r] = x[r * cols + id];
+    }
+  }
+}
+
+template <class Word>
+__global__ void put_last_kernel(const Word* values, const void* ids, bool ids64, Word* dst, int64_t rows, int64_t cols) {
+  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t id = load_id(ids, ids64, r);
+    if (id >= 0 && id < cols) dst[r * cols + id] = values[r];
+  }
+}
+
 __global__ void validate_ids_kernel(const void* ids, bool ids64, int64_t n, int64_t limit, int64_t allowed,
                                     unsigned code, unsigned* error_word) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -68,13 +93,32 @@ void validate_ids(const Tensor& ids, int64_t limit, int64_t allowed, unsigned co
 
 void transpose_last2(const Tensor& x, const Tensor& out, int64_t batch, int64_t rows, int64_t cols) {
   FT_CHECK(batch <= 65535, "transpose: batch ", batch, " exceeds the grid limit 65535");
-  switch (dtype_size(x.dtype())) {
-    case 1: launch_transpose<uint8_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
-    case 2: launch_transpose<uint16_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
-    case 4: launch_transpose<uint32_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
-    default: launch_transpose<uint64_t>(x.data_ptr(), out.data_ptr(), batch, rows, cols); break;
-  }
+  dispatch_word(x.dtype(), [&](auto word) {
+    launch_transpose<decltype(word)>(x.data_ptr(), out.data_ptr(), batch, rows, cols);
+  });
   FT_CUDA_CHECK_LAUNCH("transpose_kernel");
+}
+
+void gather_last(const Tensor& x, const Tensor& ids, const Tensor& out) {
+  const int64_t cols = x.size(-1), rows = ids.numel();
+  dispatch_word(x.dtype(), [&](auto word) {
+    using Word = decltype(word);
+    gather_last_kernel<Word><<<elementwise_blocks(rows, kThreads), kThreads, 0, stream()>>>(
+        static_cast<const Word*>(x.data_ptr()), ids.data_ptr(), ids.dtype() == DType::I64,
+        static_cast<Word*>(out.data_ptr()), rows, cols, device_error_word());
+  });
+  FT_CUDA_CHECK_LAUNCH("gather_last_kernel");
+}
+
+void put_last(const Tensor& values, const Tensor& ids, const Tensor& dst) {
+  const int64_t cols = dst.size(-1), rows = ids.numel();
+  dispatch_word(dst.dtype(), [&](auto word) {
+    using Word = decltype(word);
+    put_last_kernel<Word><<<elementwise_blocks(rows, kThreads), kThreads, 0, stream()>>>(
+        static_cast<const Word*>(values.data_ptr()), ids.data_ptr(), ids.dtype() == DType::I64,
+        static_cast<Word*>(dst.data_ptr()), rows, cols);
+  });
+  FT_CUDA_CHECK_LAUNCH("put_last_kernel");
 }
 
 void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "lib/ops/elementwise.h"
-#include "lib/ops/gelu.h"
 
 namespace ft {
 

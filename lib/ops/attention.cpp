@@ -10,8 +10,8 @@
 #include "lib/ops/dropout.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/matmul.h"
-#include "lib/ops/reduce.h"
 #include "lib/ops/shape_ops.h"
+#include "lib/ops/softmax.h"
 
 namespace ft {
 
@@ -75,25 +75,20 @@ Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const 
 
 }  // namespace
 
-Tensor softmax(const Tensor& x) {
-  check_defined(x, "softmax", "x");
-  Tensor shifted = exp(x - max(x, true).detach());
-  return shifted / sum(shifted, true);
-}
-
 Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                            uint64_t seed, const Tensor& offset) {
   const int64_t t = q.size(-2), hs = q.size(-1);
-  // The scores and their softmax are kept in f32 for bf16 inputs, as eager frameworks do.
+  // The softmax is computed in f32 for bf16 inputs and its probabilities kept in f32, as eager
+  // frameworks do under autocast; the 1/√HS scale rides on the product (cuBLAS's alpha).
   const DType compute = q.dtype() == DType::BF16 ? DType::F32 : q.dtype();
-  Tensor scores = cast(matmul(q, k, false, true), compute) * (1.0 / std::sqrt(static_cast<double>(hs)));
+  Tensor scores = matmul(q, k, false, true, 1.0 / std::sqrt(static_cast<double>(hs)));
   if (causal) {
     // Query i sees keys j <= i; the rest become -inf before the softmax, so they get probability 0.
     Tensor cols = Tensor::arange(t, DType::I64, q.device());
     Tensor visible = le(cols, cols.reshape({t, 1}));  // [T, T]
     scores = where(visible, scores, scalar_like(scores, -std::numeric_limits<double>::infinity()));
   }
-  Tensor probs = softmax(scores);
+  Tensor probs = softmax(scores, compute);
   if (dropout_p > 0.0) probs = dropout_composite(probs, dropout_p, seed, offset);
   return matmul(cast(probs, q.dtype()), v);
 }

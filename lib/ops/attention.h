@@ -14,8 +14,8 @@
 //
 // Fused (bf16 on CUDA, HS 64 or 128): flash attention (lib/cuda/attention.cu). It saves the
 // output and the log-sum-exp per row ([B, NH, T] f32) and recomputes the probabilities in
-// backward. Twin: matmul, scale, causal mask (where), softmax (max, exp, sum, div), dropout,
-// matmul, as separate primitive ops, the way eager frameworks run attention; every other case
+// backward. Twin: matmul (scaled by 1/√HS), causal mask (where), softmax (f32 for bf16), dropout,
+// cast, matmul, as separate primitive ops, the way eager frameworks run attention; every other case
 // (CPU, f32, f64, other head sizes, KernelMode::Unfused) runs it.
 #pragma once
 #include "lib/tensor.h"
@@ -31,9 +31,6 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, double dropo
                      const Tensor& offset = Tensor());
 Tensor attention_qkv_composite(const Tensor& qkv, int64_t heads, bool causal, double dropout_p, uint64_t seed,
                                const Tensor& offset);
-
-/// Softmax over the last dim, from primitives (the max shift is taken without history).
-Tensor softmax(const Tensor& x);
 
 namespace cuda {
 

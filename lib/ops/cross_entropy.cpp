@@ -9,6 +9,8 @@
 #include "lib/ops/cpu_dispatch.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
+#include "lib/ops/shape_ops.h"
+#include "lib/ops/softmax.h"
 
 namespace ft {
 
@@ -71,17 +73,15 @@ Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Cr
 }  // namespace
 
 Tensor cross_entropy_composite(const Tensor& logits, const Tensor& targets, CrossEntropyOptions options) {
-  const int64_t n = logits.size(0), vocab = logits.size(1);
   const DType compute = logits.dtype() == DType::BF16 ? DType::F32 : logits.dtype();
-  Tensor x = cast(logits, compute);
-  // The max only shifts for stability; its gradient cancels, so it is taken without history.
-  Tensor row_max = max(x, true).detach();
-  Tensor lse = log(sum(exp(x - row_max), true)) + row_max;  // [N, 1]
-  Tensor ids = Tensor::arange(vocab, targets.dtype(), targets.device());
-  Tensor one_hot = cast(eq(ids, targets.reshape({n, 1})), compute);  // [N, V]
-  Tensor nll = lse.reshape({n}) - sum(x * one_hot, false) * (1.0 - options.label_smoothing);
-  if (options.label_smoothing > 0.0) nll = nll - mean(x, false) * options.label_smoothing;
-  Tensor counted = cast(ne(targets, scalar_like(targets, static_cast<double>(options.ignore_index))), compute);
+  // As eager frameworks run it: log-softmax (f32 for bf16 logits), then the target's log-
+  // probability picked out of each row (gather), never a one-hot [N, V].
+  Tensor logp = log_softmax(logits, compute);
+  Tensor counted_u8 = ne(targets, scalar_like(targets, static_cast<double>(options.ignore_index)));
+  Tensor picked_ids = where(counted_u8, targets, scalar_like(targets, 0.0));  // ignored rows pick column 0, weighed 0
+  Tensor nll = gather_last(logp, picked_ids) * -(1.0 - options.label_smoothing);
+  if (options.label_smoothing > 0.0) nll = nll - mean(logp, false) * options.label_smoothing;
+  Tensor counted = cast(counted_u8, compute);
   Tensor total = sum_all(nll * counted);
   if (options.reduction == Reduction::Sum) return total;
   return total / sum_all(counted);

@@ -13,7 +13,8 @@
 // kernel that multiplies by the upstream gradient in place, and returns at once when that
 // gradient is 1. Because of that in-place scaling, the fused node runs backward once:
 // retain_graph and a second backward through it is an ft::Error. Fewest bytes for forward + backward: read logits once, write dlogits once.
-// Twin: max, sub, exp, sum, log, compare, mul primitives (materializes a one-hot [N, V]).
+// Twin: log_softmax (f32 for bf16 logits), gather_last of the targets' log-probabilities, and
+// compare/where/mul/sum primitives for ignore_index, label smoothing and the reduction.
 #pragma once
 #include "lib/tensor.h"
 

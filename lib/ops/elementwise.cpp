@@ -170,6 +170,13 @@ Tensor pow(const Tensor& x, double exponent) {
                          },
                          true, false);
 }
+Tensor gelu(const Tensor& x) {
+  return unary_with_grad("gelu", UnaryOp::GeluTanh, x, 0, 0,
+                         [](const Tensor& g, const Tensor& x, const Tensor&) {
+                           return binary_op("gelu backward", BinaryOp::GeluTanhGrad, x, g);
+                         },
+                         true, false);
+}
 Tensor affine(const Tensor& x, double scale, double shift) {
   return unary_with_grad("affine", UnaryOp::Affine, x, scale, shift,
                          [scale](const Tensor& g, const Tensor&, const Tensor&) { return affine(g, scale, 0.0); },
@@ -179,16 +186,19 @@ Tensor affine(const Tensor& x, double scale, double shift) {
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op("add", BinaryOp::Add, a, b);
   if (!needs_grad({&a, &b})) return out;
-  return record("add", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return std::vector<Tensor>{sum_to(g, sa), sum_to(g, sb)};
+  return record("add", out, {a, b}, [sa = a.shape(), sb = b.shape(), ga = a.requires_grad(),
+                                     gb = b.requires_grad()](const Tensor& g) {
+    return std::vector<Tensor>{ga ? sum_to(g, sa) : Tensor(), gb ? sum_to(g, sb) : Tensor()};
   });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_op("sub", BinaryOp::Sub, a, b);
   if (!needs_grad({&a, &b})) return out;
-  return record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return std::vector<Tensor>{sum_to(g, sa), sum_to(neg(g), sb)};
+  // A side that needs no gradient costs nothing (x - max(x).detach(): no pass over x for the max).
+  return record("sub", out, {a, b}, [sa = a.shape(), sb = b.shape(), ga = a.requires_grad(),
+                                     gb = b.requires_grad()](const Tensor& g) {
+    return std::vector<Tensor>{ga ? sum_to(g, sa) : Tensor(), gb ? sum_to(neg(g), sb) : Tensor()};
   });
 }
 
@@ -282,9 +292,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     });
   }
   if (!needs_grad({&a, &b})) return out;
-  return record("where", out, {a, b}, [c = saved(cond), sa = a.shape(), sb = b.shape()](const Tensor& g) {
+  // where(mask, scores, -inf): the constant's gradient would be a full pass and a sum over
+  // [B, NH, T, T], so only the sides that need one get it.
+  return record("where", out, {a, b}, [c = saved(cond), sa = a.shape(), sb = b.shape(), ga = a.requires_grad(),
+                                       gb = b.requires_grad()](const Tensor& g) {
     Tensor zero = scalar_like(g, 0.0);
-    return std::vector<Tensor>{sum_to(where(c, g, zero), sa), sum_to(where(c, zero, g), sb)};
+    return std::vector<Tensor>{ga ? sum_to(where(c, g, zero), sa) : Tensor(),
+                               gb ? sum_to(where(c, zero, g), sb) : Tensor()};
   });
 }
 

@@ -26,6 +26,9 @@ Tensor tanh(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
+/// GELU, tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). A primitive as in eager
+/// frameworks: one kernel forward, one backward (g · gelu'(x), from the saved x).
+Tensor gelu(const Tensor& x);
 /// x * scale + shift in one kernel (the scalar forms of add, sub, mul and div use it).
 Tensor affine(const Tensor& x, double scale, double shift);
 

@@ -8,9 +8,28 @@
 
 namespace ft {
 
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Pow, Affine, Erf };
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div };
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Relu, Pow, Affine, Erf, GeluTanh };
+/// GeluTanhGrad(x, g) = g · gelu'(x), GELU's backward as one op (eager frameworks' gelu_backward).
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, GeluTanhGrad };
 enum class CompareOp : uint8_t { Eq, Ne, Lt, Le, Gt, Ge };
+
+/// GELU, tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), and its derivative, with the
+/// tanh given (the fused CUDA kernels pass the hardware approximation for bf16 results).
+struct StdTanh {
+  template <class A>
+  FT_HOST_DEVICE A operator()(A v) const { return std::tanh(v); }
+};
+template <class A, class Tanh = StdTanh>
+FT_HOST_DEVICE A gelu_tanh_of(A x, Tanh tanh_fn = {}) {
+  const A k = A(0.7978845608028654);  // √(2/π)
+  return A(0.5) * x * (A(1) + tanh_fn(k * (x + A(0.044715) * x * x * x)));
+}
+template <class A, class Tanh = StdTanh>
+FT_HOST_DEVICE A gelu_tanh_derivative(A x, Tanh tanh_fn = {}) {
+  const A k = A(0.7978845608028654);
+  const A t = tanh_fn(k * (x + A(0.044715) * x * x * x));
+  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * k * (A(1) + A(3 * 0.044715) * x * x);
+}
 
 /// Unary formula; Pow uses p as the exponent, Affine computes x * p + q.
 template <class A>
@@ -26,6 +45,7 @@ FT_HOST_DEVICE A apply_unary(UnaryOp op, A x, A p, A q) {
     case UnaryOp::Pow: return std::pow(x, p);
     case UnaryOp::Affine: return x * p + q;
     case UnaryOp::Erf: return std::erf(x);
+    case UnaryOp::GeluTanh: return gelu_tanh_of(x);
   }
   return x;
 }
@@ -37,6 +57,7 @@ FT_HOST_DEVICE A apply_binary(BinaryOp op, A a, A b) {
     case BinaryOp::Sub: return a - b;
     case BinaryOp::Mul: return a * b;
     case BinaryOp::Div: return a / b;
+    case BinaryOp::GeluTanhGrad: return b * gelu_tanh_derivative(a);
   }
   return a;
 }
@@ -100,6 +121,52 @@ struct BroadcastPlan {
       size[d] = d < kept ? new_size[kept - 1 - d] : 0;
       for (int k = 0; k < kMaxOperands; ++k) stride[k][d] = d < kept ? new_stride[k][kept - 1 - d] : 0;
     }
+  }
+};
+
+/// n / d and n % d for a fixed d >= 1 and any n < 2^31, as a multiply-high and a shift with
+/// precomputed magic numbers (Granlund and Montgomery's round-up method, as eager frameworks
+/// index): the GPU emulates a 64-bit division in tens of instructions.
+struct FastDivmod {
+  uint32_t divisor = 1, magic = 1, shift = 0;
+
+  FastDivmod() = default;
+  explicit FastDivmod(uint32_t d) : divisor(d) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  /// n + mulhi(n, magic) fits 32 bits because n < 2^31 and mulhi(n, magic) <= n.
+  FT_HOST_DEVICE uint32_t div(uint32_t n) const {
+    return static_cast<uint32_t>(((static_cast<uint64_t>(n) * magic >> 32) + n) >> shift);
+  }
+};
+
+/// A BroadcastPlan's operand indices in 32-bit arithmetic, for outputs under 2^31 elements (the
+/// CUDA kernels' common case; BroadcastPlan::operand_index covers the rest).
+template <int N>
+struct BroadcastIndex32 {
+  static constexpr int kMaxDims = BroadcastPlan::kMaxDims;
+  int ndim = 0;
+  FastDivmod dim[kMaxDims];           // dim[0] is never divided by
+  uint32_t stride[N][kMaxDims] = {};  // 0 where the operand is broadcast
+
+  static bool fits(int64_t numel) { return numel < (int64_t{1} << 31); }
+
+  explicit BroadcastIndex32(const BroadcastPlan& plan) : ndim(plan.ndim) {
+    for (int d = 0; d < ndim; ++d) {
+      dim[d] = FastDivmod(static_cast<uint32_t>(plan.size[d]));
+      for (int k = 0; k < N; ++k) stride[k][d] = static_cast<uint32_t>(plan.stride[k][d]);
+    }
+  }
+
+  FT_HOST_DEVICE void operator()(uint32_t i, uint32_t (&index)[N]) const {
+    for (int k = 0; k < N; ++k) index[k] = 0;
+    for (int d = ndim - 1; d >= 1; --d) {
+      const uint32_t q = dim[d].div(i), coord = i - q * dim[d].divisor;
+      for (int k = 0; k < N; ++k) index[k] += coord * stride[k][d];
+      i = q;
+    }
+    for (int k = 0; k < N; ++k) index[k] += i * stride[k][0];  // the outermost dim needs no division
   }
 };
 

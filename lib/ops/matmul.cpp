@@ -52,7 +52,7 @@ template <class T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 template <class A>
-void eigen_product(const A* pa, const A* pb, A* pc, const MatmulDims& d, bool trans_a, bool trans_b) {
+void eigen_product(const A* pa, const A* pb, A* pc, const MatmulDims& d, bool trans_a, bool trans_b, double alpha) {
   for (int64_t i = 0; i < d.batch; ++i) {
     Eigen::Map<const RowMajor<A>> ma(pa + i * d.m * d.k, trans_a ? d.k : d.m, trans_a ? d.m : d.k);
     Eigen::Map<const RowMajor<A>> mb(pb + (d.b_batched ? i * d.k * d.n : 0), trans_b ? d.n : d.k, trans_b ? d.k : d.n);
@@ -61,24 +61,25 @@ void eigen_product(const A* pa, const A* pb, A* pc, const MatmulDims& d, bool tr
     else if (trans_a) mc.noalias() = ma.transpose() * mb;
     else if (trans_b) mc.noalias() = ma * mb.transpose();
     else mc.noalias() = ma * mb;
+    if (alpha != 1.0) mc *= static_cast<A>(alpha);
   }
 }
 
-Tensor matmul_raw(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+Tensor matmul_raw(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha) {
   const MatmulDims d = check_matmul(a, b, trans_a, trans_b);
   Tensor out = Tensor::empty(d.out_shape, a.dtype(), a.device());
   if (out.numel() == 0) return out;
   if (a.is_cuda()) {
-    cuda::matmul(a, b, out, d.batch, d.m, d.n, d.k, trans_a, trans_b, d.b_batched);
+    cuda::matmul(a, b, out, d.batch, d.m, d.n, d.k, trans_a, trans_b, d.b_batched, false, alpha);
     return out;
   }
   switch (a.dtype()) {
-    case DType::F32: eigen_product(a.data<float>(), b.data<float>(), out.data<float>(), d, trans_a, trans_b); break;
-    case DType::F64: eigen_product(a.data<double>(), b.data<double>(), out.data<double>(), d, trans_a, trans_b); break;
+    case DType::F32: eigen_product(a.data<float>(), b.data<float>(), out.data<float>(), d, trans_a, trans_b, alpha); break;
+    case DType::F64: eigen_product(a.data<double>(), b.data<double>(), out.data<double>(), d, trans_a, trans_b, alpha); break;
     default: {  // bf16 storage: compute in f32, round once
       Tensor af = cast(a.detach(), DType::F32), bf = cast(b.detach(), DType::F32);
       Tensor of = Tensor::empty(d.out_shape, DType::F32, kCPU);
-      eigen_product(af.data<float>(), bf.data<float>(), of.data<float>(), d, trans_a, trans_b);
+      eigen_product(af.data<float>(), bf.data<float>(), of.data<float>(), d, trans_a, trans_b, alpha);
       out = cast(of, a.dtype());
     }
   }
@@ -87,17 +88,17 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) 
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  Tensor out = matmul_raw(a, b, trans_a, trans_b);
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha) {
+  Tensor out = matmul_raw(a, b, trans_a, trans_b, alpha);
   if (!needs_grad({&a, &b})) return out;
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor sa = gb ? a.detach() : Tensor();
   Tensor sb = ga ? b.detach() : Tensor();
   const bool shared_b = b.dim() == 2 && a.dim() > 2;
-  return record("matmul", out, {a, b}, [sa, sb, ga, gb, trans_a, trans_b, shared_b, shape_b = b.shape()](const Tensor& g) {
+  return record("matmul", out, {a, b}, [sa, sb, ga, gb, trans_a, trans_b, shared_b, alpha, shape_b = b.shape()](const Tensor& g) {
     Tensor grad_a, grad_b;
     if (ga) {
-      Tensor d_op_a = matmul(g, sb, false, !trans_b);  // dC · op(B)ᵀ
+      Tensor d_op_a = matmul(g, sb, false, !trans_b, alpha);  // alpha · dC · op(B)ᵀ
       grad_a = trans_a ? transpose(d_op_a) : d_op_a;
     }
     if (gb) {
@@ -111,13 +112,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
           // no bf16 gradient for autograd to add.
           const Tensor& x = trans_b ? g2 : a2;
           const Tensor& y = trans_b ? a2 : g2;
-          cuda::matmul(x, y, target.view, 1, x.size(1), y.size(1), x.size(0), true, false, false, !target.overwrite);
+          cuda::matmul(x, y, target.view, 1, x.size(1), y.size(1), x.size(0), true, false, false, !target.overwrite,
+                       alpha);
           grad_b = target.view;
         } else {
-          grad_b = trans_b ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+          grad_b = trans_b ? matmul(g2, a2, true, false, alpha) : matmul(a2, g2, true, false, alpha);
         }
       } else {
-        Tensor per_batch = trans_b ? matmul(g, sa, true, trans_a) : matmul(sa, g, !trans_a, false);
+        Tensor per_batch = trans_b ? matmul(g, sa, true, trans_a, alpha) : matmul(sa, g, !trans_a, false, alpha);
         grad_b = shared_b ? sum_to(per_batch, shape_b) : per_batch;
       }
     }

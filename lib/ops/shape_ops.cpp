@@ -232,4 +232,43 @@ Tensor gather_rows(const Tensor& table, const Tensor& ids) {
   });
 }
 
+Tensor gather_last(const Tensor& x, const Tensor& ids) {
+  check_defined(x, "gather_last", "x");
+  check_defined(ids, "gather_last", "ids");
+  FT_CHECK(x.dim() >= 1 && ids.shape() == Shape(x.shape().begin(), x.shape().end() - 1), "gather_last: ids ",
+           shape_str(ids.shape()), " must be x's shape ", shape_str(x.shape()), " without its last dim");
+  FT_CHECK(ids.dtype() == DType::I32 || ids.dtype() == DType::I64, "gather_last: ids must be i32 or i64, got ",
+           dtype_name(ids.dtype()));
+  FT_CHECK(ids.device() == x.device(), "gather_last: ids on ", ids.device().str(), ", x on ", x.device().str());
+  const int64_t cols = x.size(-1), rows = ids.numel();
+  Tensor out = Tensor::empty(ids.shape(), x.dtype(), x.device());
+  if (x.is_cuda()) {
+    if (rows > 0) cuda::gather_last(x, ids, out);
+  } else {
+    const size_t element = dtype_size(x.dtype());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t id = ids.dtype() == DType::I64 ? ids.data<int64_t>()[r] : ids.data<int32_t>()[r];
+      FT_CHECK(id >= 0 && id < cols, "gather_last: id ", id, " at row ", r, " is out of range [0, ", cols, ")");
+      std::memcpy(static_cast<char*>(out.data_ptr()) + static_cast<size_t>(r) * element,
+                  static_cast<const char*>(x.data_ptr()) + static_cast<size_t>(r * cols + id) * element, element);
+    }
+  }
+  if (!needs_grad({&x})) return out;
+  return record("gather_last", out, {x, Tensor()}, [sids = ids.detach(), shape = x.shape()](const Tensor& g) {
+    Tensor dx = Tensor::zeros(shape, g.dtype(), g.device());
+    const int64_t cols = shape.back(), rows = sids.numel();
+    if (g.is_cuda()) {
+      if (rows > 0) cuda::put_last(g, sids, dx);
+    } else {
+      const size_t element = dtype_size(g.dtype());
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t id = sids.dtype() == DType::I64 ? sids.data<int64_t>()[r] : sids.data<int32_t>()[r];
+        std::memcpy(static_cast<char*>(dx.data_ptr()) + static_cast<size_t>(r * cols + id) * element,
+                    static_cast<const char*>(g.data_ptr()) + static_cast<size_t>(r) * element, element);
+      }
+    }
+    return std::vector<Tensor>{dx, Tensor()};
+  });
+}
+
 }  // namespace ft

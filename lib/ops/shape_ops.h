@@ -19,6 +19,12 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t d);
 /// scatters-adds into the table's rows.
 Tensor gather_rows(const Tensor& table, const Tensor& ids);
 
+/// One element of each row of x [..., V] picked by integer ids [...] (i32 or i64): result [...]
+/// with x's dtype, out[r] = x[r, ids[r]] (PyTorch's gather along the last dim, one index a row).
+/// An id outside [0, V) is an ft::Error (on CUDA, raised at the next synchronizing read). The
+/// gradient is zero except at the picked elements.
+Tensor gather_last(const Tensor& x, const Tensor& ids);
+
 /// Copies `rows` rows of `row_bytes` between pitched buffers on one device (narrow and cat).
 void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
                Device device);

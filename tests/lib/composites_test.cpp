@@ -8,7 +8,7 @@
 
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/dropout.h"
-#include "lib/ops/gelu.h"
+#include "lib/ops/elementwise.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/philox.h"
 #include "tests/lib/test_util.h"

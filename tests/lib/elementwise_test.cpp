@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lib/ops/elementwise.h"
+#include "lib/ops/shape_ops.h"
 #include "tests/lib/test_util.h"
 
 namespace ft {
@@ -80,6 +81,70 @@ TEST(BroadcastPlanTest, MergesWhatEveryOperandWalksAlike) {
   EXPECT_EQ(dims({2, 3, 5}, {{2, 3, 5}, {2, 3, 5}}), 1);                      // same shapes: flat
   EXPECT_EQ(dims({64, 1, 64}, {{64, 1, 64}, {1}}), 1);                        // a size-1 dim and a scalar
   EXPECT_EQ(dims({8, 4, 6}, {{8, 1, 6}, {8, 4, 6}}), 3);                      // a broadcast in the middle
+}
+
+// The CUDA kernels' 32-bit index math: FastDivmod's quotients and BroadcastIndex32's operand
+// indices against plain division and the plan, on the host (the same code runs on the device).
+TEST(FastDivmodTest, MatchesDivisionBelow2To31) {
+  std::mt19937_64 rng(test_seed());
+  std::vector<uint32_t> divisors = {1, 2, 3, 7, 64, 1000, 1023, 1024, 50304, 65537, 2147483647u};
+  for (int k = 0; k < 200; ++k) divisors.push_back(1 + static_cast<uint32_t>(rng() % 2147483647u));
+  for (uint32_t d : divisors) {
+    const FastDivmod f(d);
+    std::vector<uint32_t> ns = {0, 1, d - 1, d, 2147483647u, 2147483647u - 1};
+    for (int k = 0; k < 200; ++k) ns.push_back(static_cast<uint32_t>(rng() % 2147483648u));
+    for (uint32_t n : ns) {
+      if (n >= 2147483648u) continue;
+      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
+    }
+  }
+}
+
+TEST(BroadcastIndex32Test, GivesThePlansIndices) {
+  std::mt19937_64 rng(test_seed(1));
+  for (int trial = 0; trial < 300; ++trial) {
+    Shape out(1 + rng() % 5);
+    for (int64_t& d : out) d = 1 + static_cast<int64_t>(rng() % 9);
+    Shape a = out, b(out.begin() + static_cast<std::ptrdiff_t>(rng() % out.size()), out.end());
+    for (int64_t& d : a)
+      if (rng() % 3 == 0) d = 1;
+    for (int64_t& d : b)
+      if (rng() % 2 == 0) d = 1;
+    const BroadcastPlan plan = broadcast_plan("test", out, {&a, &b});
+    const BroadcastIndex32<2> index(plan);
+    for (int64_t i = 0; i < shape_numel(out); ++i) {
+      uint32_t got[2];
+      index(static_cast<uint32_t>(i), got);
+      ASSERT_EQ(got[0], plan.operand_index(0, i)) << shape_str(out) << " " << shape_str(a) << " element " << i;
+      ASSERT_EQ(got[1], plan.operand_index(1, i)) << shape_str(out) << " " << shape_str(b) << " element " << i;
+    }
+  }
+}
+
+// Views that start off a 16-byte boundary (narrow along dim 0 shares storage) cannot take the
+// contiguous kernels' vector accesses; single-element operands are broadcast inside them. Both
+// must give the CPU's values.
+TEST(ElementwiseViewsTest, UnalignedViewsAndSingleElementsMatchCpu) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (DType dtype : {DType::F32, DType::BF16, DType::F64}) {
+    for (int64_t offset : {0, 1, 3}) {
+      for (int64_t n : {1, 7, 1000, 4099}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " offset " + std::to_string(offset) + " n " + std::to_string(n));
+        const Tensor a = narrow(random_tensor({n + 8}, dtype, kCUDA, gen), 0, offset, n);
+        const Tensor b = narrow(positive_tensor({n + 8}, dtype, kCUDA, gen), 0, 8 - offset, n);
+        const Tensor s = random_tensor({1}, dtype, kCUDA, gen);
+        const Tensor ac = a.to(kCPU), bc = b.to(kCPU), sc = s.to(kCPU);
+        EXPECT_TRUE(all_equal(add(a, b), add(ac, bc)));
+        EXPECT_TRUE(all_equal(div(a, b), div(ac, bc)));
+        EXPECT_TRUE(all_equal(mul(s, b), mul(sc, bc)));
+        EXPECT_TRUE(all_equal(sub(a, s), sub(ac, sc)));
+        EXPECT_TRUE(all_close(exp(a), exp(ac), forward_tolerance(dtype)));
+        for (DType to : {DType::F32, DType::BF16, DType::F64})
+          EXPECT_TRUE(all_equal(cast(a, to), cast(ac, to))) << "cast to " << dtype_name(to);
+      }
+    }
+  }
 }
 
 // ---- unary ops and the scalar forms of the binary ops

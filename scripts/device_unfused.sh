@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# On the GPU machine: unfused mode against eager PyTorch (issue 20), every peer in the same call.
+# Builds with every core; runs the GPU gtest suite (GTEST=filter, default every GPU case;
+# SKIP_TESTS=1 skips it); then ft-bench ops (each op's twin, attention included) against
+# ops_torch.py, ft-bench gpt2 in both modes against gpt2_torch.py eager with naive attention
+# (the twin's op sequence) and foreach AdamW, ft-mlp in both modes against mlp_torch.py, and
+# ft-bench adamw against adamw_torch.py (for-loop, foreach, fused). BREAKDOWN=1 also profiles
+# one unfused gpt2 step kernel by kernel with Nsight Compute (BREAKDOWN_LAYERS blocks, 2 by
+# default: every block runs the same kernels). Logs go to $OUT/logs-unfused.tgz, the peers'
+# JSON beside them; a short table comes last (also in $OUT/summary-unfused.txt).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out}
+mkdir -p "$out"
+B=build-device
+logs=$B/logs-unfused
+mkdir -p "$logs"
+trap 'tar czf "$out/logs-unfused.tgz" -C $B logs-unfused' EXIT
+data=data/fashion-mnist
+[ -d "$data" ] || data=/usr/share/datasets/fashion-mnist
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
+BUILD_DIR=$B scripts/build.sh >"$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "build ok"
+
+test_rc=0
+gtest_summary="not run"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  # The graph out-of-memory case leaves the device full for its process: it runs alone.
+  $B/tests/ft_tests --gtest_filter="${GTEST:--*/cpu_*:OutOfMemoryTest.CapturedGraph*}" >"$logs/gtest.log" 2>&1 &&
+    $B/tests/ft_tests --gtest_filter='OutOfMemoryTest.CapturedGraph*' >>"$logs/gtest.log" 2>&1
+  test_rc=$?
+  gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$logs/gtest.log" | tr '\n' ' ')
+  [ $test_rc -eq 0 ] || grep -E "^\[  FAILED" "$logs/gtest.log" | head -40
+  echo "gtest: $gtest_summary"
+fi
+
+peers=bench/peers
+timeout 200 $B/examples/ft-bench ops --iterations 10 >"$logs/ops.log" 2>&1 || tail -5 "$logs/ops.log"
+timeout 120 python3 $peers/ops_torch.py --json "$logs/ops-torch.json" >"$logs/ops-torch.log" 2>&1 || tail -5 "$logs/ops-torch.log"
+timeout 150 $B/examples/ft-bench gpt2 --graph 0 --steps 5 --warmup 2 >"$logs/gpt2-eager.log" 2>&1 || tail -5 "$logs/gpt2-eager.log"
+timeout 150 $B/examples/ft-bench gpt2 --graph 1 --steps 5 --warmup 2 >"$logs/gpt2-graph.log" 2>&1 || tail -5 "$logs/gpt2-graph.log"
+(cd $peers && timeout 120 python3 gpt2_torch.py --mode eager --attention naive --optimizer foreach --steps 5 \
+  --json "../../$logs/gpt2-torch.json") >"$logs/gpt2-torch.log" 2>&1 || tail -5 "$logs/gpt2-torch.log"
+for mode in unfused fused; do
+  timeout 120 $B/examples/ft-mlp --device cuda --kernels $mode --epochs 1 --batch 4096 --log-every 5 --graph 0 \
+    --data-dir "$data" >"$logs/mlp-$mode-eager.log" 2>&1 || tail -5 "$logs/mlp-$mode-eager.log"
+  timeout 120 $B/examples/ft-mlp --device cuda --kernels $mode --epochs 1 --batch 4096 --log-every 5 \
+    --data-dir "$data" >"$logs/mlp-$mode.log" 2>&1 || tail -5 "$logs/mlp-$mode.log"
+done
+timeout 120 python3 $peers/mlp_torch.py --json "$logs/mlp-torch.json" >"$logs/mlp-torch.log" 2>&1 || tail -5 "$logs/mlp-torch.log"
+timeout 120 $B/examples/ft-bench adamw >"$logs/adamw.log" 2>&1 || tail -5 "$logs/adamw.log"
+timeout 120 python3 $peers/adamw_torch.py --json "$logs/adamw-torch.json" >"$logs/adamw-torch.log" 2>&1 || tail -5 "$logs/adamw-torch.log"
+
+if [ "${BREAKDOWN:-0}" = 1 ]; then
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread
+  timeout 300 ncu --clock-control none --cache-control none --kernel-name-base demangled --metrics "$metrics" \
+    --csv --page raw --profile-from-start off $B/examples/ft-bench gpt2 --kernels unfused --graph 0 --warmup 1 --steps 1 \
+    --layers "${BREAKDOWN_LAYERS:-2}" >"$logs/ncu-unfused.csv" 2>"$logs/ncu-unfused.err" || tail -5 "$logs/ncu-unfused.err"
+  python3 scripts/ncu_breakdown.py --top 30 <"$logs/ncu-unfused.csv" >"$out/breakdown-unfused.txt"
+fi
+
+{
+echo
+echo "== unfused vs eager PyTorch ($(date -u +%F), $(head -1 "$logs/gpu.txt" | cut -d, -f1)) =="
+echo "gtest: $gtest_summary"
+sed -n '/^op (fwd+bwd)/,/^$/p' "$logs/ops.log"
+grep '^RESULT op=' "$logs/ops-torch.log"
+sed -n '/causal attention/,/^$/p' "$logs/ops.log"
+grep '^RESULT attention=' "$logs/ops-torch.log"
+echo
+grep -h -E '^(kernels|unfused|fused|RESULT)' "$logs/gpt2-eager.log" "$logs/gpt2-graph.log"
+grep -h 'did not run' "$logs/gpt2-eager.log" "$logs/gpt2-graph.log"
+grep '^RESULT' "$logs/gpt2-torch.log"
+echo
+grep -h '^RESULT' "$logs"/mlp-*.log
+echo
+sed -n '/^variant/,/^fused vs twin/p' "$logs/adamw.log"
+grep '^RESULT' "$logs/adamw-torch.log"
+[ -f "$out/breakdown-unfused.txt" ] && head -36 "$out/breakdown-unfused.txt"
+} | tee "$out/summary-unfused.txt"
+cp "$logs"/*.json "$out/" 2>/dev/null
+exit $test_rc
