@@ -154,11 +154,15 @@ bool inner_packs(const BroadcastPlan& plan, int vec, std::initializer_list<std::
 template <int N, class Body>
 void launch_broadcast(int64_t n, const BroadcastPlan& plan, const Body& body, bool packed = false) {
   constexpr int V = Body::kPack;
-  if (packed && BroadcastIndex32<N>::fits(n)) {
-    const int64_t packs = n / V;
-    broadcast_vector_kernel<N, V><<<elementwise_blocks(packs, kThreads), kThreads, 0, stream()>>>(
-        static_cast<uint32_t>(packs), BroadcastIndex32<N>(plan), body);
-  } else if (BroadcastIndex32<N>::fits(n)) {
+  if constexpr (V > 1) {  // bodies that never pack (comparisons) have no vector path
+    if (packed && BroadcastIndex32<N>::fits(n)) {
+      const int64_t packs = n / V;
+      broadcast_vector_kernel<N, V><<<elementwise_blocks(packs, kThreads), kThreads, 0, stream()>>>(
+          static_cast<uint32_t>(packs), BroadcastIndex32<N>(plan), body);
+      return;
+    }
+  }
+  if (BroadcastIndex32<N>::fits(n)) {
     const unsigned blocks = static_cast<unsigned>((n + kThreads * kUnroll - 1) / (kThreads * kUnroll));
     broadcast_kernel32<N><<<blocks, kThreads, 0, stream()>>>(static_cast<uint32_t>(n), BroadcastIndex32<N>(plan), body);
   } else {
@@ -216,8 +220,6 @@ struct CompareBody {
   __device__ void operator()(I i, const I (&index)[2]) const {
     out[i] = apply_compare(op, load_any(a, dtype, index[0]), load_any(b, dtype, index[1]));
   }
-  template <int V>
-  __device__ void pack(uint32_t, const uint32_t (&)[2]) const {}
 };
 
 // where moves elements unchanged, so only their width matters.

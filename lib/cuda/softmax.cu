@@ -155,6 +155,16 @@ bool rows_packable(int64_t cols, std::initializer_list<const void*> pointers) {
   return true;
 }
 
+/// Runs launch(integral_constant<int, V>) with 4-element packs when the dtype and rows allow
+/// them, else one element at a time.
+template <class In, class Launch>
+void launch_packed_or_not(int64_t cols, std::initializer_list<const void*> pointers, const Launch& launch) {
+  if constexpr (kPacks<In>) {
+    if (rows_packable(cols, pointers)) return launch(std::integral_constant<int, 4>{});
+  }
+  launch(std::integral_constant<int, 1>{});
+}
+
 /// Enough threads for one pack each on rows up to 4096 elements, at least a warp.
 int row_threads(int64_t cols, int vec) {
   const int64_t per_thread = (cols + vec - 1) / vec;
@@ -175,10 +185,7 @@ void softmax_forward(const Tensor& x, const Tensor& y, bool log) {
       constexpr int V = decltype(vec)::value;
       softmax_forward_kernel<In, Out, V><<<static_cast<unsigned>(rows), row_threads(cols, V), 0, stream()>>>(px, py, cols, log);
     };
-    if constexpr (kPacks<In>) {
-      if (rows_packable(cols, {px, py})) return launch(std::integral_constant<int, 4>{});
-    }
-    launch(std::integral_constant<int, 1>{});
+    launch_packed_or_not<In>(cols, {px, py}, launch);
   });
   FT_CUDA_CHECK_LAUNCH("softmax_forward_kernel");
 }
@@ -197,10 +204,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool 
       softmax_backward_kernel<In, Out, V><<<static_cast<unsigned>(rows), row_threads(cols, V), 0, stream()>>>(py, pg, pdx,
                                                                                                           cols, log);
     };
-    if constexpr (kPacks<In>) {
-      if (rows_packable(cols, {py, pg, pdx})) return launch(std::integral_constant<int, 4>{});
-    }
-    launch(std::integral_constant<int, 1>{});
+    launch_packed_or_not<In>(cols, {py, pg, pdx}, launch);
   });
   FT_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
 }

@@ -242,19 +242,23 @@ Tensor gather_last(const Tensor& x, const Tensor& ids) {
   FT_CHECK(ids.device() == x.device(), "gather_last: ids on ", ids.device().str(), ", x on ", x.device().str());
   const int64_t cols = x.size(-1), rows = ids.numel();
   Tensor out = Tensor::empty(ids.shape(), x.dtype(), x.device());
+  // The CPU loops read the ids here and in backward.
+  const auto id_at = [](const Tensor& t, int64_t r) -> int64_t {
+    return t.dtype() == DType::I64 ? t.data<int64_t>()[r] : t.data<int32_t>()[r];
+  };
   if (x.is_cuda()) {
     if (rows > 0) cuda::gather_last(x, ids, out);
   } else {
     const size_t element = dtype_size(x.dtype());
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t id = ids.dtype() == DType::I64 ? ids.data<int64_t>()[r] : ids.data<int32_t>()[r];
+      const int64_t id = id_at(ids, r);
       FT_CHECK(id >= 0 && id < cols, "gather_last: id ", id, " at row ", r, " is out of range [0, ", cols, ")");
       std::memcpy(static_cast<char*>(out.data_ptr()) + static_cast<size_t>(r) * element,
                   static_cast<const char*>(x.data_ptr()) + static_cast<size_t>(r * cols + id) * element, element);
     }
   }
   if (!needs_grad({&x})) return out;
-  return record("gather_last", out, {x, Tensor()}, [sids = ids.detach(), shape = x.shape()](const Tensor& g) {
+  return record("gather_last", out, {x, Tensor()}, [sids = ids.detach(), shape = x.shape(), id_at](const Tensor& g) {
     Tensor dx = Tensor::zeros(shape, g.dtype(), g.device());
     const int64_t cols = shape.back(), rows = sids.numel();
     if (g.is_cuda()) {
@@ -262,7 +266,7 @@ Tensor gather_last(const Tensor& x, const Tensor& ids) {
     } else {
       const size_t element = dtype_size(g.dtype());
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t id = sids.dtype() == DType::I64 ? sids.data<int64_t>()[r] : sids.data<int32_t>()[r];
+        const int64_t id = id_at(sids, r);
         std::memcpy(static_cast<char*>(dx.data_ptr()) + static_cast<size_t>(r * cols + id) * element,
                     static_cast<const char*>(g.data_ptr()) + static_cast<size_t>(r) * element, element);
       }
