@@ -7,12 +7,16 @@
       "eval": {"val loss": x} and are drawn as markers). Runs of one model side by side: fused
       against unfused, or against a PyTorch run's metrics in the same format.
 
-  plot.py bench BENCH.json [BENCH.json ...] -o bench.png
+  plot.py bench BENCH.json [BENCH.json ...] -o bench.png [--rename OLD=NEW,...]
+                [--variants A,B,...] [--workloads W,...] [--title TEXT]
       Step time by workload, one bar per variant (fused, unfused, PyTorch eager, ...), on a log
       scale, each bar labelled with its time and its ratio to the fused bar. A file holds
       {"device": "...", "date": "...", "results": [{"workload": "gpt2-124M", "variant": "fused",
       "ms": 32.4}, ...]}; several files are merged (their devices must agree: times from
-      different GPUs are not compared).
+      different GPUs are not compared). --rename gives variants a common name (each workload's
+      same-op-sequence peer as "PyTorch eager", say), everywhere (OLD=NEW) or in one workload
+      (WORKLOAD:OLD=NEW, which wins); a workload with two variants renamed alike is an error.
+      --variants and --workloads keep only those, in that order.
 
 Bad input (a missing file, a line that is not JSON, a run with no loss, a result without a
 workload, variant or positive ms) stops with a message that names the file and line.
@@ -56,6 +60,43 @@ def read_loss_curve(path):
     if not losses:
         raise PlotError(f"{path}: no line has a \"loss\" (was it written with --metrics?)")
     return steps, losses, eval_steps, eval_losses
+
+
+def parse_renames(text):
+    """'a=b,w:c=d' -> {(None, "a"): "b", ("w", "c"): "d"}: a variant renamed in every workload, or
+    (WORKLOAD:VARIANT) in one. The new name is after the last '=' (workload names hold '=')."""
+    renames = {}
+    for part in filter(None, (text or "").split(",")):
+        old, sep, new = part.rpartition("=")
+        workload, colon, variant = old.partition(":")
+        if not colon:
+            workload, variant = None, old
+        if not sep or not variant.strip() or not new.strip() or (colon and not workload.strip()):
+            raise PlotError(f"--rename: '{part}' is not OLD=NEW or WORKLOAD:OLD=NEW")
+        renames[(workload.strip() if colon else None, variant.strip())] = new.strip()
+    return renames
+
+
+def select(table, renames, variants, workloads):
+    """The table with variants renamed, then only the named variants and workloads kept, in the
+    order given (all of them, in first-seen order, when a list is empty)."""
+    out = {}
+    for workload, by_variant in table.items():
+        renamed = {}
+        for variant, ms in by_variant.items():
+            name = renames.get((workload, variant), renames.get((None, variant), variant))
+            if name in renamed:
+                raise PlotError(f"--rename: {workload} has two variants named '{name}'")
+            renamed[name] = ms
+        out[workload] = renamed
+    if workloads:
+        missing = [w for w in workloads if w not in out]
+        if missing:
+            raise PlotError(f"--workloads: no results for {', '.join(missing)}")
+        out = {w: out[w] for w in workloads}
+    if variants:
+        out = {w: {v: by[v] for v in variants if v in by} for w, by in out.items()}
+    return out
 
 
 def read_bench(paths):
@@ -104,8 +145,9 @@ def plot_loss(paths, labels, output):
     labels = labels or [pathlib.Path(p).stem for p in paths]
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
-    for (steps, losses, eval_steps, eval_losses), label in zip(curves, labels):
-        line, = axes.plot(steps, losses, label=label, linewidth=1.4)
+    styles = ["-", "--", ":", "-."]  # runs that agree (fused and unfused) still show as two lines
+    for index, ((steps, losses, eval_steps, eval_losses), label) in enumerate(zip(curves, labels)):
+        line, = axes.plot(steps, losses, styles[index % len(styles)], label=label, linewidth=1.4)
         if eval_steps:
             axes.plot(eval_steps, eval_losses, "o", color=line.get_color(), markersize=4, label=f"{label} (eval)")
     axes.set_xlabel("step")
@@ -122,17 +164,18 @@ def readable(value):
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def plot_bench(paths, output):
+def plot_bench(paths, output, renames=None, variants=None, workloads=None, title=None):
     device, table = read_bench(paths)
-    if not table:
-        raise PlotError(f"{', '.join(paths)}: no results")
+    table = select(table, renames or {}, variants, workloads)
+    if not any(table.values()):
+        raise PlotError(f"{', '.join(map(str, paths))}: no results")
     variants = []
     for by_variant in table.values():
         variants += [v for v in by_variant if v not in variants]
     plt = pyplot()
     workloads = list(table)
     width = 0.8 / len(variants)
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.8 * len(workloads) * len(variants) / 2), 4.5), dpi=120)
+    figure, axes = plt.subplots(figsize=(min(13.0, max(6.0, 0.9 * len(workloads) * len(variants))), 4.5), dpi=120)
     for i, variant in enumerate(variants):
         xs = [w + (i - (len(variants) - 1) / 2) * width for w in range(len(workloads))]
         present = [(x, table[name].get(variant), name) for x, name in zip(xs, workloads)]
@@ -149,7 +192,8 @@ def plot_bench(paths, output):
     axes.set_xticks(range(len(workloads)))
     axes.set_xticklabels(workloads)
     axes.set_ylabel("ms per step (log scale)")
-    axes.set_title(f"fusedtrain on {device}", fontsize=10)
+    axes.set_xlabel("each bar: median ms, and that time over fused's", fontsize=8)
+    axes.set_title(title or f"fusedtrain on {device}", fontsize=10)
     axes.legend(fontsize=8)
     axes.grid(axis="y", alpha=0.3, which="both")
     figure.tight_layout()
@@ -168,12 +212,18 @@ def main(argv):
     bench = commands.add_parser("bench", help="fused / unfused / peer bars from ft-bench JSON")
     bench.add_argument("files", nargs="+")
     bench.add_argument("-o", "--output", required=True, help="the PNG to write")
+    bench.add_argument("--rename", help="OLD=NEW or WORKLOAD:OLD=NEW, comma-separated: variants drawn under another name")
+    bench.add_argument("--variants", help="comma-separated variants to draw, in this order (default: all)")
+    bench.add_argument("--workloads", help="comma-separated workloads to draw, in this order (default: all)")
+    bench.add_argument("--title", help="the chart's title (default: fusedtrain on DEVICE)")
     args = parser.parse_args(argv)
     try:
         if args.command == "loss":
             plot_loss(args.runs, args.labels.split(",") if args.labels else None, args.output)
         else:
-            plot_bench(args.files, args.output)
+            split = lambda text: [x.strip() for x in text.split(",") if x.strip()] if text else None
+            plot_bench(args.files, args.output, parse_renames(args.rename), split(args.variants),
+                       split(args.workloads), args.title)
     except PlotError as e:
         print(f"plot.py: {e}", file=sys.stderr)
         return 1

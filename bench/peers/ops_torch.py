@@ -2,7 +2,8 @@
 backward, timed with CUDA events after a warm-up; prints one RESULT line per op. Gradients
 are taken with torch.autograd.grad, as ft-bench takes them with ft::gradients: no copies into
 leaves' .grad. --json writes the medians for scripts/plot.py: each op under its printed name,
-variant "torch eager"; attention as "attention HS{hs}" (forward + backward), variants "torch sdpa"
+variant "torch eager" (residual+layernorm also "torch eager composite", the twin's own op sequence
+written in PyTorch primitives); attention as "attention HS{hs}" (forward + backward), variants "torch sdpa"
 and "torch eager"."""
 import argparse
 
@@ -36,6 +37,15 @@ def main():
     def ln():
         torch.autograd.grad(F.layer_norm(x + r, (c,), w, b), (x, r, w, b), dy)
 
+    def ln_composite():
+        # The twin's own op sequence (lib/ops/layer_norm.cpp's composite): layer norm written in
+        # primitives, in f32, as a user without F.layer_norm would write it.
+        s = (x + r).float()
+        centered = s - s.mean(-1, keepdim=True)
+        var = (centered * centered).mean(-1, keepdim=True)
+        y = centered * torch.rsqrt(var + 1e-5) * w.float() + b.float()
+        torch.autograd.grad(y.to(torch.bfloat16), (x, r, w, b), dy)
+
     x4, b4 = leaf(n, 4 * c), leaf(4 * c)
     dy4 = torch.randn(n, 4 * c, device="cuda", dtype=torch.bfloat16)
 
@@ -64,6 +74,9 @@ def main():
             ms = median_ms(work, a.warmup, a.iterations)
             print(f"RESULT op={name} torch_eager_ms={ms:.4f}", flush=True)
             results.append({"workload": name, "variant": "torch eager", "ms": ms})
+        ms = median_ms(ln_composite, a.warmup, a.iterations)
+        print(f"RESULT op=residual+layernorm composite torch_eager_ms={ms:.4f}", flush=True)
+        results.append({"workload": "residual+layernorm", "variant": "torch eager composite", "ms": ms})
         ms = median_ms(ce_autocast, a.warmup, a.iterations)
         print(f"RESULT op=cross-entropy V={v} autocast torch_eager_ms={ms:.4f}", flush=True)
         results.append({"workload": f"cross-entropy V={v}", "variant": "torch eager autocast", "ms": ms})

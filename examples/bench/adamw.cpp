@@ -26,7 +26,7 @@ struct Variant {
 
 }  // namespace
 
-int run_adamw_bench(const AdamWBenchOptions& options) {
+int run_adamw_bench(const AdamWBenchOptions& options, BenchReport& report) {
   const StepPolicy plain{.max_grad_norm = 0.0, .skip_nonfinite = false};
   const StepPolicy guarded{.max_grad_norm = 1.0, .skip_nonfinite = true};
   const std::vector<Variant> variants = {
@@ -66,6 +66,10 @@ int run_adamw_bench(const AdamWBenchOptions& options) {
   }
   // The twin's step does not capture (its scalar ops are not all capturable yet): eager vs eager.
   std::printf("fused vs twin (eager): %.2fx\n", timings[3].eager_ms / timings[0].eager_ms);
+  // The peers' adamw-gpt2 is the plain f32 step: the fused one and the twin, each from its graph.
+  for (size_t i : {size_t{0}, size_t{3}})
+    report.add("adamw-gpt2", i == 0 ? "fused" : "unfused", timings[i].graph_ms,
+               {{"graph", 1}, {"eager_ms", timings[i].eager_ms}});
   for (size_t i = 0; i < variants.size(); ++i)
     std::printf("RESULT op=%s graph_ms=%.4f eager_ms=%.4f\n", variants[i].name.c_str(), timings[i].graph_ms,
                 timings[i].eager_ms);

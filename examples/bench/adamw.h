@@ -1,6 +1,7 @@
 // ft-bench adamw: one optimizer step over the 148 parameter tensors of gpt2-124M (f32, and bf16
 // with f32 masters as in the gpt2 step), f32 gradients.
 #pragma once
+#include "examples/bench/report.h"
 
 namespace ft::bench {
 
@@ -9,6 +10,8 @@ struct AdamWBenchOptions {
   int iterations = 50;
 };
 
-int run_adamw_bench(const AdamWBenchOptions& options);
+/// Adds "adamw-gpt2": the fused multi-tensor step (f32, no clipping) and the per-tensor twin,
+/// graph-replay medians.
+int run_adamw_bench(const AdamWBenchOptions& options, BenchReport& report);
 
 }  // namespace ft::bench

@@ -9,7 +9,7 @@
 
 namespace ft::bench {
 
-void attention_table(const OpsBenchOptions& options) {
+void attention_table(const OpsBenchOptions& options, BenchReport& report) {
   struct Case {
     int64_t batch, heads, tokens, head_size;
   };
@@ -57,6 +57,9 @@ void attention_table(const OpsBenchOptions& options) {
                 "fused_fwd_tflops=%.1f fused_bwd_tflops=%.1f\n",
                 static_cast<long long>(c.head_size), fwd_ms[1], total_ms[1], fwd_ms[0], total_ms[0],
                 fwd_flops / (fwd_ms[1] * 1e-3) / 1e12, 2.5 * fwd_flops / ((total_ms[1] - fwd_ms[1]) * 1e-3) / 1e12);
+    for (int fused = 0; fused < 2; ++fused)
+      report.add("attention HS" + std::to_string(c.head_size), fused ? "fused" : "unfused", total_ms[fused],
+                 {{"graph", 1}, {"forward_ms", fwd_ms[fused]}});
     std::fflush(stdout);
   }
 }

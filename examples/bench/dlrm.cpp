@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "examples/bench/graph_timer.h"
+#include "examples/bench/trainer_timing.h"
 #include "layers/dlrm.h"
 #include "lib/error.h"
 #include "lib/autograd.h"
@@ -74,11 +75,9 @@ StepResult measure_steps(const DlrmBenchOptions& o, const Shape& s, KernelMode m
                                    .warmup_steps = 0,
                                    .graph = o.graph,
                                    .window_loss = false});
-  trainer.fit(o.warmup);
-  synchronize();
-  reset_peak_memory();
-  const FitSummary timed = trainer.fit(o.warmup + o.steps);
-  return {timed.step_ms, timed.wall_ms, timed.final_loss, peak_memory(), timed.replayed};
+  const TimedSteps timed = time_trainer_steps(trainer, o.warmup, o.steps);
+  return {timed.summary.step_ms, timed.summary.wall_ms, timed.summary.final_loss, timed.peak_bytes,
+          timed.summary.replayed};
 }
 
 }  // namespace
@@ -134,7 +133,7 @@ void dlrm_ops_table(const DlrmBenchOptions& o) {
       interaction_bytes);
 }
 
-int run_dlrm_bench(const DlrmBenchOptions& o) {
+int run_dlrm_bench(const DlrmBenchOptions& o, BenchReport& report) {
   const Shape s = preset_shape(o);
   std::printf("ft-bench dlrm %s: B=%lld, 26 tables x %lld x %lld, MLPs bf16 with AdamW, tables f32 with sparse SGD, "
               "%d steps after %d warm-up, on %s\n",
@@ -164,6 +163,12 @@ int run_dlrm_bench(const DlrmBenchOptions& o) {
     std::printf("RESULT dlrm preset=%s kernels=%s graph=%d ms=%.4f wall_ms=%.4f samples_per_s=%.0f peak_gb=%.3f\n",
                 o.preset.c_str(), fused ? "fused" : "unfused", r.replayed ? 1 : 0, r.ms, r.wall_ms, samples,
                 static_cast<double>(r.peak_bytes) / 1e9);
+    std::string workload = o.preset == "mlperf" ? "dlrm-mlperf" : "dlrm-kaggle";
+    if (s.batch != preset_shape({.preset = o.preset}).batch)
+      workload += " B" + std::to_string(s.batch) + " rows" + std::to_string(s.table_rows);
+    report.add(workload, fused ? "fused" : "unfused", r.ms,
+               {{"graph", r.replayed ? 1.0 : 0.0}, {"wall_ms", r.wall_ms}, {"samples_per_s", samples},
+                {"peak_gb", static_cast<double>(r.peak_bytes) / 1e9}});
   }
   if (run[0] && run[1] && results[0].ms > 0 && results[1].ms > 0)
     std::printf("fused vs unfused: %.2fx\n", results[0].ms / results[1].ms);

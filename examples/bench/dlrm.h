@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "examples/bench/report.h"
+
 namespace ft::bench {
 
 struct DlrmBenchOptions {
@@ -16,7 +18,9 @@ struct DlrmBenchOptions {
   bool ops = true;  // also time the ops alone
 };
 
-int run_dlrm_bench(const DlrmBenchOptions& options);
+/// Adds the fused and unfused steps as dlrm-kaggle or dlrm-mlperf (with " B<batch> rows<rows>"
+/// when --batch is not the preset's), as bench/peers/dlrm_torch.py names them.
+int run_dlrm_bench(const DlrmBenchOptions& options, BenchReport& report);
 /// The embedding bag's and the interaction's kernels alone at the preset's shapes, fused and twin
 /// (also printed by ft-bench ops).
 void dlrm_ops_table(const DlrmBenchOptions& options);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/bench/trainer_timing.h"
 #include "layers/gpt.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
@@ -80,26 +81,41 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = 
                                    .graph = o.graph,
                                    .window_loss = false,
                                    .data_parallel = dp.get()});
-  trainer.fit(o.warmup);
-  synchronize();
-  reset_peak_memory();
-  profiler_start();
-  const FitSummary timed = trainer.fit(o.warmup + o.steps);
-  profiler_stop();
+  const TimedSteps timed = time_trainer_steps(trainer, o.warmup, o.steps);
   Gpt2Result r;
-  r.ms = timed.step_ms;
-  r.wall_ms = timed.wall_ms;
-  r.peak_bytes = peak_memory();
-  r.final_loss = timed.final_loss;
-  r.replayed = timed.replayed;
+  r.ms = timed.summary.step_ms;
+  r.wall_ms = timed.summary.wall_ms;
+  r.peak_bytes = timed.peak_bytes;
+  r.final_loss = timed.summary.final_loss;
+  r.replayed = timed.summary.replayed;
   r.tok_per_s = static_cast<double>(o.batch * o.seq) / (r.ms * 1e-3);
   r.mfu = mfu(flops_per_token, r.tok_per_s, device_peak_flops(kCUDA, DType::BF16));
   return r;
 }
 
+std::string workload_name(const Gpt2BenchOptions& o) {
+  char name[96];
+  if (!o.lora) {
+    if (o.batch == 16 && o.seq == 1024 && o.layers == 12) return "gpt2-124M";
+    std::snprintf(name, sizeof name, "gpt2 B%lld T%lld L%lld", static_cast<long long>(o.batch),
+                  static_cast<long long>(o.seq), static_cast<long long>(o.layers));
+    return name;
+  }
+  // As bench/peers/lora_torch.py names it.
+  if (o.batch == 16 && o.seq == 1024 && o.layers == 12 && o.lora->rank == 16 && o.lora->dropout == 0) return "lora-gpt2";
+  std::snprintf(name, sizeof name, "lora-gpt2 B%lld T%lld L%lld r%lld", static_cast<long long>(o.batch),
+                static_cast<long long>(o.seq), static_cast<long long>(o.layers), static_cast<long long>(o.lora->rank));
+  std::string out = name;
+  if (o.lora->dropout != 0) {
+    std::snprintf(name, sizeof name, " p%g", o.lora->dropout);
+    out += name;
+  }
+  return out;
+}
+
 }  // namespace
 
-int run_gpt2_bench(const Gpt2BenchOptions& o) {
+int run_gpt2_bench(const Gpt2BenchOptions& o, BenchReport& report) {
   std::printf("ft-bench %s: L=%lld C=768 NH=12 V=50304, B=%lld T=%lld, bf16, AdamW + clip, %d steps after %d "
               "warm-up, on %s\n",
               o.lora ? "lora" : "gpt2", static_cast<long long>(o.layers), static_cast<long long>(o.batch),
@@ -151,6 +167,8 @@ int run_gpt2_bench(const Gpt2BenchOptions& o) {
     std::printf("RESULT %s kernels=%s graph=%d ms=%.3f wall_ms=%.3f tok_per_s=%.0f mfu=%s peak_gb=%.3f\n",
                 o.lora ? "lora" : "gpt2", it->name.c_str(), r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text,
                 peak_gb);
+    report.add(workload_name(o), it->name, r.ms,
+               {{"graph", r.replayed ? 1.0 : 0.0}, {"wall_ms", r.wall_ms}, {"tok_per_s", r.tok_per_s}, {"peak_gb", peak_gb}});
   }
   std::printf("(gpu ms: median of CUDA events around each step, the kernels alone; wall ms: wall clock per step)\n");
   auto row = [&](const std::string& name) -> const Gpt2Result* {

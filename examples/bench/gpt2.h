@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "examples/bench/report.h"
 #include "layers/lora.h"
 
 namespace ft::bench {
@@ -23,6 +24,8 @@ struct Gpt2BenchOptions {
   bool data_parallel = false;
 };
 
-int run_gpt2_bench(const Gpt2BenchOptions& options);
+/// Adds each variant that ran ("fused", "unfused", "fused+dp", ...) under the workload's name:
+/// gpt2-124M (lora-gpt2) at BENCHMARKS.md's shapes, else a name with the shapes in it.
+int run_gpt2_bench(const Gpt2BenchOptions& options, BenchReport& report);
 
 }  // namespace ft::bench

@@ -121,7 +121,7 @@ void linear_strategy_table(const OpsBenchOptions& options) {
 
 }  // namespace
 
-int run_ops_bench(const OpsBenchOptions& options) {
+int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
   std::printf("ft-bench ops: N=%lld rows, C=%lld, V=%lld, bf16, forward+backward, %d iterations after %d warm-up\n",
               static_cast<long long>(options.rows), static_cast<long long>(options.channels),
               static_cast<long long>(options.vocab), options.iterations, options.warmup);
@@ -158,10 +158,13 @@ int run_ops_bench(const OpsBenchOptions& options) {
   if (options.only.empty() || std::string("linear").find(options.only) != std::string::npos)
     linear_strategy_table(options);
   if (options.only.empty() || std::string("attention").find(options.only) != std::string::npos)
-    attention_table(options);
+    attention_table(options, report);
   if (options.only.empty() || std::string("lora").find(options.only) != std::string::npos) lora_table(options);
   if (options.only.empty() || std::string("embedding_bag dlrm").find(options.only) != std::string::npos)
     dlrm_ops_table({.warmup = options.warmup, .steps = options.iterations});
+  for (const Row& r : rows)
+    for (int m = 0; m < 2; ++m)
+      report.add(r.name, m ? "fused" : "unfused", r.t[m].graph_ms, {{"graph", 1}, {"eager_ms", r.t[m].eager_ms}});
   for (const Row& r : rows)
     std::printf("RESULT op=%s fused_ms=%.4f unfused_ms=%.4f fused_eager_ms=%.4f unfused_eager_ms=%.4f\n",
                 r.name.c_str(), r.t[1].graph_ms, r.t[0].graph_ms, r.t[1].eager_ms, r.t[0].eager_ms);

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "examples/bench/report.h"
+
 namespace ft::bench {
 
 struct OpsBenchOptions {
@@ -14,6 +16,7 @@ struct OpsBenchOptions {
   std::string only;  // empty: every op and the linear table
 };
 
-int run_ops_bench(const OpsBenchOptions& options);
+/// Adds each op's fused and unfused (twin) graph-replay medians to `report`, attention's too.
+int run_ops_bench(const OpsBenchOptions& options, BenchReport& report);
 
 }  // namespace ft::bench

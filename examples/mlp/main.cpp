@@ -8,10 +8,7 @@
 #include "examples/common/checkpoint_flags.h"
 #include "examples/common/cli.h"
 #include "examples/common/data_parallel_flags.h"
-#include "layers/activation.h"
-#include "layers/linear.h"
-#include "layers/norm.h"
-#include "layers/sequential.h"
+#include "examples/common/mlp_model.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/cross_entropy.h"
 #include "lib/ops/elementwise.h"
@@ -25,21 +22,6 @@
 #include "train/trainer.h"
 
 namespace {
-
-std::shared_ptr<ft::Sequential> build_mlp(int64_t hidden, int64_t layers, double dropout_p, uint64_t seed) {
-  ft::Generator gen(seed);
-  auto model = std::make_shared<ft::Sequential>();
-  int64_t in = 784;
-  for (int64_t i = 0; i < layers; ++i) {
-    model->push_back(std::make_shared<ft::Linear>(ft::Linear::Options{.in = in, .out = hidden}, gen));
-    // LayerNorm, GELU and Dropout as one fused op (one kernel each way on CUDA).
-    model->push_back(std::make_shared<ft::LayerNormActDropout>(hidden, ft::Activation::GELU, dropout_p,
-                                                               seed + 1000 + static_cast<uint64_t>(i)));
-    in = hidden;
-  }
-  model->push_back(std::make_shared<ft::Linear>(ft::Linear::Options{.in = in, .out = 10}, gen));
-  return model;
-}
 
 int run(int argc, char** argv) {
   ft::cli::Args args("ft-mlp",
@@ -97,7 +79,7 @@ int run(int argc, char** argv) {
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   // Each rank of a data-parallel run draws its own dropout masks (the weights come from rank 0).
   const ft::LaunchEnv launch = ft::launch_env();
-  auto model = build_mlp(args.integer("hidden", 1), args.integer("layers", 0), args.number("dropout", 0),
+  auto model = ft::cli::build_mlp(args.integer("hidden", 1), args.integer("layers", 0), args.number("dropout", 0),
                          seed + 7919 * static_cast<uint64_t>(launch.rank));
   model->to(device, dtype);
   ft::mark_startup("model");

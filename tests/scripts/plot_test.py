@@ -78,6 +78,37 @@ class PlotTest(unittest.TestCase):
         self.assertEqual(height, 540)
         self.assertGreaterEqual(width, 720)
 
+    def test_bench_renames_and_selects(self):
+        device = "NVIDIA H100 80GB HBM3"
+        ms = {(w, v): self.rng.uniform(0.1, 500) for w in ("gpt2-124M", "adamw-gpt2", "mlp-fmnist")
+              for v in ("fused", "unfused")}
+        ms[("gpt2-124M", "torch eager naive foreach")] = self.rng.uniform(0.1, 500)
+        ms[("adamw-gpt2", "torch for-loop")] = self.rng.uniform(0.1, 500)
+        ms[("adamw-gpt2", "torch fused")] = self.rng.uniform(0.1, 500)
+        path = self.bench("all.json", device, [{"workload": w, "variant": v, "ms": x} for (w, v), x in ms.items()])
+        renames = plot.parse_renames("torch eager naive foreach=PyTorch eager, torch for-loop=PyTorch eager,"
+                                     "adamw-gpt2:torch fused=fastest,cross-entropy V=50304:torch eager=x")
+        self.assertEqual(renames[("adamw-gpt2", "torch fused")], "fastest")
+        self.assertEqual(renames[("cross-entropy V=50304", "torch eager")], "x")
+        _, table = plot.read_bench([path])
+        picked = plot.select(table, renames, ["fused", "PyTorch eager"], ["adamw-gpt2", "gpt2-124M"])
+        self.assertEqual(list(picked), ["adamw-gpt2", "gpt2-124M"])
+        self.assertEqual(picked["adamw-gpt2"], {"fused": ms[("adamw-gpt2", "fused")],
+                                                "PyTorch eager": ms[("adamw-gpt2", "torch for-loop")]})
+        self.assertEqual(picked["gpt2-124M"]["PyTorch eager"], ms[("gpt2-124M", "torch eager naive foreach")])
+        scoped = plot.select(table, renames, ["fastest", "torch fused"], None)
+        self.assertEqual(scoped["adamw-gpt2"], {"fastest": ms[("adamw-gpt2", "torch fused")]})
+        out = self.dir / "picked.png"
+        result = run("bench", path, "-o", out, "--rename", "torch eager naive foreach=PyTorch eager",
+                     "--variants", "fused,unfused,PyTorch eager", "--workloads", "gpt2-124M,mlp-fmnist",
+                     "--title", "three bars")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(png_size(out)[1], 540)
+        self.expect_error(["bench", path, "--rename", "torch for-loop=x,torch fused=x"], "adamw-gpt2", "two variants")
+        self.expect_error(["bench", path, "--rename", "nonsense"], "not OLD=NEW")
+        self.expect_error(["bench", path, "--rename", ":torch fused=x"], "not OLD=NEW")
+        self.expect_error(["bench", path, "--workloads", "gpt2-124M,dlrm-kaggle"], "dlrm-kaggle")
+
     def expect_error(self, args, *words):
         result = run(*args, "-o", self.dir / "never.png")
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
