@@ -242,34 +242,32 @@ Tensor gather_last(const Tensor& x, const Tensor& ids) {
   FT_CHECK(ids.device() == x.device(), "gather_last: ids on ", ids.device().str(), ", x on ", x.device().str());
   const int64_t cols = x.size(-1), rows = ids.numel();
   Tensor out = Tensor::empty(ids.shape(), x.dtype(), x.device());
-  // The CPU loops read the ids here and in backward.
+  // The CPU loops, here and in backward: an id, and one element moved at its width.
   const auto id_at = [](const Tensor& t, int64_t r) -> int64_t {
     return t.dtype() == DType::I64 ? t.data<int64_t>()[r] : t.data<int32_t>()[r];
+  };
+  const auto copy_element = [](const Tensor& dst, int64_t to, const Tensor& src, int64_t from) {
+    const size_t element = dtype_size(src.dtype());
+    std::memcpy(static_cast<char*>(dst.data_ptr()) + static_cast<size_t>(to) * element,
+                static_cast<const char*>(src.data_ptr()) + static_cast<size_t>(from) * element, element);
   };
   if (x.is_cuda()) {
     if (rows > 0) cuda::gather_last(x, ids, out);
   } else {
-    const size_t element = dtype_size(x.dtype());
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t id = id_at(ids, r);
       FT_CHECK(id >= 0 && id < cols, "gather_last: id ", id, " at row ", r, " is out of range [0, ", cols, ")");
-      std::memcpy(static_cast<char*>(out.data_ptr()) + static_cast<size_t>(r) * element,
-                  static_cast<const char*>(x.data_ptr()) + static_cast<size_t>(r * cols + id) * element, element);
+      copy_element(out, r, x, r * cols + id);
     }
   }
   if (!needs_grad({&x})) return out;
-  return record("gather_last", out, {x, Tensor()}, [sids = ids.detach(), shape = x.shape(), id_at](const Tensor& g) {
+  return record("gather_last", out, {x, Tensor()}, [sids = ids.detach(), shape = x.shape(), id_at, copy_element](const Tensor& g) {
     Tensor dx = Tensor::zeros(shape, g.dtype(), g.device());
     const int64_t cols = shape.back(), rows = sids.numel();
     if (g.is_cuda()) {
       if (rows > 0) cuda::put_last(g, sids, dx);
     } else {
-      const size_t element = dtype_size(g.dtype());
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t id = id_at(sids, r);
-        std::memcpy(static_cast<char*>(dx.data_ptr()) + static_cast<size_t>(r * cols + id) * element,
-                    static_cast<const char*>(g.data_ptr()) + static_cast<size_t>(r) * element, element);
-      }
+      for (int64_t r = 0; r < rows; ++r) copy_element(dx, r * cols + id_at(sids, r), g, r);
     }
     return std::vector<Tensor>{dx, Tensor()};
   });
