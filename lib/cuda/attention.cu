@@ -31,17 +31,18 @@
 
 #include <cmath>
 
+#include "lib/cuda/attention_hopper.h"
+#include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/mma.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/attention.h"
-#include "lib/philox.h"
 
 namespace ft::cuda {
 
 namespace {
 
-using bf16 = __nv_bfloat16;
+using namespace flash;
 constexpr int kAttnThreads = 128;  // 4 warps, 16 rows of a 64-row tile each
 constexpr int kTile = 64;  // keys per streamed tile (forward) and per backward block
 
@@ -55,24 +56,6 @@ struct Tile {
   __device__ bf16* at(int row, int chunk) const { return base + row * D + ((chunk ^ (row & kSwizzle)) << 3); }
 };
 
-struct Params {
-  const bf16 *q, *k, *v;  // element (b, h, t, d): ptr + b·in.batch + h·in.head + t·in.token + d
-  HeadStrides in;
-  bf16* out;              // forward output; the backward reads it through `o`
-  const bf16 *o, *dout;
-  HeadStrides out_strides;
-  bf16 *dq, *dk, *dv;     // laid out as q, k, v (in)
-  float* lse;             // [B·NH, T], natural log of Σ_j exp(scaled score)
-  float* delta;           // [B·NH, T], dO_i·O_i
-  float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
-  int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
-  int heads, tokens;
-  bool causal;
-  float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
-  float dropout_p, dropout_scale;
-  uint64_t seed;
-  const int64_t* offset;
-};
 
 /// Copies rows [row0, row0 + kRows) of a head's [T, D] matrix into a tile; rows past T read
 /// as zeros. Commit and wait are the caller's. Each thread copies one fixed 16-byte column
@@ -173,82 +156,6 @@ __device__ __forceinline__ void accumulate(float (&acc)[kM][D / 8][4], const flo
   }
 }
 
-/// Row and column of element e of accumulator tile n, relative to the warp's 16 × 8n tile.
-__device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
-__device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (threadIdx.x % 4) + (e % 2); }
-
-/// The dropout draw, reusing one Philox block for the (up to) 4 consecutive counters it covers.
-struct DropoutMask {
-  uint64_t seed, offset;
-  float p;
-  uint64_t cached = ~0ull;
-  philox::Uint4 bits{};
-  __device__ bool keep(uint64_t index) {
-    const uint64_t counter = offset + index;
-    if ((counter >> 2) != cached) {
-      cached = counter >> 2;
-      bits = philox::block_bits(seed, cached);
-    }
-    return philox::to_uniform(philox::lane(bits, static_cast<unsigned>(counter & 3))) >= p;
-  }
-};
-
-__device__ __forceinline__ DropoutMask dropout_mask(const Params& p) {
-  return DropoutMask{p.seed, p.dropout_p > 0.0f ? static_cast<uint64_t>(*p.offset) : 0, p.dropout_p};
-}
-
-/// Dropout on kM row tiles of accumulator fragments: element e of tile (m, n) is kept (and
-/// scaled) when the draw at index_of(m, n, e) keeps it, else zeroed.
-template <int kM, int kN, class IndexOf>
-__device__ __forceinline__ void apply_dropout(float (&s)[kM][kN][4], const Params& p, IndexOf&& index_of) {
-  DropoutMask mask = dropout_mask(p);
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-#pragma unroll
-    for (int n = 0; n < kN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[m][n][e] = mask.keep(index_of(m, n, e)) ? s[m][n][e] * p.dropout_scale : 0.0f;
-}
-
-/// Output tile of the warp (16 rows × kCols) as bf16 pairs; rows past T are dropped.
-template <int kCols>
-__device__ __forceinline__ void store_rows(bf16* base, int64_t token_stride, int row0, int tokens,
-                                           const float (&acc)[kCols / 8][4], float scale0, float scale1) {
-#pragma unroll
-  for (int n = 0; n < kCols / 8; ++n)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + fragment_row(2 * half);
-      if (row >= tokens) continue;
-      const float s = half ? scale1 : scale0;
-      *reinterpret_cast<uint32_t*>(base + static_cast<int64_t>(row) * token_stride + fragment_col(n, 0)) =
-          mma::pack_bf16(acc[n][2 * half] * s, acc[n][2 * half + 1] * s);
-    }
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-__device__ __forceinline__ int head_index() { return blockIdx.y; }
-__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
-  const int bh = head_index();
-  return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
-}
-/// Flat index of probability (i, j) of this head in the [B, NH, T, T] dropout draw.
-__device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) {
-  return (static_cast<uint64_t>(head_index()) * tokens + i) * tokens + j;
-}
-
-// Blocks of the causal forward take query tiles from the last (the most key tiles) down,
-// so the longest blocks start first and the short ones fill the tail.
-__device__ __forceinline__ int query_tile(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
-
 /// Query rows per forward block: 4 warps of kForwardTiles 16-row tiles. Two tiles per warp at
 /// HS 64 let each K and V fragment read from shared memory feed two products; at HS 128 the
 /// output accumulators of two tiles would not fit in registers.
@@ -256,12 +163,6 @@ template <int D>
 constexpr int kForwardTiles = D <= 64 ? 2 : 1;
 template <int D>
 constexpr int kForwardRows = 4 * 16 * kForwardTiles<D>;
-
-/// Whether key tile [k0, k0 + kTile) needs masking for query rows from q0: it crosses the
-/// causal diagonal or reaches past T.
-__device__ __forceinline__ bool edge_tile(const Params& p, int k0, int q0) {
-  return k0 + kTile > p.tokens || (p.causal && k0 + kTile - 1 > q0);
-}
 
 template <int D, bool kDropout>
 __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const __grid_constant__ Params p) {
@@ -291,72 +192,20 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
     if (kt == 0) load_a<D, kM>(qf, q_tile, warp * 16 * kM);
     float s[kM][kTile / 8][4];
     scores<D, kM, kTile>(s, qf, k_tile(buf), 0);
-    if (edge_tile(p, k0, q0)) {
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row0 + 16 * m + fragment_row(e), col = k0 + fragment_col(n, e);
-            if (col >= p.tokens || (p.causal && col > row)) s[m][n][e] = -INFINITY;
-          }
-    }
-    // Online softmax on the raw scores: max first, then one FMA and one ex2 per element.
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
-      float shift[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * h], s[m][n][2 * h + 1]));
-        const float new_max = fmaxf(row_max[m][h], quad_max(tile_max));
-        shift[h] = new_max == -INFINITY ? 0.0f : new_max * p.scale_log2;  // nothing visible yet: stays 0
-        const float rescale = exp2_approx(row_max[m][h] * p.scale_log2 - shift[h]);
-        row_max[m][h] = new_max;
-        row_sum[m][h] *= rescale;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          acc[m][n][2 * h] *= rescale;
-          acc[m][n][2 * h + 1] *= rescale;
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float prob = exp2_approx(fmaf(s[m][n][e], p.scale_log2, -shift[e / 2]));
-          row_sum[m][e / 2] += prob;  // the normalizer counts every probability, dropped or not
-          s[m][n][e] = prob;
-        }
+      if (edge_tile(p, k0, kTile, q0)) mask_scores(s[m], p, row0 + 16 * m, k0);
+      online_softmax_step(s[m], acc[m], row_max[m], row_sum[m], p.scale_log2);
+      if constexpr (kDropout)
+        apply_dropout(s[m], p, [&](int n, int e) {
+          return probability_index(p.tokens, row0 + 16 * m + fragment_row(e), k0 + fragment_col(n, e));
+        });
     }
-    if constexpr (kDropout)
-      apply_dropout(s, p, [&](int m, int n, int e) {
-        return probability_index(p.tokens, row0 + 16 * m + fragment_row(e), k0 + fragment_col(n, e));
-      });
     accumulate<D, kM, kTile>(acc, s, v_tile(buf), 0);
     __syncthreads();  // every warp is done with this buffer before the next prefetch refills it
   }
-  bf16* const out = p.out + head_offset(p.out_strides, p.heads);
 #pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    float inverse[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[m][h] = quad_sum(row_sum[m][h]);
-      inverse[h] = 1.0f / row_sum[m][h];
-    }
-    store_rows<D>(out, p.out_strides.token, row0 + 16 * m, p.tokens, acc[m], inverse[0], inverse[1]);
-    if (threadIdx.x % 4 == 0)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 16 * m + fragment_row(2 * h);
-        if (row < p.tokens)
-          p.lse[static_cast<int64_t>(head_index()) * p.tokens + row] =
-              (row_max[m][h] * p.scale_log2 + log2f(row_sum[m][h])) / kLog2e;
-      }
-  }
+  for (int m = 0; m < kM; ++m) finish_rows<D>(p, row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
 }
 
 /// Δ_i = Σ_d dO[i, d]·O[i, d] for B·NH·T rows (blockIdx.y unused): D / 8 lanes per row, each
@@ -576,7 +425,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
       load_a<D, 1>(vf, v_tile, warp * 16);
     }
     // Sᵀ's element (key, query) is the draw's (query, key).
-    auto dropped_at = [&](int, int n, int e) {
+    auto dropped_at = [&](int n, int e) {
       return probability_index(p.tokens, qt * kRows + fragment_col(n, e), key0 + fragment_row(e));
     };
     const float* lse2 = row_stats + buf * 2 * kRows;
@@ -594,11 +443,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
         s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[local]));
         dp[0][n][e] = s[0][n][e];  // P, kept for dS; s may become the dropped probability
       }
-    if constexpr (kDropout) apply_dropout(s, p, dropped_at);
+    if constexpr (kDropout) apply_dropout(s[0], p, dropped_at);
     accumulate<D, 1, kRows>(dv, s, do_tile(buf), 0);
     // dp holds P; s is free for dPᵀ = V·dOᵀ.
     scores<D, 1, kRows>(s, vf, do_tile(buf), 0);
-    if constexpr (kDropout) apply_dropout(s, p, dropped_at);
+    if constexpr (kDropout) apply_dropout(s[0], p, dropped_at);
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n) {
 #pragma unroll
@@ -650,19 +499,6 @@ Params make_params(const AttentionShape& shape, bool causal, double dropout_p, u
   return p;
 }
 
-// Head size and dropout are compile-time: without dropout the kernels carry no Philox state
-// (with it in the same body, the HS 64 forward spilled at 255 registers).
-template <class F>
-void with_head_size_and_dropout(int64_t head_size, bool dropout, F&& f) {
-  auto with_dropout = [&](auto d) {
-    if (dropout) f(d, std::true_type{});
-    else f(d, std::false_type{});
-  };
-  if (head_size == 64) return with_dropout(std::integral_constant<int, 64>{});
-  if (head_size == 128) return with_dropout(std::integral_constant<int, 128>{});
-  FT_FAIL("attention: the fused kernel takes head sizes 64 and 128, got ", head_size);
-}
-
 dim3 grid_for(const AttentionShape& shape, int rows_per_block) {
   return dim3(static_cast<unsigned>((shape.tokens + rows_per_block - 1) / rows_per_block),
               static_cast<unsigned>(shape.batch * shape.heads));
@@ -671,6 +507,14 @@ dim3 grid_for(const AttentionShape& shape, int rows_per_block) {
 }  // namespace
 
 bool attention_supported(int64_t head_size) { return head_size == 64 || head_size == 128; }
+
+namespace {
+FlashForward flash_forward_choice = FlashForward::PreferHopper;
+}  // namespace
+
+void set_flash_forward(FlashForward choice) { flash_forward_choice = choice; }
+FlashForward flash_forward() { return flash_forward_choice; }
+bool hopper_flash_forward_available() { return hopper_forward_compiled_and_device_fits(); }
 
 void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
                        const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
@@ -682,6 +526,9 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   p.out = static_cast<bf16*>(out);
   p.out_strides = out_strides;
   p.lse = lse.data<float>();
+  if (flash_forward_choice == FlashForward::PreferHopper && hopper_forward_compiled_and_device_fits() &&
+      hopper_forward_takes(in, shape))
+    return attention_forward_hopper(p, shape, in);
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
     constexpr bool kDropout = decltype(dropout)::value;

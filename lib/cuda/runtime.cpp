@@ -45,6 +45,7 @@ struct DeviceContext {
   unsigned* error_word = nullptr;
   int sms = 0;
   size_t shared_per_sm = 0;
+  int compute_capability = 0;
 
   DeviceContext() {
     int device = 0;
@@ -65,6 +66,10 @@ struct DeviceContext {
     int shared = 0;
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     shared_per_sm = static_cast<size_t>(shared);
+    int major = 0, minor = 0;
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    compute_capability = 10 * major + minor;
   }
 };
 
@@ -81,6 +86,7 @@ cudaStream_t stream() { return context().stream; }
 cudaStream_t copy_stream() { return context().copy_stream; }
 int multiprocessor_count() { return context().sms; }
 size_t shared_memory_per_multiprocessor() { return context().shared_per_sm; }
+int compute_capability() { return context().compute_capability; }
 cublasLtHandle_t cublaslt_handle() { return context().lt; }
 void* cublaslt_workspace(size_t* bytes) {
   *bytes = context().workspace_bytes;

@@ -25,6 +25,8 @@ cudaStream_t copy_stream();
 int multiprocessor_count();
 /// Shared memory of one multiprocessor, in bytes (228 KB on the H100).
 size_t shared_memory_per_multiprocessor();
+/// The current device's compute capability as 10·major + minor (90 on the H100 and H200).
+int compute_capability();
 cublasLtHandle_t cublaslt_handle();
 /// A workspace for cuBLASLt, allocated once.
 void* cublaslt_workspace(size_t* bytes);

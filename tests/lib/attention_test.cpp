@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/attention.h"
 #include "lib/ops/random.h"
@@ -158,6 +159,19 @@ TEST(AttentionTest, QkvLayoutMatchesSplitHeadsByLoops) {
 
 // ---- the fused flash kernels
 
+/// Runs the fused forward on one kernel for the guard's lifetime.
+class FlashForwardGuard {
+ public:
+  explicit FlashForwardGuard(cuda::FlashForward choice) : saved_(cuda::flash_forward()) { cuda::set_flash_forward(choice); }
+  ~FlashForwardGuard() { cuda::set_flash_forward(saved_); }
+  FlashForwardGuard(const FlashForwardGuard&) = delete;
+  FlashForwardGuard& operator=(const FlashForwardGuard&) = delete;
+
+ private:
+  cuda::FlashForward saved_;
+};
+
+
 std::vector<Tensor> random_qkv(const Shape& s, Generator& gen) {
   return {random_tensor(s, DType::F64, kCPU, gen), random_tensor(s, DType::F64, kCPU, gen),
           random_tensor(s, DType::F64, kCPU, gen)};
@@ -231,6 +245,10 @@ TEST(AttentionFusedTest, DropoutMasksAreIdenticalAcrossPaths) {
     };
     const std::vector<bool> fused = dropped(kCUDA, DType::BF16, KernelMode::Fused);
     EXPECT_EQ(fused, dropped(kCUDA, DType::BF16, KernelMode::Unfused)) << "fused vs twin on CUDA";
+    {
+      FlashForwardGuard mma_sync(cuda::FlashForward::MmaSync);  // the default runs Hopper's on sm_90
+      EXPECT_EQ(fused, dropped(kCUDA, DType::BF16, KernelMode::Fused)) << "the two fused forwards";
+    }
     EXPECT_EQ(fused, dropped(kCPU, DType::F64, KernelMode::Fused)) << "fused vs the CPU";
     const double share = static_cast<double>(std::count(fused.begin(), fused.end(), true)) / fused.size();
     EXPECT_NEAR(share, p, 0.05) << "dropped share";
@@ -281,6 +299,60 @@ TEST(AttentionFusedTest, BackwardIsBitReproducibleAcrossWaves) {
       EXPECT_TRUE(all_close(runs[0].grads[i], reference.grads[i], 0.02)) << "fused vs twin";
     }
   }
+}
+
+// On sm_90 the tests above run the Hopper forward (the default); here the mma.sync forward, which
+// every other device runs, against the f64 reference, and the two forwards against each other
+// on the same inputs: outputs, and the gradients the shared backward computes from each one's
+// output and log-sum-exp. Shapes cover partial query and key tiles, several query tiles per
+// head, both head sizes, dropout and the fused QKV layout.
+TEST(AttentionFusedTest, HopperAndMmaSyncForwardsAgree) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  if (!cuda::hopper_flash_forward_available()) GTEST_SKIP() << "no Hopper forward on this build or device";
+  Generator gen = test_generator();
+  KernelModeGuard fused(KernelMode::Fused);
+  {
+    FlashForwardGuard mma_sync(cuda::FlashForward::MmaSync);
+    const auto inputs = random_qkv({2, 2, 77, 64}, gen);
+    auto f = [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], true); };
+    EXPECT_TRUE(matches_f64_reference(f, inputs, kCUDA, DType::BF16, gen, forward_tolerance(DType::BF16),
+                                      grad_tolerance(DType::BF16)));
+  }
+  struct Case {
+    int64_t batch, heads, tokens, head_size;
+    bool causal;
+    double dropout;
+  };
+  const Case cases[] = {{2, 2, 1, 64, true, 0.0},     {2, 3, 77, 64, false, 0.0},  {1, 2, 200, 64, true, 0.1},
+                        {2, 12, 1024, 64, true, 0.0}, {1, 4, 300, 128, true, 0.0}, {2, 2, 130, 128, false, 0.2},
+                        {1, 6, 1024, 128, true, 0.0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("B " + std::to_string(c.batch) + " NH " + std::to_string(c.heads) + " T " +
+                 std::to_string(c.tokens) + " HS " + std::to_string(c.head_size) + (c.causal ? " causal" : "") +
+                 " dropout " + std::to_string(c.dropout));
+    const Shape shape{c.batch, c.heads, c.tokens, c.head_size};
+    const auto inputs = random_qkv(shape, gen);
+    const Tensor upstream = random_tensor(shape, DType::F64, kCPU, gen);
+    auto f = [&](const std::vector<Tensor>& in) {
+      return attention(in[0], in[1], in[2], c.causal, c.dropout, 21, philox_offset(4 * 3, in[0].device()));
+    };
+    GradRun runs[2];
+    for (int hopper = 0; hopper < 2; ++hopper) {
+      FlashForwardGuard choice(hopper ? cuda::FlashForward::PreferHopper : cuda::FlashForward::MmaSync);
+      runs[hopper] = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
+    }
+    EXPECT_TRUE(all_close(runs[1].y, runs[0].y, 0.01)) << "outputs";
+    for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(runs[1].grads[i], runs[0].grads[i], 0.02)) << "gradient " << i;
+  }
+  // The fused QKV layout at the GPT-2 head count: TMA reads the heads out of the [B, T, 3C] rows.
+  const Tensor qkv = random_tensor({2, 150, 3 * 12 * 64}, DType::F64, kCPU, gen);
+  Tensor out[2];
+  for (int hopper = 0; hopper < 2; ++hopper) {
+    FlashForwardGuard choice(hopper ? cuda::FlashForward::PreferHopper : cuda::FlashForward::MmaSync);
+    NoGradGuard no_grad;
+    out[hopper] = attention_qkv(fresh_copy(qkv, DType::BF16, kCUDA), 12, true);
+  }
+  EXPECT_TRUE(all_close(out[1], out[0], 0.01)) << "attention_qkv";
 }
 
 TEST(AttentionFusedTest, RejectsBadInputs) {

@@ -1,0 +1,202 @@
+// The pieces the flash attention kernels share (lib/cuda/attention.cu on mma.sync,
+// lib/cuda/attention_hopper.cu on wgmma): the launch parameters, the accumulator fragment
+// coordinates, the masks, the online softmax step, the Philox dropout on probabilities and the
+// output rows. Both kernels hold scores and outputs in the m16n8 accumulator layout (wgmma's
+// m64nN accumulator is that layout repeated), so one warp's 16-row tile is the unit here.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "lib/cuda/math.cuh"
+#include "lib/cuda/mma.cuh"
+#include "lib/error.h"
+#include "lib/ops/attention.h"
+#include "lib/philox.h"
+
+namespace ft::cuda::flash {
+
+using bf16 = __nv_bfloat16;
+
+struct Params {
+  const bf16 *q, *k, *v;  // element (b, h, t, d): ptr + b·in.batch + h·in.head + t·in.token + d
+  HeadStrides in;
+  bf16* out;              // forward output; the backward reads it through `o`
+  const bf16 *o, *dout;
+  HeadStrides out_strides;
+  bf16 *dq, *dk, *dv;     // laid out as q, k, v (in)
+  float* lse;             // [B·NH, T], natural log of Σ_j exp(scaled score)
+  float* delta;           // [B·NH, T], dO_i·O_i
+  float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
+  int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
+  int heads, tokens;
+  bool causal;
+  float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
+  float dropout_p, dropout_scale;
+  uint64_t seed;
+  const int64_t* offset;
+};
+
+/// Row and column of element e of accumulator tile n, relative to the warp's 16 × 8n tile.
+__device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
+__device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (threadIdx.x % 4) + (e % 2); }
+
+/// The dropout draw, reusing one Philox block for the (up to) 4 consecutive counters it covers.
+struct DropoutMask {
+  uint64_t seed, offset;
+  float p;
+  uint64_t cached = ~0ull;
+  philox::Uint4 bits{};
+  __device__ bool keep(uint64_t index) {
+    const uint64_t counter = offset + index;
+    if ((counter >> 2) != cached) {
+      cached = counter >> 2;
+      bits = philox::block_bits(seed, cached);
+    }
+    return philox::to_uniform(philox::lane(bits, static_cast<unsigned>(counter & 3))) >= p;
+  }
+};
+
+__device__ __forceinline__ DropoutMask dropout_mask(const Params& p) {
+  return DropoutMask{p.seed, p.dropout_p > 0.0f ? static_cast<uint64_t>(*p.offset) : 0, p.dropout_p};
+}
+
+/// Dropout on one warp's row tile of accumulator fragments: element e of column block n is kept
+/// (and scaled) when the draw at index_of(n, e) keeps it, else zeroed.
+template <int kN, class IndexOf>
+__device__ __forceinline__ void apply_dropout(float (&s)[kN][4], const Params& p, IndexOf&& index_of) {
+  DropoutMask mask = dropout_mask(p);
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = mask.keep(index_of(n, e)) ? s[n][e] * p.dropout_scale : 0.0f;
+}
+
+/// Output tile of the warp (16 rows × kCols) as bf16 pairs; rows past T are dropped.
+template <int kCols>
+__device__ __forceinline__ void store_rows(bf16* base, int64_t token_stride, int row0, int tokens,
+                                           const float (&acc)[kCols / 8][4], float scale0, float scale1) {
+#pragma unroll
+  for (int n = 0; n < kCols / 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + fragment_row(2 * half);
+      if (row >= tokens) continue;
+      const float s = half ? scale1 : scale0;
+      *reinterpret_cast<uint32_t*>(base + static_cast<int64_t>(row) * token_stride + fragment_col(n, 0)) =
+          mma::pack_bf16(acc[n][2 * half] * s, acc[n][2 * half + 1] * s);
+    }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+__device__ __forceinline__ int head_index() { return blockIdx.y; }
+__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
+  const int bh = head_index();
+  return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
+}
+/// Flat index of probability (i, j) of this head in the [B, NH, T, T] dropout draw.
+__device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) {
+  return (static_cast<uint64_t>(head_index()) * tokens + i) * tokens + j;
+}
+
+// Blocks of the causal forward take query tiles from the last (the most key tiles) down,
+// so the longest blocks start first and the short ones fill the tail.
+__device__ __forceinline__ int query_tile(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
+
+/// Whether key tile [k0, k0 + keys) needs masking for query rows from q0: it crosses the
+/// causal diagonal or reaches past T.
+__device__ __forceinline__ bool edge_tile(const Params& p, int k0, int keys, int q0) {
+  return k0 + keys > p.tokens || (p.causal && k0 + keys - 1 > q0);
+}
+
+/// Hides the scores of the warp's 16-row tile (rows from row0, keys from k0) that lie past T or
+/// above the causal diagonal.
+template <int kN>
+__device__ __forceinline__ void mask_scores(float (&s)[kN][4], const Params& p, int row0, int k0) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + fragment_row(e), col = k0 + fragment_col(n, e);
+      if (col >= p.tokens || (p.causal && col > row)) s[n][e] = -INFINITY;
+    }
+}
+
+/// One key tile of the online softmax for the warp's 16-row tile, on the raw scores: the new row
+/// maxima first, then the output accumulators and row sums rescaled to them, then one FMA and
+/// one ex2 per score. The scores become unnormalized probabilities.
+template <int kN, int kD>
+__device__ __forceinline__ void online_softmax_step(float (&s)[kN][4], float (&acc)[kD][4], float (&row_max)[2],
+                                                    float (&row_sum)[2], float scale_log2) {
+  float shift[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    const float new_max = fmaxf(row_max[h], quad_max(tile_max));
+    shift[h] = new_max == -INFINITY ? 0.0f : new_max * scale_log2;  // nothing visible yet: stays 0
+    const float rescale = exp2_approx(row_max[h] * scale_log2 - shift[h]);
+    row_max[h] = new_max;
+    row_sum[h] *= rescale;
+#pragma unroll
+    for (int n = 0; n < kD; ++n) {
+      acc[n][2 * h] *= rescale;
+      acc[n][2 * h + 1] *= rescale;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float prob = exp2_approx(fmaf(s[n][e], scale_log2, -shift[e / 2]));
+      row_sum[e / 2] += prob;  // the normalizer counts every probability, dropped or not
+      s[n][e] = prob;
+    }
+}
+
+/// The warp's 16 output rows from row0, normalized, and their log-sum-exp.
+template <int D>
+__device__ __forceinline__ void finish_rows(const Params& p, int row0, const float (&acc)[D / 8][4],
+                                            const float (&row_max)[2], const float (&row_sum)[2]) {
+  float total[2], inverse[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    total[h] = quad_sum(row_sum[h]);
+    inverse[h] = 1.0f / total[h];
+  }
+  store_rows<D>(p.out + head_offset(p.out_strides, p.heads), p.out_strides.token, row0, p.tokens, acc, inverse[0],
+                inverse[1]);
+  if (threadIdx.x % 4 == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + fragment_row(2 * h);
+      if (row < p.tokens)
+        p.lse[static_cast<int64_t>(head_index()) * p.tokens + row] = (row_max[h] * p.scale_log2 + log2f(total[h])) / kLog2e;
+    }
+}
+
+// Head size and dropout are compile-time: without dropout the kernels carry no Philox state
+// (with it in the same body, the HS 64 forward spilled at 255 registers).
+template <class F>
+void with_head_size_and_dropout(int64_t head_size, bool dropout, F&& f) {
+  auto with_dropout = [&](auto d) {
+    if (dropout) f(d, std::true_type{});
+    else f(d, std::false_type{});
+  };
+  if (head_size == 64) return with_dropout(std::integral_constant<int, 64>{});
+  if (head_size == 128) return with_dropout(std::integral_constant<int, 128>{});
+  FT_FAIL("attention: the fused kernel takes head sizes 64 and 128, got ", head_size);
+}
+
+}  // namespace ft::cuda::flash

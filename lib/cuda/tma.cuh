@@ -1,0 +1,69 @@
+// Hopper's tensor memory accelerator and the shared-memory barriers it signals (sm_90): one
+// thread asks for a whole tile of a tensor (described on the host by a CUtensorMap, see
+// tensor_map.h), the copy engine writes it into shared memory (swizzled, rows outside the tensor
+// zero-filled) and counts its bytes against an mbarrier; the threads that need the tile wait
+// on the barrier's phase. Thin wrappers over PTX.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "lib/cuda/mma.cuh"
+
+namespace ft::cuda::tma {
+
+/// A barrier expecting `arrivals` arrivals a phase; one thread initializes it before a
+/// __syncthreads (fence_barrier_init orders the init before the copy engine's use).
+__device__ __forceinline__ void init_barrier(uint64_t* barrier, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mma::shared_address(barrier)), "r"(arrivals)
+               : "memory");
+}
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+/// Arrives and announces `bytes` more to come from copies signalling this barrier.
+__device__ __forceinline__ void arrive_expecting(uint64_t* barrier, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mma::shared_address(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mma::shared_address(barrier)) : "memory");
+}
+
+// A phase that never completes would hang the GPU; after about a second of polling the
+// waiting thread traps instead (the launch then fails with an error).
+constexpr long long kMaxBarrierPolls = 1LL << 26;
+
+/// Waits until the barrier's phase of this parity is complete (phases alternate 0, 1, 0, ...;
+/// a fresh barrier counts the phase before the first, parity 1, as complete).
+__device__ __forceinline__ void wait(uint64_t* barrier, unsigned parity) {
+  const uint32_t address = mma::shared_address(barrier);
+  for (long long polls = 0;; ++polls) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(address), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (polls > kMaxBarrierPolls) __trap();
+  }
+}
+
+/// Copies the box of a 4-D tensor map at element coordinates (c0 innermost .. c3) into shared
+/// memory at `dst`, counting its bytes (the whole box, zero-filled parts included) on `barrier`.
+__device__ __forceinline__ void load_4d(void* dst, const CUtensorMap& map, uint64_t* barrier, int c0, int c1, int c2,
+                                        int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(mma::shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(mma::shared_address(barrier)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+/// Starts fetching a tensor map (a kernel parameter) into the descriptor cache.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+}
+
+}  // namespace ft::cuda::tma
