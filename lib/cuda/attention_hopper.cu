@@ -3,17 +3,21 @@
 // Philox dropout on the probabilities, the output and the log-sum-exp saved), on Hopper's
 // asynchronous units:
 // - TMA copies the tiles of Q, K and V straight out of their tensors (the fused QKV output or
-//   [B, NH, T, HS]) into 128-byte-swizzled shared memory, rows past T zero-filled;
-// - warp specialization: one producer warp only issues those copies, into a ring of K/V stages
-//   guarded by mbarriers (full: the copy has landed; empty: every consumer warp is done with
-//   the stage), so loads run ahead of the math without any thread waiting on memory;
-// - two consumer warpgroups of 64 query rows each do S = Q·Kᵀ as wgmma with both operands in
-//   shared memory, the mask and online softmax (and dropout) on the accumulators, and O += P·V
-//   as wgmma with P from registers (the probability accumulators are already its A fragments)
-//   and V read N-major. Two warpgroups on one multiprocessor let one's softmax overlap the
-//   other's products.
-// Blocks take 128 query rows against 128-key tiles at either head size (HS 128: 64 output
-// accumulators a thread; one block of 288 threads a multiprocessor leaves 224 registers each).
+//   [B, NH, T, HS]) into 128-byte-swizzled shared memory, rows past T zero-filled, through a
+//   ring of two K/V stages with an mbarrier each for "the copy has landed". No thread waits on
+//   memory to refill a stage: the last warp to be done with it issues the next copy (a shared
+//   counter per stage), so the copy of tile j + 1 runs while tile j is computed.
+// - two warpgroups of 64 query rows each do S = Q·Kᵀ as wgmma with both operands in shared
+//   memory, the mask and online softmax (and dropout) on the accumulators, and O += P·V as wgmma
+//   with P from registers (the probability accumulators are already its A fragments) and V read
+//   N-major.
+// - two blocks a multiprocessor (at most 128 registers a thread): four warpgroups, so one's
+//   softmax runs while another's products do. That beat FlashAttention-3's intra-warpgroup
+//   overlap (tile j's scores issued before tile j - 1's P·V), whose second score tile needs more
+//   registers than two blocks leave, and its producer warpgroup (setmaxnreg did not lift
+//   ptxas's 168-register cap for 384 threads); the variants and their times are in
+//   docs/performance.md.
+// Blocks take 128 query rows against 128-key tiles at HS 64, 64-key tiles at HS 128.
 // Dispatched from attention_forward when the device is sm_90 and TMA can address the inputs.
 #include <cuda.h>
 
@@ -32,21 +36,25 @@ using namespace flash;
 
 constexpr int kConsumers = 2;                    // warpgroups of 64 query rows
 constexpr int kBlockRows = 64 * kConsumers;      // query rows per block
-constexpr int kKeys = 128;                       // keys per streamed tile
-constexpr int kStages = 2;                       // K/V tiles in flight
-constexpr int kHopperThreads = 128 * (kConsumers + 1);  // and the producer warpgroup
+constexpr int kHopperThreads = 128 * kConsumers;
 constexpr int kRowBytes = 128;                   // a swizzle row: 64 bf16 columns
 constexpr int kBoxCols = kRowBytes / 2;
 
 /// Shared memory: Q, then the K stages, then the V stages, each tile stored as D / 64 blocks of
 /// rows × 128 bytes (one TMA box each), then the barriers.
+constexpr int kStages = 2;  // K/V tiles in the ring
+
+/// Keys per streamed tile: 64 at HS 128 keeps the 64 output accumulators, the scores and the
+/// probabilities of a thread within 128 registers.
 template <int D>
+constexpr int kKeysPerTile = D == 64 ? 128 : 64;
+
+template <int D, int kKeys>
 struct Smem {
-  static constexpr int kColumnBlocks = D / kBoxCols;
   static constexpr uint32_t kQBytes = kBlockRows * D * 2, kTileBytes = kKeys * D * 2;
   static constexpr uint32_t kK = kQBytes, kV = kK + kStages * kTileBytes, kBarriers = kV + kStages * kTileBytes;
-  static constexpr int kBarrierCount = 1 + 3 * kStages;             // Q; K full, V full, empty per stage
-  static constexpr size_t kBytes = kBarriers + kBarrierCount * 8 + 1024;  // and slack to align to 1024
+  // The barriers (Q; K and V per stage), the stages' release counters, and slack to align to 1024.
+  static constexpr size_t kBytes = kBarriers + (1 + 2 * kStages) * 8 + kStages * 4 + 1024;
 };
 
 /// Starts the copy of rows [row0, row0 + rows) of this head's [T, D] matrix into `dst`, one
@@ -55,7 +63,7 @@ template <int D>
 __device__ __forceinline__ void load_rows(unsigned char* dst, const CUtensorMap& map, uint64_t* barrier, int rows,
                                           int row0, int head, int batch) {
 #pragma unroll
-  for (int c = 0; c < Smem<D>::kColumnBlocks; ++c)
+  for (int c = 0; c < D / kBoxCols; ++c)
     tma::load_4d(dst + c * rows * kRowBytes, map, barrier, c * kBoxCols, row0, head, batch);
 }
 
@@ -65,12 +73,15 @@ __device__ __forceinline__ uint64_t k_major_slice(const unsigned char* tile, int
   return wgmma::descriptor(tile + (k / 4) * kRows * kRowBytes + row0 * kRowBytes + (k % 4) * 32, 16, 8 * kRowBytes);
 }
 
+// Two blocks a multiprocessor cap a thread at 128 registers; the dropout draw needs more (it
+// spilled hundreds of bytes), so with dropout one block takes a multiprocessor.
 template <int D, bool kDropout>
-__global__ void __launch_bounds__(kHopperThreads, 1)
+__global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
     attention_forward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
                                     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Smem<D>;
+  constexpr int kKeys = kKeysPerTile<D>;
+  using S = Smem<D, kKeys>;
   extern __shared__ unsigned char raw_smem[];
   // TMA's 128-byte swizzle is a function of the address bits, and the descriptors assume it
   // starts at each tile: align the tiles to 1024 bytes.
@@ -79,89 +90,105 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   uint64_t* const q_full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* const k_full = q_full + 1;
   uint64_t* const v_full = k_full + kStages;
-  uint64_t* const empty = v_full + kStages;
+  int* const released = reinterpret_cast<int*>(v_full + kStages);  // per stage: warps done with it, all rounds
   const int q0 = query_tile(p.causal) * kBlockRows, head = head_index() % p.heads, batch = head_index() / p.heads;
   const int all_tiles = (p.tokens + kKeys - 1) / kKeys;
   const int key_tiles = p.causal ? min(all_tiles, (q0 + kBlockRows + kKeys - 1) / kKeys) : all_tiles;
   const int warpgroup = threadIdx.x / 128;
+  auto stage_of = [](int kt) { return kt % kStages; };
+  auto parity_of = [](int kt) { return static_cast<unsigned>(kt / kStages) & 1; };
+  auto load_keys_values = [&](int kt) {  // one thread
+    const uint32_t at = stage_of(kt) * S::kTileBytes;
+    tma::arrive_expecting(k_full + stage_of(kt), S::kTileBytes);
+    load_rows<D>(smem + S::kK + at, k_map, k_full + stage_of(kt), kKeys, kt * kKeys, head, batch);
+    tma::arrive_expecting(v_full + stage_of(kt), S::kTileBytes);
+    load_rows<D>(smem + S::kV + at, v_map, v_full + stage_of(kt), kKeys, kt * kKeys, head, batch);
+  };
   if (threadIdx.x == 0) {
     tma::init_barrier(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       tma::init_barrier(k_full + s, 1);
       tma::init_barrier(v_full + s, 1);
-      tma::init_barrier(empty + s, 4 * kConsumers);  // one arrival per consumer warp
+      released[s] = 0;
     }
     tma::fence_barrier_init();
+    tma::prefetch_map(q_map);
+    tma::prefetch_map(k_map);
+    tma::prefetch_map(v_map);
+    tma::arrive_expecting(q_full, S::kQBytes);
+    load_rows<D>(smem, q_map, q_full, kBlockRows, q0, head, batch);
+    for (int kt = 0; kt < min(kStages, key_tiles); ++kt) load_keys_values(kt);
   }
   __syncthreads();
 
-  if (warpgroup == kConsumers) {  // the producer warpgroup; one thread issues every copy
-    // Registers are allocated per warpgroup: the producer gives most of its share to the
-    // consumers (24 + 2 × 240 per thread fits the 64K of a multiprocessor).
-    wgmma::set_max_registers<24>();
-    if (threadIdx.x == 128 * kConsumers) {
-      tma::prefetch_map(q_map);
-      tma::prefetch_map(k_map);
-      tma::prefetch_map(v_map);
-      tma::arrive_expecting(q_full, S::kQBytes);
-      load_rows<D>(smem, q_map, q_full, kBlockRows, q0, head, batch);
-      for (int kt = 0; kt < key_tiles; ++kt) {
-        const int stage = kt % kStages;
-        tma::wait(empty + stage, ((kt / kStages) & 1) ^ 1);  // the stage's previous tile is consumed
-        tma::arrive_expecting(k_full + stage, S::kTileBytes);
-        load_rows<D>(smem + S::kK + stage * S::kTileBytes, k_map, k_full + stage, kKeys, kt * kKeys, head, batch);
-        tma::arrive_expecting(v_full + stage, S::kTileBytes);
-        load_rows<D>(smem + S::kV + stage * S::kTileBytes, v_map, v_full + stage, kKeys, kt * kKeys, head, batch);
-      }
-    }
-    return;  // no block-wide barrier follows
-  }
-
-  wgmma::set_max_registers<240>();
   const int warp = threadIdx.x / 32 % 4, row0 = q0 + 64 * warpgroup + 16 * warp;  // the warp's first query row
+  // A causal warpgroup stops at its own diagonal: with 64-key tiles the first warpgroup skips
+  // the block's last tile, all above its rows. It does not count as done with that stage, which
+  // nothing refills.
+  const int my_tiles = p.causal ? min(key_tiles, (q0 + 64 * warpgroup + 64 + kKeys - 1) / kKeys) : key_tiles;
   float s[kKeys / 8][4] = {}, acc[D / 8][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  tma::wait(q_full, 0);
-  for (int kt = 0; kt < key_tiles; ++kt) {
-    const int stage = kt % kStages, k0 = kt * kKeys;
-    const unsigned parity = (kt / kStages) & 1;
-    const unsigned char* const k_tile = smem + S::kK + stage * S::kTileBytes;
-    const unsigned char* const v_tile = smem + S::kV + stage * S::kTileBytes;
-    tma::wait(k_full + stage, parity);
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, rescale[2];
+  uint32_t probs[kKeys / 16][4];
+  // Starts S = Q·K_ktᵀ once K_kt has landed.
+  auto issue_scores = [&](int kt) {
+    const unsigned char* const k_tile = smem + S::kK + stage_of(kt) * S::kTileBytes;
+    tma::wait(k_full + stage_of(kt), parity_of(kt));
     wgmma::pin(s);
     wgmma::fence();
 #pragma unroll
     for (int k = 0; k < D / 16; ++k)
       wgmma::mma_ss(s, k_major_slice<kBlockRows>(smem, 64 * warpgroup, k), k_major_slice<kKeys>(k_tile, 0, k), k > 0);
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(s);
-
-    if (edge_tile(p, k0, kKeys, row0)) mask_scores(s, p, row0, k0);
-    online_softmax_step(s, acc, row_max, row_sum, p.scale_log2);
-    if constexpr (kDropout)
-      apply_dropout(s, p, [&](int n, int e) {
-        return probability_index(p.tokens, row0 + fragment_row(e), k0 + fragment_col(n, e));
-      });
-    uint32_t probs[kKeys / 16][4];
-#pragma unroll
-    for (int k = 0; k < kKeys / 16; ++k) mma::accumulator_to_a(probs[k], s[2 * k], s[2 * k + 1]);
-
-    tma::wait(v_full + stage, parity);
+  };
+  // Starts O += P_kt·V_kt once V_kt has landed. V is [keys][D]: N-major for this product, 8-key
+  // groups 1024 bytes apart, 64-column blocks a tile of rows apart; 16 keys a product.
+  auto issue_values = [&](int kt) {
+    const unsigned char* const v_tile = smem + S::kV + stage_of(kt) * S::kTileBytes;
+    tma::wait(v_full + stage_of(kt), parity_of(kt));
     wgmma::pin(acc);
     wgmma::pin(probs);
     wgmma::fence();
-    // V is [keys][D]: N-major for P·V, 8-key groups 1024 bytes apart, 64-column blocks a tile
-    // of rows apart; 16 keys a product.
 #pragma unroll
     for (int k = 0; k < kKeys / 16; ++k)
       wgmma::mma_rs_n_major(acc, probs[k], wgmma::descriptor(v_tile + k * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes));
     wgmma::commit();
-    wgmma::wait<0>();
+  };
+  // The scores of tile kt (complete) to probabilities; the output's rescale is left in `rescale`.
+  auto softmax = [&](int kt) {
+    const int k0 = kt * kKeys;
+    if (edge_tile(p, k0, kKeys, row0)) mask_scores(s, p, row0, k0);
+    online_softmax_scores(s, row_max, row_sum, rescale, p.scale_log2);
+    if constexpr (kDropout)
+      apply_dropout(s, p, [&](int n, int e) {
+        return probability_index(p.tokens, row0 + fragment_row(e), k0 + fragment_col(n, e));
+      });
+  };
+  auto to_operand = [&] {
+#pragma unroll
+    for (int k = 0; k < kKeys / 16; ++k) mma::accumulator_to_a(probs[k], s[2 * k], s[2 * k + 1]);
+  };
+  // Once P_kt·V_kt is complete, its registers and tile kt's stage are free; the last warp to be
+  // done with the stage refills it with tile kt + kStages.
+  auto values_done = [&](int kt) {
     wgmma::pin(acc);
-    wgmma::pin(probs);  // the products read these registers until the wait
+    wgmma::pin(probs);
     __syncwarp();
-    if (threadIdx.x % 32 == 0) tma::arrive(empty + stage);
+    if (threadIdx.x % 32 == 0 && atomicAdd(released + stage_of(kt), 1) + 1 == (kt / kStages + 1) * 4 * kConsumers &&
+        kt + kStages < key_tiles)
+      load_keys_values(kt + kStages);
+  };
+
+  tma::wait(q_full, 0);
+  for (int kt = 0; kt < my_tiles; ++kt) {
+    issue_scores(kt);
+    wgmma::wait<0>();
+    wgmma::pin(s);
+    softmax(kt);
+    rescale_rows(acc, rescale);
+    to_operand();
+    issue_values(kt);
+    wgmma::wait<0>();
+    values_done(kt);
   }
   finish_rows<D>(p, row0, acc, row_max, row_sum);
 #else
@@ -188,22 +215,22 @@ bool hopper_forward_compiled_and_device_fits() {
 
 bool hopper_forward_takes(const AttentionInputs& in, const AttentionShape& shape) {
   for (const void* base : {in.q, in.k, in.v})
-    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kKeys))) return false;
+    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kBlockRows))) return false;
   return true;
 }
 
 void attention_forward_hopper(const Params& params, const AttentionShape& shape, const AttentionInputs& in) {
   const CUtensorMap q_map = encode_tensor_map(head_rows_map(in.q, shape, in.strides, kBlockRows));
-  const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeys));
-  const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeys));
   const dim3 grid(static_cast<unsigned>((shape.tokens + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(shape.batch * shape.heads));
   with_head_size_and_dropout(shape.head_size, params.dropout_p > 0.0f, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
-    auto kernel = attention_forward_hopper_kernel<D, decltype(dropout)::value>;
-    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Smem<D>::kBytes)));
-    kernel<<<grid, kHopperThreads, Smem<D>::kBytes, stream()>>>(params, q_map, k_map, v_map);
+    const auto kernel = attention_forward_hopper_kernel<D, decltype(dropout)::value>;
+    const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeysPerTile<D>));
+    const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeysPerTile<D>));
+    constexpr size_t kSmem = Smem<D, kKeysPerTile<D>>::kBytes;
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    kernel<<<grid, kHopperThreads, kSmem, stream()>>>(params, q_map, k_map, v_map);
     FT_CUDA_CHECK_LAUNCH("attention_forward_hopper_kernel");
   });
 }

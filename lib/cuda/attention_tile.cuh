@@ -133,11 +133,12 @@ __device__ __forceinline__ void mask_scores(float (&s)[kN][4], const Params& p, 
 }
 
 /// One key tile of the online softmax for the warp's 16-row tile, on the raw scores: the new row
-/// maxima first, then the output accumulators and row sums rescaled to them, then one FMA and
-/// one ex2 per score. The scores become unnormalized probabilities.
-template <int kN, int kD>
-__device__ __forceinline__ void online_softmax_step(float (&s)[kN][4], float (&acc)[kD][4], float (&row_max)[2],
-                                                    float (&row_sum)[2], float scale_log2) {
+/// maxima, the row sums rescaled to them, then one FMA and one ex2 per score; the scores become
+/// unnormalized probabilities. `rescale` is the factor for the rows' output accumulators, which
+/// the caller applies (rescale_rows) at once or once a product still writing them is complete.
+template <int kN>
+__device__ __forceinline__ void online_softmax_scores(float (&s)[kN][4], float (&row_max)[2], float (&row_sum)[2],
+                                                      float (&rescale)[2], float scale_log2) {
   float shift[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -146,14 +147,9 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kN][4], float (&a
     for (int n = 0; n < kN; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
     const float new_max = fmaxf(row_max[h], quad_max(tile_max));
     shift[h] = new_max == -INFINITY ? 0.0f : new_max * scale_log2;  // nothing visible yet: stays 0
-    const float rescale = exp2_approx(row_max[h] * scale_log2 - shift[h]);
+    rescale[h] = exp2_approx(row_max[h] * scale_log2 - shift[h]);
     row_max[h] = new_max;
-    row_sum[h] *= rescale;
-#pragma unroll
-    for (int n = 0; n < kD; ++n) {
-      acc[n][2 * h] *= rescale;
-      acc[n][2 * h + 1] *= rescale;
-    }
+    row_sum[h] *= rescale[h];
   }
 #pragma unroll
   for (int n = 0; n < kN; ++n)
@@ -163,6 +159,23 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kN][4], float (&a
       row_sum[e / 2] += prob;  // the normalizer counts every probability, dropped or not
       s[n][e] = prob;
     }
+}
+
+template <int kD>
+__device__ __forceinline__ void rescale_rows(float (&acc)[kD][4], const float (&rescale)[2]) {
+#pragma unroll
+  for (int n = 0; n < kD; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] *= rescale[e / 2];
+}
+
+/// online_softmax_scores with the output accumulators rescaled at once.
+template <int kN, int kD>
+__device__ __forceinline__ void online_softmax_step(float (&s)[kN][4], float (&acc)[kD][4], float (&row_max)[2],
+                                                    float (&row_sum)[2], float scale_log2) {
+  float rescale[2];
+  online_softmax_scores(s, row_max, row_sum, rescale, scale_log2);
+  rescale_rows(acc, rescale);
 }
 
 /// The warp's 16 output rows from row0, normalized, and their log-sum-exp.
