@@ -5,7 +5,9 @@
 //   and streams 64-key tiles of K and V through shared memory (double-buffered cp.async). Scores, the online softmax (running max
 //   and sum per row) and the P·V product stay in registers: the probabilities' accumulator
 //   fragments are the A operand of the next mma (mma::accumulator_to_a). Saves the output and
-//   the log-sum-exp of each row, nothing else.
+//   the log-sum-exp of each row, nothing else. On sm_90 the forward on wgmma and TMA
+//   (attention_hopper.cu) runs instead where TMA can address the inputs; this one runs
+//   everywhere else, and on request (set_flash_forward).
 // - backward, one kernel after a small row kernel for Δ_i = dO_i·O_i. A block owns a 64-key
 //   tile and streams the query tiles, recomputing the probabilities from the saved
 //   log-sum-exp: Sᵀ = K·Qᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ), dK += dSᵀ·Q (Sᵀ rather
