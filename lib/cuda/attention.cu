@@ -516,7 +516,6 @@ FlashForward flash_forward_choice = FlashForward::PreferHopper;
 
 void set_flash_forward(FlashForward choice) { flash_forward_choice = choice; }
 FlashForward flash_forward() { return flash_forward_choice; }
-bool hopper_flash_forward_available() { return hopper_forward_compiled_and_device_fits(); }
 
 void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
                        const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
@@ -528,7 +527,7 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   p.out = static_cast<bf16*>(out);
   p.out_strides = out_strides;
   p.lse = lse.data<float>();
-  if (flash_forward_choice == FlashForward::PreferHopper && hopper_forward_compiled_and_device_fits() &&
+  if (flash_forward_choice == FlashForward::PreferHopper && hopper_flash_forward_available() &&
       hopper_forward_takes(in, shape))
     return attention_forward_hopper(p, shape, in);
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {

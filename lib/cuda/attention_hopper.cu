@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
   }
   finish_rows<D>(p, row0, acc, row_max, row_sum);
 #else
-  __trap();  // dispatched only on sm_90 (hopper_forward_compiled_and_device_fits)
+  __trap();  // dispatched only on sm_90 (hopper_flash_forward_available)
 #endif
 }
 
@@ -205,7 +205,7 @@ TensorMapRequest head_rows_map(const void* base, const AttentionShape& shape, co
 
 }  // namespace
 
-bool hopper_forward_compiled_and_device_fits() {
+bool hopper_flash_forward_available() {
 #if defined(FT_HOPPER_KERNELS)
   return compute_capability() == 90;
 #else

@@ -9,8 +9,6 @@ namespace flash {
 struct Params;
 }
 
-/// Whether this build has the kernel (compiled for sm_90a) and the device is sm_90.
-bool hopper_forward_compiled_and_device_fits();
 /// Whether TMA can address these inputs (16-byte aligned base and strides).
 bool hopper_forward_takes(const AttentionInputs& in, const AttentionShape& shape);
 /// Runs the forward; `params` carries everything but the tensor maps, built here from `in`.

@@ -8,7 +8,7 @@
 
 namespace ft::cuda {
 
-/// A bf16 tensor of up to 4 dims, innermost first: sizes in elements, strides of dims 1.. in
+/// A 4-D bf16 tensor, dims innermost first: sizes in elements, strides of dims 1.. in
 /// elements; copied in boxes of `box` elements per dim, 128-byte swizzled (box[0] must be 64:
 /// one 128-byte row), elements outside the tensor read as zeros.
 struct TensorMapRequest {
