@@ -138,11 +138,11 @@ void token_position_forward(const Tensor&, const Tensor&, const Tensor&, const T
 void token_position_backward(const Tensor&, const Tensor&, const GradOutput&, const GradOutput&) { unavailable(); }
 bool attention_supported(int64_t) { return false; }
 namespace {
-FlashForward flash_forward_choice = FlashForward::PreferHopper;  // kept as set; nothing runs it here
+FlashKernels flash_kernels_choice = FlashKernels::PreferHopper;  // kept as set; nothing runs it here
 }  // namespace
-void set_flash_forward(FlashForward choice) { flash_forward_choice = choice; }
-FlashForward flash_forward() { return flash_forward_choice; }
-bool hopper_flash_forward_available() { return false; }
+void set_flash_kernels(FlashKernels choice) { flash_kernels_choice = choice; }
+FlashKernels flash_kernels() { return flash_kernels_choice; }
+bool hopper_flash_available() { return false; }
 void attention_forward(const AttentionShape&, const AttentionInputs&, void*, HeadStrides, const Tensor&, bool, double,
                        uint64_t, const Tensor&) {
   unavailable();

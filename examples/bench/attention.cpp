@@ -34,17 +34,17 @@ void attention_table(const OpsBenchOptions& options, BenchReport& report) {
       const char* name;    // in the table
       const char* report;  // in the JSON, as the peers name variants
       KernelMode mode;
-      cuda::FlashForward forward;
+      cuda::FlashKernels forward;
     };
-    std::vector<Variant> variants = {{"twin", "unfused", KernelMode::Unfused, cuda::FlashForward::PreferHopper},
-                                     {"fused", "fused", KernelMode::Fused, cuda::FlashForward::PreferHopper}};
-    if (cuda::hopper_flash_forward_available())
-      variants.push_back({"mma.sync", "fused mma.sync", KernelMode::Fused, cuda::FlashForward::MmaSync});
+    std::vector<Variant> variants = {{"twin", "unfused", KernelMode::Unfused, cuda::FlashKernels::PreferHopper},
+                                     {"fused", "fused", KernelMode::Fused, cuda::FlashKernels::PreferHopper}};
+    if (cuda::hopper_flash_available())
+      variants.push_back({"mma.sync", "fused mma.sync", KernelMode::Fused, cuda::FlashKernels::MmaSync});
     std::vector<double> fwd_ms, total_ms;
     for (const Variant& variant : variants) {
       KernelModeGuard guard(variant.mode);
-      const cuda::FlashForward saved = cuda::flash_forward();
-      cuda::set_flash_forward(variant.forward);
+      const cuda::FlashKernels saved = cuda::flash_kernels();
+      cuda::set_flash_kernels(variant.forward);
       fwd_ms.push_back(time_device_work(
                            [&] {
                              NoGradGuard no_grad;
@@ -56,7 +56,7 @@ void attention_table(const OpsBenchOptions& options, BenchReport& report) {
           time_device_work([&] { gradients(attention(q, k, v, true), dy, {q, k, v}); }, options.warmup,
                            options.iterations)
               .graph_ms);
-      cuda::set_flash_forward(saved);
+      cuda::set_flash_kernels(saved);
     }
     char name[64];
     std::snprintf(name, sizeof name, "B%lld NH%lld T%lld HS%lld", static_cast<long long>(c.batch),

@@ -7,7 +7,7 @@
 //   fragments are the A operand of the next mma (mma::accumulator_to_a). Saves the output and
 //   the log-sum-exp of each row, nothing else. On sm_90 the forward on wgmma and TMA
 //   (attention_hopper.cu) runs instead where TMA can address the inputs; this one runs
-//   everywhere else, and on request (set_flash_forward).
+//   everywhere else, and on request (set_flash_kernels).
 // - backward, one kernel after a small row kernel for Δ_i = dO_i·O_i. A block owns a 64-key
 //   tile and streams the query tiles, recomputing the probabilities from the saved
 //   log-sum-exp: Sᵀ = K·Qᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ), dK += dSᵀ·Q (Sᵀ rather
@@ -29,10 +29,10 @@
 // shared memory. Measured speed: docs/performance.md.
 #include <cuda_bf16.h>
 
-#include <cuda/atomic>
 
 #include <cmath>
 
+#include "lib/cuda/attention_dq.cuh"
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/math.cuh"
@@ -212,15 +212,18 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
 
 /// Δ_i = Σ_d dO[i, d]·O[i, d] for B·NH·T rows (blockIdx.y unused): D / 8 lanes per row, each
 /// reading 16 bytes of both (one warp per row, reading 4 bytes a lane, ran at half the
-/// bandwidth: 33 us on the H100 for the GPT-2 shape).
+/// bandwidth: 33 us on the H100 for the GPT-2 shape). Into p.delta ([B·NH, T]), or, for the
+/// Hopper backward, into p.row_stats next to lse·log2(e) in tiles of kStatTileRows rows (rows
+/// per head padded to whole tiles: Δ 0 and an infinite log-sum-exp there, probability 0).
 template <int D>
-__global__ void attention_delta_kernel(const __grid_constant__ Params p, int64_t rows) {
+__global__ void attention_delta_kernel(const __grid_constant__ Params p, int padded_tokens, int64_t rows) {
   constexpr int kLanes = D / 8, kRowsPerBlock = kAttnThreads / kLanes;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kLanes;
   const int lane = threadIdx.x % kLanes;
+  const int64_t bh = row / padded_tokens;
+  const int t = static_cast<int>(row % padded_tokens);
   float sum = 0.0f;
-  if (row < rows) {
-    const int64_t bh = row / p.tokens, t = row % p.tokens;
+  if (row < rows && t < p.tokens) {
     const int64_t at =
         (bh / p.heads) * p.out_strides.batch + (bh % p.heads) * p.out_strides.head + t * p.out_strides.token + lane * 8;
     float o[8], g[8];
@@ -231,7 +234,14 @@ __global__ void attention_delta_kernel(const __grid_constant__ Params p, int64_t
   }
 #pragma unroll
   for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-  if (row < rows && lane == 0) p.delta[row] = sum;
+  if (row >= rows || lane != 0) return;
+  if (p.row_stats == nullptr) {
+    p.delta[row] = sum;
+    return;
+  }
+  float* const tile = p.row_stats + (row / kStatTileRows) * 2 * kStatTileRows;
+  tile[row % kStatTileRows] = t < p.tokens ? p.lse[bh * p.tokens + t] * kLog2e : INFINITY;
+  tile[kStatTileRows + row % kStatTileRows] = sum;
 }
 
 /// Whether the backward kernel keeps its two fixed A operands (K and V) in registers across the
@@ -239,21 +249,6 @@ __global__ void attention_delta_kernel(const __grid_constant__ Params p, int64_t
 /// registers and the kernel spilled.
 template <int D>
 constexpr bool kHoldFragments = D <= 64;
-
-/// Query rows per backward step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators
-/// alone take 128 registers a thread.
-template <int D>
-constexpr int kBackwardQueryRows = D <= 64 ? 64 : 32;
-
-/// The warp's tile of a query tile's dQ share: 16 rows × 64 columns. At HS 64 the 4 warps take
-/// the 4 row tiles of 64 queries; at HS 128 two row tiles of 32 queries × two column halves.
-template <int D>
-struct DqTile {
-  static constexpr int kRowTiles = kBackwardQueryRows<D> / 16;
-  static_assert(kRowTiles * (D / 64) == kAttnThreads / 32, "one 16 × 64 tile per warp");
-  __device__ static int row0() { return (threadIdx.x / 32 % kRowTiles) * 16; }
-  __device__ static int col0() { return (threadIdx.x / 32 / kRowTiles) * 64; }
-};
 
 /// acc = dS·K over the key tile for the warp's DqTile: dS read transposed out of the block's
 /// tile of dSᵀ (keys × queries, ldmatrix.trans gives the A fragments), K as the B operand as in
@@ -276,84 +271,6 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
     }
   }
 }
-
-/// A staged dQ share: the query tile's rows × HS in f32, each row padded by 8 floats so that a
-/// half-warp's 8-byte stores of accumulator pairs (4 rows × 4 column pairs) start on banks 8
-/// apart and never collide. The sums in global memory keep the same layout.
-template <int D>
-constexpr int kDqStride = D + 8;
-template <int D>
-constexpr int kDqShareFloats = kBackwardQueryRows<D> * kDqStride<D>;
-
-/// The warp's accumulators of a dQ share into the block's staging buffer, made visible to the
-/// bulk copy engine (the caller's barrier follows).
-template <int D>
-__device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[8][4]) {
-#pragma unroll
-  for (int n = 0; n < 8; ++n)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = DqTile<D>::row0() + fragment_row(2 * half), col = DqTile<D>::col0() + fragment_col(n, 0);
-      *reinterpret_cast<float2*>(staged + row * kDqStride<D> + col) = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
-    }
-  mma::fence_shared_for_bulk();
-}
-
-// A block whose turn never comes would hang the GPU; after about a second of waiting it traps
-// instead (the launch then fails with an error). Blocks wait only on blocks of lower index,
-// which the hardware starts first, so a correct launch never gets near this.
-constexpr long long kMaxTurnSpins = 1LL << 24;
-
-/// Thread 0's side of the ordered dQ sums of one head. The shares of a query tile come from the
-/// key tile on the diagonal (turn 0, a bulk store) down to key tile 0 (bulk adds); each waits
-/// for its turn and passes the turn on once its bulk copy is complete. A share staged in step t
-/// is issued at the start of step t + 1 and completed at the start of step t + 2: the bulk
-/// copies are tracked on the same scoreboard as the cp.async prefetches (the SASS waits on SB0
-/// for both), so a copy issued just before a prefetch wait would stall the block on its round
-/// trip to L2; a step later it is long done.
-struct DqShares {
-  float* sums;   // the head's query tiles, kDqShareFloats each
-  int* turns;    // the head's query tiles' turn counters
-  int in_flight = -1, in_flight_turn = 0;  // the query tile whose turn is still to be passed on
-  int seen = -1;  // a turn counter read ahead (peek), so its round trip overlaps the step's waits
-
-  /// Waits for the share in flight (a step old) and passes its turn on.
-  __device__ void complete() {
-    mma::wait_bulk();  // also frees the staging buffer the copy read
-    if (in_flight < 0) return;
-    ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[in_flight])
-        .store(in_flight_turn + 1, ::cuda::memory_order_release);
-    in_flight = -1;
-  }
-  /// Starts reading query tile qt's turn counter; issue() uses the value.
-  __device__ void peek(int qt) {
-    seen = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[qt]).load(::cuda::memory_order_relaxed);
-  }
-  /// Adds the share of query tile qt staged in shared memory, in its turn (0 stores; a later
-  /// turn waits until the counter, read by peek() and again while it is short, reaches it).
-  __device__ void issue(const float* staged, int qt, int turn, bool last, int floats) {
-    float* sum = sums + static_cast<int64_t>(qt) * floats;
-    const unsigned bytes = static_cast<unsigned>(floats) * sizeof(float);
-    if (turn == 0) {
-      mma::bulk_store(sum, staged, bytes);
-    } else {
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(turns[qt]);
-      long long spins = 0;
-      while (seen != turn) {
-        __nanosleep(32);
-        if (++spins > kMaxTurnSpins) __trap();
-        seen = counter.load(::cuda::memory_order_relaxed);
-      }
-      // The previous share's bulk copy was complete before its turn was passed on, and this
-      // copy starts only once that turn is seen (a control dependency); the fence orders the
-      // read of the counter before the bulk copy engine's access.
-      mma::fence_before_bulk();
-      mma::bulk_add(sum, staged, bytes);
-    }
-    mma::commit_bulk();
-    if (!last) in_flight = qt, in_flight_turn = turn;
-  }
-};
 
 /// dQ in bf16, scaled, from the f32 sums of its shares: D / 8 threads per row, 8 columns each.
 template <int D>
@@ -434,14 +351,15 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
     const float* delta = lse2 + kRows;
     float s[1][kRows / 8][4], dp[1][kRows / 8][4];
     scores<D, 1, kRows>(s, kf, q_tile(buf), 0);  // Sᵀ: keys × queries
-    // Pᵀ; tiles that reach below the diagonal need the causal mask.
-    const bool edge = p.causal && qt * kRows < k0 + kTile;
+    // Pᵀ; tiles that reach below the diagonal need the causal mask, and keys past T (zeros,
+    // whose probability exp(-lse) could overflow) are hidden too.
+    const bool edge = (p.causal && qt * kRows < k0 + kTile) || k0 + kTile > p.tokens;
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + fragment_row(e), local = fragment_col(n, e);
-        const bool hidden = edge && key > qt * kRows + local;
+        const bool hidden = edge && (key >= p.tokens || (p.causal && key > qt * kRows + local));
         s[0][n][e] = hidden ? 0.0f : exp2_approx(fmaf(s[0][n][e], p.scale_log2, -lse2[local]));
         dp[0][n][e] = s[0][n][e];  // P, kept for dS; s may become the dropped probability
       }
@@ -511,11 +429,11 @@ dim3 grid_for(const AttentionShape& shape, int rows_per_block) {
 bool attention_supported(int64_t head_size) { return head_size == 64 || head_size == 128; }
 
 namespace {
-FlashForward flash_forward_choice = FlashForward::PreferHopper;
+FlashKernels flash_kernels_choice = FlashKernels::PreferHopper;
 }  // namespace
 
-void set_flash_forward(FlashForward choice) { flash_forward_choice = choice; }
-FlashForward flash_forward() { return flash_forward_choice; }
+void set_flash_kernels(FlashKernels choice) { flash_kernels_choice = choice; }
+FlashKernels flash_kernels() { return flash_kernels_choice; }
 
 void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
                        const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
@@ -527,7 +445,7 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   p.out = static_cast<bf16*>(out);
   p.out_strides = out_strides;
   p.lse = lse.data<float>();
-  if (flash_forward_choice == FlashForward::PreferHopper && hopper_flash_forward_available() &&
+  if (flash_kernels_choice == FlashKernels::PreferHopper && hopper_flash_available() &&
       hopper_forward_takes(in, shape))
     return attention_forward_hopper(p, shape, in);
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
@@ -553,15 +471,21 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   p.dq = static_cast<bf16*>(grads.dq);
   p.dk = static_cast<bf16*>(grads.dk);
   p.dv = static_cast<bf16*>(grads.dv);
-  const int64_t rows = shape.batch * shape.heads * shape.tokens;
-  Tensor delta = Tensor::empty({rows}, DType::F32, lse.device());
-  p.delta = delta.data<float>();
+  const bool hopper = flash_kernels_choice == FlashKernels::PreferHopper && hopper_flash_available() &&
+                      hopper_backward_takes(in, dout, out_strides, shape);
+  // The Hopper backward copies a query tile's row statistics with one bulk copy: tiles of
+  // kStatTileRows rows, padded.
+  const int64_t padded_tokens =
+      hopper ? (shape.tokens + kStatTileRows - 1) / kStatTileRows * kStatTileRows : shape.tokens;
+  const int64_t rows = shape.batch * shape.heads * padded_tokens;
+  Tensor stats = Tensor::empty({hopper ? 2 * rows : rows}, DType::F32, lse.device());
+  (hopper ? p.row_stats : p.delta) = stats.data<float>();
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
     constexpr bool kDropout = decltype(dropout)::value;
     constexpr int64_t kDeltaRows = kAttnThreads / (D / 8);
     const unsigned delta_blocks = static_cast<unsigned>((rows + kDeltaRows - 1) / kDeltaRows);
-    attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, rows);
+    attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, static_cast<int>(padded_tokens), rows);
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     constexpr int kRows = kBackwardQueryRows<D>;
     // The dQ shares' f32 sums and turn counters, per head and query tile; the sums need no
@@ -573,11 +497,16 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
     p.dq_sum = dq_sum.data<float>();
     before_untracked_write(p.dq_sum, dq_sum.nbytes());  // only bulk copies write the dQ sums
     p.dq_turns = dq_turns.data<int32_t>();
-    const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) +
-                        (4 * kRows + 2 * kDqShareFloats<D>) * sizeof(float);
-    launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
-    const unsigned finish_blocks = static_cast<unsigned>((rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
-    attention_dq_finish_kernel<D><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, rows);
+    if (hopper) {
+      attention_backward_hopper(p, shape, in, dout, out_strides);
+    } else {
+      const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) +
+                          (4 * kRows + 2 * kDqShareFloats<D>) * sizeof(float);
+      launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
+    }
+    const int64_t dq_rows = shape.batch * shape.heads * shape.tokens;
+    const unsigned finish_blocks = static_cast<unsigned>((dq_rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
+    attention_dq_finish_kernel<D><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, dq_rows);
     FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
   });
 }

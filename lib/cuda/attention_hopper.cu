@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
     wgmma::fence();
 #pragma unroll
     for (int k = 0; k < kKeys / 16; ++k)
-      wgmma::mma_rs_n_major(acc, probs[k], wgmma::descriptor(v_tile + k * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes));
+      wgmma::mma_rs<wgmma::Major::MN>(acc, probs[k], wgmma::descriptor(v_tile + k * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes), true);
     wgmma::commit();
   };
   // The scores of tile kt (complete) to probabilities; the output's rescale is left in `rescale`.
@@ -192,9 +192,11 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
   }
   finish_rows<D>(p, row0, acc, row_max, row_sum);
 #else
-  __trap();  // dispatched only on sm_90 (hopper_flash_forward_available)
+  __trap();  // dispatched only on sm_90 (hopper_flash_available)
 #endif
 }
+
+}  // namespace
 
 TensorMapRequest head_rows_map(const void* base, const AttentionShape& shape, const HeadStrides& strides, int rows) {
   return TensorMapRequest{base,
@@ -203,9 +205,7 @@ TensorMapRequest head_rows_map(const void* base, const AttentionShape& shape, co
                           {kBoxCols, rows, 1, 1}};
 }
 
-}  // namespace
-
-bool hopper_flash_forward_available() {
+bool hopper_flash_available() {
 #if defined(FT_HOPPER_KERNELS)
   return compute_capability() == 90;
 #else

@@ -20,6 +20,9 @@ namespace ft::cuda::flash {
 
 using bf16 = __nv_bfloat16;
 
+/// Query rows of a tile of the Hopper backward's row statistics (Params::row_stats).
+constexpr int kStatTileRows = 64;
+
 struct Params {
   const bf16 *q, *k, *v;  // element (b, h, t, d): ptr + b·in.batch + h·in.head + t·in.token + d
   HeadStrides in;
@@ -31,6 +34,7 @@ struct Params {
   float* delta;           // [B·NH, T], dO_i·O_i
   float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
   int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
+  float* row_stats;       // Hopper backward: [B·NH, T / kStatTileRows rounded up, {lse·log2(e), Δ}, kStatTileRows]
   int heads, tokens;
   bool causal;
   float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2

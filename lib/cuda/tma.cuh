@@ -58,6 +58,16 @@ __device__ __forceinline__ void load_4d(void* dst, const CUtensorMap& map, uint6
       : "memory");
 }
 
+/// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
+/// memory, counted on `barrier`.
+__device__ __forceinline__ void load_bulk(void* dst, const void* src, unsigned bytes, uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          mma::shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(mma::shared_address(barrier))
+      : "memory");
+}
+
 /// Starts fetching a tensor map (a kernel parameter) into the descriptor cache.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap& map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");

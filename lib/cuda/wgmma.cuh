@@ -13,9 +13,10 @@
 //   - K-major (rows of the contraction dim): 8-row groups 1024 B apart (the stride byte offset);
 //     the k-th 16-wide slice starts 32·k bytes into the row (the hardware applies the swizzle
 //     to the address, so the start moves within the atom).
-//   - N-major (rows of the contraction dim holding N contiguous elements, e.g. V for P·V):
-//     8-row groups of the contraction dim 1024 B apart (stride byte offset), 64-column blocks of
-//     N `leading` bytes apart (leading byte offset).
+//   - MN-major (rows of the contraction dim holding M or N contiguous elements, e.g. V for
+//     P·V, or dSᵀ stored keys × queries as the A operand of dS·K): 8-row groups of the
+//     contraction dim 1024 B apart (stride byte offset), 64-column blocks of M or N `leading`
+//     bytes apart (leading byte offset); the k-th 16-deep slice starts 16 rows (2048 B) on.
 //   Descriptor fields after CuTe's GmmaDescriptor (cute/arch/mma_sm90_desc.hpp).
 #pragma once
 #include <cstdint>
@@ -71,13 +72,17 @@ __device__ __forceinline__ void set_max_registers() {
 }
 
 // The products, one function per shape (the operand lists are spelled out: inline asm takes
-// no arrays). bf16 inputs, f32 accumulators; "accumulate" false overwrites d.
+// no arrays). bf16 inputs, f32 accumulators; "accumulate" false overwrites d. An operand in
+// shared memory is K-major (the contraction dimension contiguous) or MN-major (the transpose
+// bit of the instruction; descriptor as described at the top).
+enum class Major { K = 0, MN = 1 };
 
-/// d (+)= A·B for m64n64k16: A and B K-major in shared memory (descriptors).
+/// d (+)= A·B for m64n64k16: A and B in shared memory (descriptors), each K-major or MN-major.
+template <Major kA = Major::K, Major kB = Major::K>
 __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
         "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
         "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -86,14 +91,15 @@ __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t a, uint64_t b,
         "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
         "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kA)), "n"(static_cast<int>(kB)));
 }
 
-/// d (+)= A·B for m64n128k16: A and B K-major in shared memory (descriptors).
+/// d (+)= A·B for m64n128k16: A and B in shared memory (descriptors), each K-major or MN-major.
+template <Major kA = Major::K, Major kB = Major::K>
 __device__ __forceinline__ void mma_ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
         "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
         "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -110,15 +116,16 @@ __device__ __forceinline__ void mma_ss(float (&d)[16][4], uint64_t a, uint64_t b
         "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
         "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
         "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kA)), "n"(static_cast<int>(kB)));
 }
 
-/// d += A·B for m64n64k16: A in registers (the warp's m16n8k16 A fragment), B N-major in
-/// shared memory (descriptor).
-__device__ __forceinline__ void mma_rs_n_major(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+/// d (+)= A·B for m64n64k16: A in registers (the warp's m16n8k16 A fragment), B in shared
+/// memory (descriptor), K-major or N-major.
+template <Major kB>
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
         "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
         "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -127,15 +134,16 @@ __device__ __forceinline__ void mma_rs_n_major(float (&d)[8][4], const uint32_t 
         "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
         "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
         "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kB)));
 }
 
-/// d += A·B for m64n128k16: A in registers (the warp's m16n8k16 A fragment), B N-major in
-/// shared memory (descriptor).
-__device__ __forceinline__ void mma_rs_n_major(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+/// d (+)= A·B for m64n128k16: A in registers (the warp's m16n8k16 A fragment), B in shared
+/// memory (descriptor), K-major or N-major.
+template <Major kB>
+__device__ __forceinline__ void mma_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
         "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
         "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
@@ -152,7 +160,7 @@ __device__ __forceinline__ void mma_rs_n_major(float (&d)[16][4], const uint32_t
         "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
         "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
         "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(static_cast<int>(kB)));
 }
 
 }  // namespace ft::cuda::wgmma

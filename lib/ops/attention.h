@@ -54,16 +54,16 @@ struct AttentionGrads {
 
 bool attention_supported(int64_t head_size);
 
-/// Which forward kernel the fused path runs. PreferHopper (the default): the Hopper kernel
-/// (wgmma, TMA, a producer warp and two consumer warpgroups; lib/cuda/attention_hopper.cu)
-/// where the device is sm_90 and TMA can address the inputs, else the mma.sync kernel. MmaSync:
-/// the mma.sync kernel everywhere, for comparisons and tests. Process-wide; the backward is the
-/// same either way.
-enum class FlashForward { PreferHopper, MmaSync };
-void set_flash_forward(FlashForward choice);
-FlashForward flash_forward();
-/// Whether this build and device can run the Hopper forward at all.
-bool hopper_flash_forward_available();
+/// Which flash kernels the fused path runs. PreferHopper (the default): the Hopper kernels
+/// (wgmma and TMA; lib/cuda/attention_hopper.cu, attention_hopper_backward.cu) where the
+/// device is sm_90, the head size is one they take and TMA can address the tensors, else the
+/// mma.sync kernels. MmaSync: the mma.sync kernels everywhere, for comparisons and tests.
+/// Process-wide.
+enum class FlashKernels { PreferHopper, MmaSync };
+void set_flash_kernels(FlashKernels choice);
+FlashKernels flash_kernels();
+/// Whether this build and device can run the Hopper kernels at all.
+bool hopper_flash_available();
 /// out (bf16, out_strides) and lse ([B·NH·T] f32, natural log).
 void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
                        const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset);

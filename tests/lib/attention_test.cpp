@@ -159,16 +159,16 @@ TEST(AttentionTest, QkvLayoutMatchesSplitHeadsByLoops) {
 
 // ---- the fused flash kernels
 
-/// Runs the fused forward on one kernel for the guard's lifetime.
-class FlashForwardGuard {
+/// Runs the fused path on one family of flash kernels for the guard's lifetime.
+class FlashKernelsGuard {
  public:
-  explicit FlashForwardGuard(cuda::FlashForward choice) : saved_(cuda::flash_forward()) { cuda::set_flash_forward(choice); }
-  ~FlashForwardGuard() { cuda::set_flash_forward(saved_); }
-  FlashForwardGuard(const FlashForwardGuard&) = delete;
-  FlashForwardGuard& operator=(const FlashForwardGuard&) = delete;
+  explicit FlashKernelsGuard(cuda::FlashKernels choice) : saved_(cuda::flash_kernels()) { cuda::set_flash_kernels(choice); }
+  ~FlashKernelsGuard() { cuda::set_flash_kernels(saved_); }
+  FlashKernelsGuard(const FlashKernelsGuard&) = delete;
+  FlashKernelsGuard& operator=(const FlashKernelsGuard&) = delete;
 
  private:
-  cuda::FlashForward saved_;
+  cuda::FlashKernels saved_;
 };
 
 
@@ -246,7 +246,7 @@ TEST(AttentionFusedTest, DropoutMasksAreIdenticalAcrossPaths) {
     const std::vector<bool> fused = dropped(kCUDA, DType::BF16, KernelMode::Fused);
     EXPECT_EQ(fused, dropped(kCUDA, DType::BF16, KernelMode::Unfused)) << "fused vs twin on CUDA";
     {
-      FlashForwardGuard mma_sync(cuda::FlashForward::MmaSync);  // the default runs Hopper's on sm_90
+      FlashKernelsGuard mma_sync(cuda::FlashKernels::MmaSync);  // the default runs Hopper's on sm_90
       EXPECT_EQ(fused, dropped(kCUDA, DType::BF16, KernelMode::Fused)) << "the two fused forwards";
     }
     EXPECT_EQ(fused, dropped(kCPU, DType::F64, KernelMode::Fused)) << "fused vs the CPU";
@@ -301,18 +301,17 @@ TEST(AttentionFusedTest, BackwardIsBitReproducibleAcrossWaves) {
   }
 }
 
-// On sm_90 the tests above run the Hopper forward (the default); here the mma.sync forward, which
-// every other device runs, against the f64 reference, and the two forwards against each other
-// on the same inputs: outputs, and the gradients the shared backward computes from each one's
-// output and log-sum-exp. Shapes cover partial query and key tiles, several query tiles per
-// head, both head sizes, dropout and the fused QKV layout.
-TEST(AttentionFusedTest, HopperAndMmaSyncForwardsAgree) {
+// On sm_90 the tests above run the Hopper kernels (the default; the backward at HS 64); here
+// the mma.sync kernels, which every other device runs, against the f64 reference, and the two
+// against each other on the same inputs: outputs and gradients. Shapes cover partial query and
+// key tiles, several query tiles per head, both head sizes, dropout and the fused QKV layout.
+TEST(AttentionFusedTest, HopperAndMmaSyncKernelsAgree) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
-  if (!cuda::hopper_flash_forward_available()) GTEST_SKIP() << "no Hopper forward on this build or device";
+  if (!cuda::hopper_flash_available()) GTEST_SKIP() << "no Hopper kernels on this build or device";
   Generator gen = test_generator();
   KernelModeGuard fused(KernelMode::Fused);
   {
-    FlashForwardGuard mma_sync(cuda::FlashForward::MmaSync);
+    FlashKernelsGuard mma_sync(cuda::FlashKernels::MmaSync);
     const auto inputs = random_qkv({2, 2, 77, 64}, gen);
     auto f = [](const std::vector<Tensor>& in) { return attention(in[0], in[1], in[2], true); };
     EXPECT_TRUE(matches_f64_reference(f, inputs, kCUDA, DType::BF16, gen, forward_tolerance(DType::BF16),
@@ -338,21 +337,23 @@ TEST(AttentionFusedTest, HopperAndMmaSyncForwardsAgree) {
     };
     GradRun runs[2];
     for (int hopper = 0; hopper < 2; ++hopper) {
-      FlashForwardGuard choice(hopper ? cuda::FlashForward::PreferHopper : cuda::FlashForward::MmaSync);
+      FlashKernelsGuard choice(hopper ? cuda::FlashKernels::PreferHopper : cuda::FlashKernels::MmaSync);
       runs[hopper] = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
     }
     EXPECT_TRUE(all_close(runs[1].y, runs[0].y, 0.01)) << "outputs";
     for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(runs[1].grads[i], runs[0].grads[i], 0.02)) << "gradient " << i;
   }
   // The fused QKV layout at the GPT-2 head count: TMA reads the heads out of the [B, T, 3C] rows.
-  const Tensor qkv = random_tensor({2, 150, 3 * 12 * 64}, DType::F64, kCPU, gen);
-  Tensor out[2];
+  const std::vector<Tensor> qkv = {random_tensor({2, 150, 3 * 12 * 64}, DType::F64, kCPU, gen)};
+  const Tensor upstream = random_tensor({2, 150, 12 * 64}, DType::F64, kCPU, gen);
+  auto f = [](const std::vector<Tensor>& in) { return attention_qkv(in[0], 12, true); };
+  GradRun runs[2];
   for (int hopper = 0; hopper < 2; ++hopper) {
-    FlashForwardGuard choice(hopper ? cuda::FlashForward::PreferHopper : cuda::FlashForward::MmaSync);
-    NoGradGuard no_grad;
-    out[hopper] = attention_qkv(fresh_copy(qkv, DType::BF16, kCUDA), 12, true);
+    FlashKernelsGuard choice(hopper ? cuda::FlashKernels::PreferHopper : cuda::FlashKernels::MmaSync);
+    runs[hopper] = run_with_grads(f, qkv, DType::BF16, kCUDA, upstream);
   }
-  EXPECT_TRUE(all_close(out[1], out[0], 0.01)) << "attention_qkv";
+  EXPECT_TRUE(all_close(runs[1].y, runs[0].y, 0.01)) << "attention_qkv";
+  EXPECT_TRUE(all_close(runs[1].grads[0], runs[0].grads[0], 0.02)) << "attention_qkv gradient";
 }
 
 TEST(AttentionFusedTest, RejectsBadInputs) {

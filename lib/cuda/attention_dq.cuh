@@ -1,0 +1,110 @@
+// The deterministic dQ of the flash attention backwards (lib/cuda/attention.cu on mma.sync,
+// lib/cuda/attention_hopper_backward.cu on wgmma). A block owns a key tile and computes, each
+// step, its share of one query tile's dQ (dS·K over its keys). The shares of a query tile are
+// added in a fixed order, from the key tile on the diagonal down to key tile 0, through an f32
+// buffer and a turn counter per query tile: the first share is stored, each later one waits for
+// its turn and adds (the bulk copy engine does the adds). A small kernel then writes dQ in bf16
+// from the sums. FlashAttention-2 and -3 add the shares with atomics in whatever order blocks
+// arrive; this order makes dQ bit-reproducible.
+#pragma once
+#include <cuda/atomic>
+
+#include "lib/cuda/attention_tile.cuh"
+#include "lib/cuda/mma.cuh"
+
+namespace ft::cuda::flash {
+
+/// Query rows per backward step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators
+/// alone take 128 registers a thread.
+template <int D>
+constexpr int kBackwardQueryRows = D <= 64 ? 64 : 32;
+
+/// The warp's tile of a query tile's dQ share: 16 rows × 64 columns. At HS 64 the 4 warps take
+/// the 4 row tiles of 64 queries; at HS 128 two row tiles of 32 queries × two column halves.
+template <int D>
+struct DqTile {
+  static constexpr int kRowTiles = kBackwardQueryRows<D> / 16;
+  static_assert(kRowTiles * (D / 64) == 4, "one 16 × 64 tile for each of 4 warps");
+  __device__ static int row0() { return (threadIdx.x / 32 % kRowTiles) * 16; }
+  __device__ static int col0() { return (threadIdx.x / 32 / kRowTiles) * 64; }
+};
+
+/// A staged dQ share: the query tile's rows × HS in f32, each row padded by 8 floats so that a
+/// half-warp's 8-byte stores of accumulator pairs (4 rows × 4 column pairs) start on banks 8
+/// apart and never collide. The sums in global memory keep the same layout.
+template <int D>
+constexpr int kDqStride = D + 8;
+template <int D>
+constexpr int kDqShareFloats = kBackwardQueryRows<D> * kDqStride<D>;
+
+/// The warp's accumulators of a dQ share into the block's staging buffer, made visible to the
+/// bulk copy engine (the caller's barrier follows).
+template <int D>
+__device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[8][4]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = DqTile<D>::row0() + fragment_row(2 * half), col = DqTile<D>::col0() + fragment_col(n, 0);
+      *reinterpret_cast<float2*>(staged + row * kDqStride<D> + col) = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
+    }
+  mma::fence_shared_for_bulk();
+}
+
+// A block whose turn never comes would hang the GPU; after about a second of waiting it traps
+// instead (the launch then fails with an error). Blocks wait only on blocks of lower index,
+// which the hardware starts first, so a correct launch never gets near this.
+constexpr long long kMaxTurnSpins = 1LL << 24;
+
+/// Thread 0's side of the ordered dQ sums of one head. The shares of a query tile come from the
+/// key tile on the diagonal (turn 0, a bulk store) down to key tile 0 (bulk adds); each waits
+/// for its turn and passes the turn on once its bulk copy is complete. A share staged in step t
+/// is issued at the start of step t + 1 and completed at the start of step t + 2: the bulk
+/// copies are tracked on the same scoreboard as the cp.async prefetches (the SASS waits on SB0
+/// for both), so a copy issued just before a prefetch wait would stall the block on its round
+/// trip to L2; a step later it is long done.
+struct DqShares {
+  float* sums;   // the head's query tiles, kDqShareFloats each
+  int* turns;    // the head's query tiles' turn counters
+  int in_flight = -1, in_flight_turn = 0;  // the query tile whose turn is still to be passed on
+  int seen = -1;  // a turn counter read ahead (peek), so its round trip overlaps the step's waits
+
+  /// Waits for the share in flight (a step old) and passes its turn on.
+  __device__ void complete() {
+    mma::wait_bulk();  // also frees the staging buffer the copy read
+    if (in_flight < 0) return;
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[in_flight])
+        .store(in_flight_turn + 1, ::cuda::memory_order_release);
+    in_flight = -1;
+  }
+  /// Starts reading query tile qt's turn counter; issue() uses the value.
+  __device__ void peek(int qt) {
+    seen = ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[qt]).load(::cuda::memory_order_relaxed);
+  }
+  /// Adds the share of query tile qt staged in shared memory, in its turn (0 stores; a later
+  /// turn waits until the counter, read by peek() and again while it is short, reaches it).
+  __device__ void issue(const float* staged, int qt, int turn, bool last, int floats) {
+    float* sum = sums + static_cast<int64_t>(qt) * floats;
+    const unsigned bytes = static_cast<unsigned>(floats) * sizeof(float);
+    if (turn == 0) {
+      mma::bulk_store(sum, staged, bytes);
+    } else {
+      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(turns[qt]);
+      long long spins = 0;
+      while (seen != turn) {
+        __nanosleep(32);
+        if (++spins > kMaxTurnSpins) __trap();
+        seen = counter.load(::cuda::memory_order_relaxed);
+      }
+      // The previous share's bulk copy was complete before its turn was passed on, and this
+      // copy starts only once that turn is seen (a control dependency); the fence orders the
+      // read of the counter before the bulk copy engine's access.
+      mma::fence_before_bulk();
+      mma::bulk_add(sum, staged, bytes);
+    }
+    mma::commit_bulk();
+    if (!last) in_flight = qt, in_flight_turn = turn;
+  }
+};
+
+}  // namespace ft::cuda::flash

@@ -1,0 +1,268 @@
+// Flash attention backward on Hopper (sm_90a) at HS 64: the mma.sync backward's algorithm
+// (lib/cuda/attention.cu: a block owns a key tile and streams the query tiles, recomputing the
+// probabilities from the saved log-sum-exp; dQ through the ordered shares of attention_dq.cuh)
+// with every product on wgmma and every tile copied by TMA.
+// - A block is one warpgroup owning 64 keys (16 a warp). K and V are read once, by TMA, and
+//   kept as A fragments in registers: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ are register-A products whose
+//   only shared-memory operand is the query tile (an m64n64 product with both operands in
+//   shared memory reads 128 bytes a clock, all of what shared memory gives).
+// - Each step TMA brings a query tile of Q and dO (64 rows, straight out of the fused QKV output
+//   and the output gradient) and one bulk copy its 64 log-sum-exps and Δs; two stages, thread 0
+//   refills a stage once the block is done with it.
+// - Pᵀ and dSᵀ come out of the products as accumulators, which are already the A fragments of
+//   dV += Pᵀ·dO and dK += dSᵀ·Q (Q and dO MN-major). dSᵀ is also parked in shared memory,
+//   swizzled as TMA would, for dQ's share dS·K, both operands MN-major.
+// - The products of a step are issued back to back and waited for as late as each result is
+//   needed: dPᵀ runs while Pᵀ is computed, dV while dSᵀ is. Two blocks a multiprocessor, so one
+//   block's elementwise work runs while the other's products do.
+// HS 128 runs the mma.sync backward: its dK and dV accumulators and K and V fragments would take
+// 192 registers a thread.
+#include <cuda.h>
+
+#include "lib/cuda/attention_dq.cuh"
+#include "lib/cuda/attention_hopper.h"
+#include "lib/cuda/attention_tile.cuh"
+#include "lib/cuda/runtime.h"
+#include "lib/cuda/tensor_map.h"
+#include "lib/cuda/tma.cuh"
+#include "lib/cuda/wgmma.cuh"
+
+namespace ft::cuda {
+
+namespace {
+
+using namespace flash;
+using wgmma::Major;
+
+constexpr int kHead = 64;                            // the head size this kernel takes
+constexpr int kKeys = 64;                            // keys a block: one warpgroup, 16 a warp
+constexpr int kQueries = kBackwardQueryRows<kHead>;  // query rows a step
+static_assert(kQueries == kStatTileRows && kQueries == 64, "a step's statistics are one tile");
+constexpr int kBlockThreads = 128;
+constexpr int kStages = 2;                           // query tiles in flight
+constexpr int kRowBytes = 128;                       // a swizzle row: 64 bf16
+constexpr uint32_t kTileBytes = 64 * kRowBytes;      // a 64 × 64 bf16 tile
+constexpr uint32_t kStatBytes = 2 * kStatTileRows * sizeof(float);
+constexpr uint32_t kShareBytes = kDqShareFloats<kHead> * sizeof(float);
+
+/// Shared memory, tiles 1024-aligned (TMA's swizzle and the descriptors assume it): K, V, the
+/// stages' Q, dO and row statistics, dSᵀ, two staged dQ shares (alternate steps), barriers.
+namespace layout {
+constexpr uint32_t kK = 0, kV = kK + kTileBytes, kQ = kV + kTileBytes, kDout = kQ + kStages * kTileBytes,
+                   kDs = kDout + kStages * kTileBytes, kStats = kDs + kTileBytes, kShares = kStats + kStages * kStatBytes,
+                   kBarriers = kShares + 2 * kShareBytes;
+constexpr size_t kBytes = kBarriers + (1 + kStages) * sizeof(uint64_t) + 1024;  // + slack for the alignment
+}  // namespace layout
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the helpers of the kernel body below
+/// Byte offset of 16-byte chunk `chunk` of row `row` of a 128-byte-swizzled tile.
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) { return row * kRowBytes + ((chunk ^ (row & 7)) << 4); }
+
+/// Descriptor of the k-th 16-column slice of a K-major 64-row tile.
+__device__ __forceinline__ uint64_t k_major(const unsigned char* tile, int k) {
+  return wgmma::descriptor(tile + 32 * k, 16, 8 * kRowBytes);
+}
+/// Descriptor of the k-th 16-row slice of an MN-major tile (rows along the contraction).
+__device__ __forceinline__ uint64_t mn_major(const unsigned char* tile, int k) {
+  return wgmma::descriptor(tile + k * 16 * kRowBytes, 64 * kRowBytes, 8 * kRowBytes);
+}
+
+/// The warp's accumulators of a keys × queries tile as the A fragments of the next product.
+__device__ __forceinline__ void to_operand(uint32_t (&a)[4][4], const float (&c)[8][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) mma::accumulator_to_a(a[k], c[2 * k], c[2 * k + 1]);
+}
+#endif
+
+template <bool kDropout>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    attention_backward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
+                                     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                                     const __grid_constant__ CUtensorMap dout_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char raw_smem[];
+  unsigned char* const smem =
+      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw_smem) + 1023) & ~uintptr_t{1023});
+  uint64_t* const keys_full = reinterpret_cast<uint64_t*>(smem + layout::kBarriers);
+  uint64_t* const step_full = keys_full + 1;
+  unsigned char* const ds_tile = smem + layout::kDs;  // dSᵀ of the step, keys × queries
+  // Key tiles in reverse block order: a block waits for its dQ turn only on blocks of lower index.
+  const int key_tiles = gridDim.x, kt = key_tiles - 1 - blockIdx.x, k0 = kt * kKeys;
+  const int head = head_index() % p.heads, batch = head_index() / p.heads;
+  const int first = p.causal ? k0 / kQueries : 0, query_tiles = (p.tokens + kQueries - 1) / kQueries;
+  const float* const stats = p.row_stats + static_cast<int64_t>(head_index()) * query_tiles * 2 * kStatTileRows;
+  auto stage_of = [&](int qt) { return (qt - first) % kStages; };
+  auto parity_of = [&](int qt) { return static_cast<unsigned>((qt - first) / kStages) & 1; };
+  auto load_step = [&](int qt) {  // one thread
+    const int s = stage_of(qt);
+    tma::arrive_expecting(step_full + s, 2 * kTileBytes + kStatBytes);
+    tma::load_4d(smem + layout::kQ + s * kTileBytes, q_map, step_full + s, 0, qt * kQueries, head, batch);
+    tma::load_4d(smem + layout::kDout + s * kTileBytes, dout_map, step_full + s, 0, qt * kQueries, head, batch);
+    tma::load_bulk(smem + layout::kStats + s * kStatBytes, stats + qt * 2 * kStatTileRows, kStatBytes, step_full + s);
+  };
+  if (threadIdx.x == 0) {
+    tma::init_barrier(keys_full, 1);
+    for (int s = 0; s < kStages; ++s) tma::init_barrier(step_full + s, 1);
+    tma::fence_barrier_init();
+    tma::prefetch_map(q_map);
+    tma::prefetch_map(k_map);
+    tma::prefetch_map(v_map);
+    tma::prefetch_map(dout_map);
+    tma::arrive_expecting(keys_full, 2 * kTileBytes);
+    tma::load_4d(smem + layout::kK, k_map, keys_full, 0, k0, head, batch);
+    tma::load_4d(smem + layout::kV, v_map, keys_full, 0, k0, head, batch);
+    for (int qt = first; qt < min(first + kStages, query_tiles); ++qt) load_step(qt);
+  }
+  __syncthreads();
+
+  DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<kHead>,
+                  p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
+  float* const staged_shares = reinterpret_cast<float*>(smem + layout::kShares);
+  auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<kHead>; };
+  auto issue_share = [&](int qt) {  // thread 0
+    const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kQueries - 1) / kKeys) : key_tiles - 1;
+    shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<kHead>);
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, key0 = k0 + 16 * warp;  // the warp's first key
+  uint32_t kf[4][4], vf[4][4];  // the warp's 16 keys of K and V as A fragments, 16 columns each
+  tma::wait(keys_full, 0);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t at = swizzled(16 * warp + lane % 16, 2 * k + lane / 16);
+    mma::load_matrix_x4(kf[k], smem + layout::kK + at);
+    mma::load_matrix_x4(vf[k], smem + layout::kV + at);
+  }
+  float dk[8][4] = {}, dv[8][4] = {};
+  for (int qt = first; qt < query_tiles; ++qt) {
+    const int s = stage_of(qt);
+    const unsigned char* const q = smem + layout::kQ + s * kTileBytes;
+    const unsigned char* const dout = smem + layout::kDout + s * kTileBytes;
+    const float* const lse2 = reinterpret_cast<const float*>(smem + layout::kStats + s * kStatBytes);
+    const float* const delta = lse2 + kStatTileRows;
+    if (threadIdx.x == 0) {
+      shares.complete();
+      if (qt > first) shares.peek(qt - 1);
+    }
+    tma::wait(step_full + s, parity_of(qt));
+    float st[8][4], dpt[8][4];  // Sᵀ, then Pᵀ; dPᵀ, then dSᵀ: keys × queries
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(st, kf[k], k_major(q, k), k > 0);
+    wgmma::commit();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(dpt, vf[k], k_major(dout, k), k > 0);
+    wgmma::commit();
+    if (threadIdx.x == 0 && qt > first) issue_share(qt - 1);  // may wait for its turn; the products run
+
+    // Sᵀ's element (key, query) is the draw's (query, key).
+    auto dropped_at = [&](int n, int e) {
+      return probability_index(p.tokens, qt * kQueries + fragment_col(n, e), key0 + fragment_row(e));
+    };
+    wgmma::wait<1>();
+    wgmma::pin(st);
+    // Pᵀ; tiles on the causal diagonal or reaching past T hide keys after the query and past T
+    // (zeros, whose probability exp(-lse) could overflow).
+    const bool edge = (p.causal && qt * kQueries < k0 + kKeys) || k0 + kKeys > p.tokens;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + fragment_row(e), local = fragment_col(n, e);
+        const bool hidden = edge && (key >= p.tokens || (p.causal && key > qt * kQueries + local));
+        st[n][e] = hidden ? 0.0f : exp2_approx(fmaf(st[n][e], p.scale_log2, -lse2[local]));
+      }
+    uint32_t pa[4][4];  // Pᵀ after dropout, the A operand of dV += Pᵀ·dO
+    if constexpr (kDropout) {
+      float kept[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kept[n][e] = st[n][e];
+      apply_dropout(kept, p, dropped_at);
+      to_operand(pa, kept);
+    } else {
+      to_operand(pa, st);
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::MN>(dv, pa[k], mn_major(dout, k), true);
+    wgmma::commit();
+
+    wgmma::wait<1>();
+    wgmma::pin(dpt);
+    if constexpr (kDropout) apply_dropout(dpt, p, dropped_at);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[n][e] = st[n][e] * (dpt[n][e] - delta[fragment_col(n, e)]);  // dSᵀ
+    uint32_t da[4][4];  // dSᵀ in bf16: the A operand of dK += dSᵀ·Q, and parked for dS·K
+    to_operand(da, dpt);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // fragment register j: column block 2k + j / 2, rows + 8·(j % 2)
+        const int row = 16 * warp + lane / 4 + 8 * (j % 2);
+        *reinterpret_cast<uint32_t*>(ds_tile + swizzled(row, 2 * k + j / 2) + (lane % 4) * 4) = da[k][j];
+      }
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::MN>(dk, da[k], mn_major(q, k), true);
+    wgmma::commit();
+    mma::fence_shared_for_bulk();  // the dSᵀ stores, before the tensor cores read them
+    __syncthreads();               // every warp's keys of dSᵀ are in place
+    float dq[8][4];                // this key tile's share of the query tile's dQ, dS·K
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major(ds_tile, k), mn_major(smem + layout::kK, k), k > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::pin(dq);
+    wgmma::pin(dk);
+    wgmma::pin(dv);
+    stage_dq_share<kHead>(staged_share(qt), dq);
+    __syncthreads();  // the share is staged; the stage's tiles and dSᵀ are free
+    if (threadIdx.x == 0 && qt + kStages < query_tiles) load_step(qt + kStages);
+  }
+  if (threadIdx.x == 0) {  // the last share; the bulk copies must finish before the block ends
+    shares.complete();
+    shares.peek(query_tiles - 1);
+    issue_share(query_tiles - 1);
+    shares.complete();
+  }
+  const int64_t in_base = head_offset(p.in, p.heads);
+  store_rows<kHead>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
+  store_rows<kHead>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
+#else
+  __trap();  // dispatched only on sm_90 (hopper_flash_available)
+#endif
+}
+
+}  // namespace
+
+bool hopper_backward_takes(const AttentionInputs& in, const void* dout, const HeadStrides& out_strides,
+                           const AttentionShape& shape) {
+  if (shape.head_size != kHead) return false;
+  for (const void* base : {in.q, in.k, in.v})
+    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kKeys))) return false;
+  return tensor_map_possible(head_rows_map(dout, shape, out_strides, kQueries));
+}
+
+void attention_backward_hopper(const Params& params, const AttentionShape& shape, const AttentionInputs& in,
+                               const void* dout, const HeadStrides& out_strides) {
+  const CUtensorMap q_map = encode_tensor_map(head_rows_map(in.q, shape, in.strides, kQueries));
+  const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeys));
+  const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeys));
+  const CUtensorMap dout_map = encode_tensor_map(head_rows_map(dout, shape, out_strides, kQueries));
+  const dim3 grid(static_cast<unsigned>((shape.tokens + kKeys - 1) / kKeys),
+                  static_cast<unsigned>(shape.batch * shape.heads));
+  const auto kernel = params.dropout_p > 0.0f ? attention_backward_hopper_kernel<true>
+                                              : attention_backward_hopper_kernel<false>;
+  FT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(layout::kBytes)));
+  kernel<<<grid, kBlockThreads, layout::kBytes, stream()>>>(params, q_map, k_map, v_map, dout_map);
+  FT_CUDA_CHECK_LAUNCH("attention_backward_hopper_kernel");
+}
+
+}  // namespace ft::cuda
