@@ -83,10 +83,7 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
   constexpr int kKeys = kKeysPerTile<D>;
   using S = Smem<D, kKeys>;
   extern __shared__ unsigned char raw_smem[];
-  // TMA's 128-byte swizzle is a function of the address bits, and the descriptors assume it
-  // starts at each tile: align the tiles to 1024 bytes.
-  unsigned char* const smem =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw_smem) + 1023) & ~uintptr_t{1023});
+  unsigned char* const smem = tma::align_1024(raw_smem);
   uint64_t* const q_full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* const k_full = q_full + 1;
   uint64_t* const v_full = k_full + kStages;

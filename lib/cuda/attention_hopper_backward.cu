@@ -39,20 +39,22 @@ constexpr int kKeys = 64;                            // keys a block: one warpgr
 constexpr int kQueries = kBackwardQueryRows<kHead>;  // query rows a step
 static_assert(kQueries == kStatTileRows && kQueries == 64, "a step's statistics are one tile");
 constexpr int kBlockThreads = 128;
-constexpr int kStages = 2;                           // query tiles in flight
 constexpr int kRowBytes = 128;                       // a swizzle row: 64 bf16
 constexpr uint32_t kTileBytes = 64 * kRowBytes;      // a 64 × 64 bf16 tile
 constexpr uint32_t kStatBytes = 2 * kStatTileRows * sizeof(float);
 constexpr uint32_t kShareBytes = kDqShareFloats<kHead> * sizeof(float);
 
+// Query tiles in flight: 3 measured the same as 2 (the copies are not what a step waits for).
+constexpr int kStages = 2;
+
 /// Shared memory, tiles 1024-aligned (TMA's swizzle and the descriptors assume it): K, V, the
 /// stages' Q, dO and row statistics, dSᵀ, two staged dQ shares (alternate steps), barriers.
-namespace layout {
-constexpr uint32_t kK = 0, kV = kK + kTileBytes, kQ = kV + kTileBytes, kDout = kQ + kStages * kTileBytes,
-                   kDs = kDout + kStages * kTileBytes, kStats = kDs + kTileBytes, kShares = kStats + kStages * kStatBytes,
-                   kBarriers = kShares + 2 * kShareBytes;
-constexpr size_t kBytes = kBarriers + (1 + kStages) * sizeof(uint64_t) + 1024;  // + slack for the alignment
-}  // namespace layout
+struct Layout {
+  static constexpr uint32_t kK = 0, kV = kK + kTileBytes, kQ = kV + kTileBytes, kDout = kQ + kStages * kTileBytes,
+                            kDs = kDout + kStages * kTileBytes, kStats = kDs + kTileBytes,
+                            kShares = kStats + kStages * kStatBytes, kBarriers = kShares + 2 * kShareBytes;
+  static constexpr size_t kBytes = kBarriers + (1 + kStages) * sizeof(uint64_t) + 1024;  // + slack for the alignment
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the helpers of the kernel body below
 /// Byte offset of 16-byte chunk `chunk` of row `row` of a 128-byte-swizzled tile.
@@ -80,12 +82,12 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
                                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                                      const __grid_constant__ CUtensorMap dout_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout;
   extern __shared__ unsigned char raw_smem[];
-  unsigned char* const smem =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw_smem) + 1023) & ~uintptr_t{1023});
-  uint64_t* const keys_full = reinterpret_cast<uint64_t*>(smem + layout::kBarriers);
+  unsigned char* const smem = tma::align_1024(raw_smem);
+  uint64_t* const keys_full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   uint64_t* const step_full = keys_full + 1;
-  unsigned char* const ds_tile = smem + layout::kDs;  // dSᵀ of the step, keys × queries
+  unsigned char* const ds_tile = smem + L::kDs;  // dSᵀ of the step, keys × queries
   // Key tiles in reverse block order: a block waits for its dQ turn only on blocks of lower index.
   const int key_tiles = gridDim.x, kt = key_tiles - 1 - blockIdx.x, k0 = kt * kKeys;
   const int head = head_index() % p.heads, batch = head_index() / p.heads;
@@ -96,9 +98,9 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
   auto load_step = [&](int qt) {  // one thread
     const int s = stage_of(qt);
     tma::arrive_expecting(step_full + s, 2 * kTileBytes + kStatBytes);
-    tma::load_4d(smem + layout::kQ + s * kTileBytes, q_map, step_full + s, 0, qt * kQueries, head, batch);
-    tma::load_4d(smem + layout::kDout + s * kTileBytes, dout_map, step_full + s, 0, qt * kQueries, head, batch);
-    tma::load_bulk(smem + layout::kStats + s * kStatBytes, stats + qt * 2 * kStatTileRows, kStatBytes, step_full + s);
+    tma::load_4d(smem + L::kQ + s * kTileBytes, q_map, step_full + s, 0, qt * kQueries, head, batch);
+    tma::load_4d(smem + L::kDout + s * kTileBytes, dout_map, step_full + s, 0, qt * kQueries, head, batch);
+    tma::load_bulk(smem + L::kStats + s * kStatBytes, stats + qt * 2 * kStatTileRows, kStatBytes, step_full + s);
   };
   if (threadIdx.x == 0) {
     tma::init_barrier(keys_full, 1);
@@ -109,15 +111,15 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     tma::prefetch_map(v_map);
     tma::prefetch_map(dout_map);
     tma::arrive_expecting(keys_full, 2 * kTileBytes);
-    tma::load_4d(smem + layout::kK, k_map, keys_full, 0, k0, head, batch);
-    tma::load_4d(smem + layout::kV, v_map, keys_full, 0, k0, head, batch);
+    tma::load_4d(smem + L::kK, k_map, keys_full, 0, k0, head, batch);
+    tma::load_4d(smem + L::kV, v_map, keys_full, 0, k0, head, batch);
     for (int qt = first; qt < min(first + kStages, query_tiles); ++qt) load_step(qt);
   }
   __syncthreads();
 
   DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<kHead>,
                   p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
-  float* const staged_shares = reinterpret_cast<float*>(smem + layout::kShares);
+  float* const staged_shares = reinterpret_cast<float*>(smem + L::kShares);
   auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<kHead>; };
   auto issue_share = [&](int qt) {  // thread 0
     const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kQueries - 1) / kKeys) : key_tiles - 1;
@@ -130,15 +132,15 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t at = swizzled(16 * warp + lane % 16, 2 * k + lane / 16);
-    mma::load_matrix_x4(kf[k], smem + layout::kK + at);
-    mma::load_matrix_x4(vf[k], smem + layout::kV + at);
+    mma::load_matrix_x4(kf[k], smem + L::kK + at);
+    mma::load_matrix_x4(vf[k], smem + L::kV + at);
   }
   float dk[8][4] = {}, dv[8][4] = {};
   for (int qt = first; qt < query_tiles; ++qt) {
     const int s = stage_of(qt);
-    const unsigned char* const q = smem + layout::kQ + s * kTileBytes;
-    const unsigned char* const dout = smem + layout::kDout + s * kTileBytes;
-    const float* const lse2 = reinterpret_cast<const float*>(smem + layout::kStats + s * kStatBytes);
+    const unsigned char* const q = smem + L::kQ + s * kTileBytes;
+    const unsigned char* const dout = smem + L::kDout + s * kTileBytes;
+    const float* const lse2 = reinterpret_cast<const float*>(smem + L::kStats + s * kStatBytes);
     const float* const delta = lse2 + kStatTileRows;
     if (threadIdx.x == 0) {
       shares.complete();
@@ -161,17 +163,26 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     };
     wgmma::wait<1>();
     wgmma::pin(st);
-    // Pᵀ; tiles on the causal diagonal or reaching past T hide keys after the query and past T
-    // (zeros, whose probability exp(-lse) could overflow).
-    const bool edge = (p.causal && qt * kQueries < k0 + kKeys) || k0 + kKeys > p.tokens;
+    // Pᵀ. Each thread's queries are the column pairs 8n + 2·(lane % 4) + {0, 1}: their
+    // statistics are read as pairs. Tiles on the causal diagonal or reaching past T then hide
+    // the keys after the query and past T (zeros, whose probability exp(-lse) could overflow).
+    float2 query_stat[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) query_stat[n] = *reinterpret_cast<const float2*>(lse2 + fragment_col(n, 0));
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + fragment_row(e), local = fragment_col(n, e);
-        const bool hidden = edge && (key >= p.tokens || (p.causal && key > qt * kQueries + local));
-        st[n][e] = hidden ? 0.0f : exp2_approx(fmaf(st[n][e], p.scale_log2, -lse2[local]));
-      }
+      for (int e = 0; e < 4; ++e)
+        st[n][e] = exp2_approx(fmaf(st[n][e], p.scale_log2, -(e % 2 ? query_stat[n].y : query_stat[n].x)));
+    if ((p.causal && qt * kQueries < k0 + kKeys) || k0 + kKeys > p.tokens) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + fragment_row(e), query = qt * kQueries + fragment_col(n, e);
+          if (key >= p.tokens || (p.causal && key > query)) st[n][e] = 0.0f;
+        }
+    }
     uint32_t pa[4][4];  // Pᵀ after dropout, the A operand of dV += Pᵀ·dO
     if constexpr (kDropout) {
       float kept[8][4];
@@ -193,9 +204,12 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     wgmma::pin(dpt);
     if constexpr (kDropout) apply_dropout(dpt, p, dropped_at);
 #pragma unroll
+    for (int n = 0; n < 8; ++n) query_stat[n] = *reinterpret_cast<const float2*>(delta + fragment_col(n, 0));
+#pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[n][e] = st[n][e] * (dpt[n][e] - delta[fragment_col(n, e)]);  // dSᵀ
+      for (int e = 0; e < 4; ++e)
+        dpt[n][e] = st[n][e] * (dpt[n][e] - (e % 2 ? query_stat[n].y : query_stat[n].x));  // dSᵀ
     uint32_t da[4][4];  // dSᵀ in bf16: the A operand of dK += dSᵀ·Q, and parked for dS·K
     to_operand(da, dpt);
 #pragma unroll
@@ -215,7 +229,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     wgmma::fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major(ds_tile, k), mn_major(smem + layout::kK, k), k > 0);
+      wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major(ds_tile, k), mn_major(smem + L::kK, k), k > 0);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::pin(dq);
@@ -259,9 +273,9 @@ void attention_backward_hopper(const Params& params, const AttentionShape& shape
                   static_cast<unsigned>(shape.batch * shape.heads));
   const auto kernel = params.dropout_p > 0.0f ? attention_backward_hopper_kernel<true>
                                               : attention_backward_hopper_kernel<false>;
-  FT_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(layout::kBytes)));
-  kernel<<<grid, kBlockThreads, layout::kBytes, stream()>>>(params, q_map, k_map, v_map, dout_map);
+  constexpr size_t kSmem = Layout::kBytes;
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+  kernel<<<grid, kBlockThreads, kSmem, stream()>>>(params, q_map, k_map, v_map, dout_map);
   FT_CUDA_CHECK_LAUNCH("attention_backward_hopper_kernel");
 }
 

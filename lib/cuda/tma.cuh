@@ -12,6 +12,14 @@
 
 namespace ft::cuda::tma {
 
+/// The first 1024-byte-aligned address in a dynamic shared-memory buffer (TMA's 128-byte
+/// swizzle is a function of the address bits, and the descriptors assume it starts at each
+/// tile). Offsetting the __shared__ array itself, rather than rounding an integer, keeps the
+/// compiler aware that the result is shared memory: its loads stay LDS, not generic loads.
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* shared) {
+  return shared + ((1024 - (mma::shared_address(shared) & 1023)) & 1023);
+}
+
 /// A barrier expecting `arrivals` arrivals a phase; one thread initializes it before a
 /// __syncthreads (fence_barrier_init orders the init before the copy engine's use).
 __device__ __forceinline__ void init_barrier(uint64_t* barrier, unsigned arrivals) {
