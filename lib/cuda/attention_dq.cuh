@@ -25,8 +25,10 @@ template <int D>
 struct DqTile {
   static constexpr int kRowTiles = kBackwardQueryRows<D> / 16;
   static_assert(kRowTiles * (D / 64) == 4, "one 16 × 64 tile for each of 4 warps");
-  __device__ static int row0() { return (threadIdx.x / 32 % kRowTiles) * 16; }
-  __device__ static int col0() { return (threadIdx.x / 32 / kRowTiles) * 64; }
+  // The warp within its 4 (the Hopper backward's warpgroups take turns at the shares).
+  __device__ static int warp() { return threadIdx.x / 32 % 4; }
+  __device__ static int row0() { return (warp() % kRowTiles) * 16; }
+  __device__ static int col0() { return (warp() / kRowTiles) * 64; }
 };
 
 /// A staged dQ share: the query tile's rows × HS in f32, each row padded by 8 floats so that a

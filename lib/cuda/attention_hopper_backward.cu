@@ -2,21 +2,24 @@
 // (lib/cuda/attention.cu: a block owns a key tile and streams the query tiles, recomputing the
 // probabilities from the saved log-sum-exp; dQ through the ordered shares of attention_dq.cuh)
 // with every product on wgmma and every tile copied by TMA.
-// - A block is one warpgroup owning 64 keys (16 a warp). K and V are read once, by TMA, and
-//   kept as A fragments in registers: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ are register-A products whose
-//   only shared-memory operand is the query tile (an m64n64 product with both operands in
-//   shared memory reads 128 bytes a clock, all of what shared memory gives).
+// - A block owns 128 keys: two warpgroups of 64 keys (16 a warp). K and V are read once, by
+//   TMA, and kept as A fragments in registers: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ are register-A
+//   products whose only shared-memory operand is the query tile (an m64n64 product with both
+//   operands in shared memory reads 128 bytes a clock, all of what shared memory gives).
 // - Each step TMA brings a query tile of Q and dO (64 rows, straight out of the fused QKV output
-//   and the output gradient) and one bulk copy its 64 log-sum-exps and Δs; two stages, thread 0
-//   refills a stage once the block is done with it.
+//   and the output gradient) and one bulk copy its 64 log-sum-exps and Δs, shared by both
+//   warpgroups; two stages, thread 0 refills a stage once the block is done with it.
 // - Pᵀ and dSᵀ come out of the products as accumulators, which are already the A fragments of
 //   dV += Pᵀ·dO and dK += dSᵀ·Q (Q and dO MN-major). dSᵀ is also parked in shared memory,
-//   swizzled as TMA would, for dQ's share dS·K, both operands MN-major.
+//   swizzled as TMA would, and the block's share of dQ, dS·K over all 128 keys (both operands
+//   MN-major), is one warpgroup's product, the two taking turns by step.
 // - The products of a step are issued back to back and waited for as late as each result is
-//   needed: dPᵀ runs while Pᵀ is computed, dV while dSᵀ is. Two blocks a multiprocessor, so one
-//   block's elementwise work runs while the other's products do.
-// HS 128 runs the mma.sync backward: its dK and dV accumulators and K and V fragments would take
-// 192 registers a thread.
+//   needed: dPᵀ runs while Pᵀ is computed, dV while dSᵀ is.
+// Measured (docs/performance.md): one warpgroup of 64 keys a block, two blocks a multiprocessor,
+// ran 0.388 ms against 0.317 for this at the GPT-2 shape: 128-key blocks halve the dQ shares
+// (the ordered bulk adds were the largest cost) and the query tiles' copies.
+// HS 128 runs the mma.sync backward: its dK and dV accumulators and K and V fragments alone
+// would take 192 registers a thread.
 #include <cuda.h>
 
 #include "lib/cuda/attention_dq.cuh"
@@ -35,10 +38,11 @@ using namespace flash;
 using wgmma::Major;
 
 constexpr int kHead = 64;                            // the head size this kernel takes
-constexpr int kKeys = 64;                            // keys a block: one warpgroup, 16 a warp
+constexpr int kWarpgroupKeys = 64;                   // keys of a warpgroup, 16 a warp
+constexpr int kWarpgroups = 2;                       // a block's: 128 keys
+constexpr int kKeys = kWarpgroupKeys * kWarpgroups;
 constexpr int kQueries = kBackwardQueryRows<kHead>;  // query rows a step
 static_assert(kQueries == kStatTileRows && kQueries == 64, "a step's statistics are one tile");
-constexpr int kBlockThreads = 128;
 constexpr int kRowBytes = 128;                       // a swizzle row: 64 bf16
 constexpr uint32_t kTileBytes = 64 * kRowBytes;      // a 64 × 64 bf16 tile
 constexpr uint32_t kStatBytes = 2 * kStatTileRows * sizeof(float);
@@ -50,8 +54,9 @@ constexpr int kStages = 2;
 /// Shared memory, tiles 1024-aligned (TMA's swizzle and the descriptors assume it): K, V, the
 /// stages' Q, dO and row statistics, dSᵀ, two staged dQ shares (alternate steps), barriers.
 struct Layout {
-  static constexpr uint32_t kK = 0, kV = kK + kTileBytes, kQ = kV + kTileBytes, kDout = kQ + kStages * kTileBytes,
-                            kDs = kDout + kStages * kTileBytes, kStats = kDs + kTileBytes,
+  static constexpr uint32_t kKeyTileBytes = kWarpgroups * kTileBytes;
+  static constexpr uint32_t kK = 0, kV = kK + kKeyTileBytes, kQ = kV + kKeyTileBytes, kDout = kQ + kStages * kTileBytes,
+                            kDs = kDout + kStages * kTileBytes, kStats = kDs + kKeyTileBytes,
                             kShares = kStats + kStages * kStatBytes, kBarriers = kShares + 2 * kShareBytes;
   static constexpr size_t kBytes = kBarriers + (1 + kStages) * sizeof(uint64_t) + 1024;  // + slack for the alignment
 };
@@ -77,7 +82,7 @@ __device__ __forceinline__ void to_operand(uint32_t (&a)[4][4], const float (&c)
 #endif
 
 template <bool kDropout>
-__global__ void __launch_bounds__(kBlockThreads, 2)
+__global__ void __launch_bounds__(128 * kWarpgroups, 1)
     attention_backward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
                                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                                      const __grid_constant__ CUtensorMap dout_map) {
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     tma::prefetch_map(k_map);
     tma::prefetch_map(v_map);
     tma::prefetch_map(dout_map);
-    tma::arrive_expecting(keys_full, 2 * kTileBytes);
+    tma::arrive_expecting(keys_full, 2 * L::kKeyTileBytes);
     tma::load_4d(smem + L::kK, k_map, keys_full, 0, k0, head, batch);
     tma::load_4d(smem + L::kV, v_map, keys_full, 0, k0, head, batch);
     for (int qt = first; qt < min(first + kStages, query_tiles); ++qt) load_step(qt);
@@ -126,12 +131,13 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<kHead>);
   };
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, key0 = k0 + 16 * warp;  // the warp's first key
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int row0 = kWarpgroupKeys * warpgroup + 16 * warp, key0 = k0 + row0;  // the warp's first key
   uint32_t kf[4][4], vf[4][4];  // the warp's 16 keys of K and V as A fragments, 16 columns each
   tma::wait(keys_full, 0);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t at = swizzled(16 * warp + lane % 16, 2 * k + lane / 16);
+    const uint32_t at = swizzled(row0 + lane % 16, 2 * k + lane / 16);
     mma::load_matrix_x4(kf[k], smem + L::kK + at);
     mma::load_matrix_x4(vf[k], smem + L::kV + at);
   }
@@ -174,7 +180,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         st[n][e] = exp2_approx(fmaf(st[n][e], p.scale_log2, -(e % 2 ? query_stat[n].y : query_stat[n].x)));
-    if ((p.causal && qt * kQueries < k0 + kKeys) || k0 + kKeys > p.tokens) {
+    const int wg_k0 = k0 + kWarpgroupKeys * warpgroup;
+    if ((p.causal && qt * kQueries < wg_k0 + kWarpgroupKeys) || wg_k0 + kWarpgroupKeys > p.tokens) {
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -216,7 +223,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     for (int k = 0; k < 4; ++k)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // fragment register j: column block 2k + j / 2, rows + 8·(j % 2)
-        const int row = 16 * warp + lane / 4 + 8 * (j % 2);
+        const int row = row0 + lane / 4 + 8 * (j % 2);
         *reinterpret_cast<uint32_t*>(ds_tile + swizzled(row, 2 * k + j / 2) + (lane % 4) * 4) = da[k][j];
       }
     wgmma::fence();
@@ -225,17 +232,21 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     wgmma::commit();
     mma::fence_shared_for_bulk();  // the dSᵀ stores, before the tensor cores read them
     __syncthreads();               // every warp's keys of dSᵀ are in place
-    float dq[8][4];                // this key tile's share of the query tile's dQ, dS·K
-    wgmma::fence();
+    if (warpgroup == qt % kWarpgroups) {  // the warpgroups take turns at the block's dQ share
+      float dq[8][4];                     // this key tile's share of the query tile's dQ, dS·K
+      wgmma::fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major(ds_tile, k), mn_major(smem + L::kK, k), k > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(dq);
+      for (int k = 0; k < kKeys / 16; ++k)
+        wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major(ds_tile, k), mn_major(smem + L::kK, k), k > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::pin(dq);
+      stage_dq_share<kHead>(staged_share(qt), dq);
+    } else {
+      wgmma::wait<0>();
+    }
     wgmma::pin(dk);
     wgmma::pin(dv);
-    stage_dq_share<kHead>(staged_share(qt), dq);
     __syncthreads();  // the share is staged; the stage's tiles and dSᵀ are free
     if (threadIdx.x == 0 && qt + kStages < query_tiles) load_step(qt + kStages);
   }
@@ -259,7 +270,7 @@ bool hopper_backward_takes(const AttentionInputs& in, const void* dout, const He
                            const AttentionShape& shape) {
   if (shape.head_size != kHead) return false;
   for (const void* base : {in.q, in.k, in.v})
-    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kKeys))) return false;
+    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kQueries))) return false;
   return tensor_map_possible(head_rows_map(dout, shape, out_strides, kQueries));
 }
 
@@ -273,9 +284,9 @@ void attention_backward_hopper(const Params& params, const AttentionShape& shape
                   static_cast<unsigned>(shape.batch * shape.heads));
   const auto kernel = params.dropout_p > 0.0f ? attention_backward_hopper_kernel<true>
                                               : attention_backward_hopper_kernel<false>;
-  constexpr size_t kSmem = Layout::kBytes;
-  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-  kernel<<<grid, kBlockThreads, kSmem, stream()>>>(params, q_map, k_map, v_map, dout_map);
+  FT_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout::kBytes)));
+  kernel<<<grid, 128 * kWarpgroups, Layout::kBytes, stream()>>>(params, q_map, k_map, v_map, dout_map);
   FT_CUDA_CHECK_LAUNCH("attention_backward_hopper_kernel");
 }
 
