@@ -435,6 +435,12 @@ FlashKernels flash_kernels_choice = FlashKernels::PreferHopper;
 void set_flash_kernels(FlashKernels choice) { flash_kernels_choice = choice; }
 FlashKernels flash_kernels() { return flash_kernels_choice; }
 
+namespace {
+/// Whether the Hopper kernels may run (chosen, built and on an sm_90 device); each direction
+/// then asks whether it takes the shape and the tensors.
+bool prefer_hopper() { return flash_kernels_choice == FlashKernels::PreferHopper && hopper_flash_available(); }
+}  // namespace
+
 void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
                        const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
   Params p = make_params(shape, causal, dropout_p, seed, offset);
@@ -445,8 +451,7 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   p.out = static_cast<bf16*>(out);
   p.out_strides = out_strides;
   p.lse = lse.data<float>();
-  if (flash_kernels_choice == FlashKernels::PreferHopper && hopper_flash_available() &&
-      hopper_forward_takes(in, shape))
+  if (prefer_hopper() && hopper_forward_takes(in, shape))
     return attention_forward_hopper(p, shape, in);
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
@@ -471,8 +476,7 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   p.dq = static_cast<bf16*>(grads.dq);
   p.dk = static_cast<bf16*>(grads.dk);
   p.dv = static_cast<bf16*>(grads.dv);
-  const bool hopper = flash_kernels_choice == FlashKernels::PreferHopper && hopper_flash_available() &&
-                      hopper_backward_takes(in, dout, out_strides, shape);
+  const bool hopper = prefer_hopper() && hopper_backward_takes(in, dout, out_strides, shape);
   // The Hopper backward copies a query tile's row statistics with one bulk copy: tiles of
   // kStatTileRows rows, padded.
   const int64_t padded_tokens =

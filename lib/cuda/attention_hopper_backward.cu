@@ -74,6 +74,14 @@ __device__ __forceinline__ uint64_t mn_major(const unsigned char* tile, int k) {
   return wgmma::descriptor(tile + k * 16 * kRowBytes, 64 * kRowBytes, 8 * kRowBytes);
 }
 
+/// A query-indexed row statistic (lse·log2(e) or Δ) for the thread's accumulator columns of a
+/// keys × queries tile: the pairs 8n + 2·(lane % 4) + {0, 1}, read as pairs.
+__device__ __forceinline__ void read_query_pairs(float2 (&pairs)[8], const float* statistic) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n) pairs[n] = *reinterpret_cast<const float2*>(statistic + fragment_col(n, 0));
+}
+__device__ __forceinline__ float pair_element(const float2& pair, int e) { return e % 2 ? pair.y : pair.x; }
+
 /// The warp's accumulators of a keys × queries tile as the A fragments of the next product.
 __device__ __forceinline__ void to_operand(uint32_t (&a)[4][4], const float (&c)[8][4]) {
 #pragma unroll
@@ -169,17 +177,14 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     };
     wgmma::wait<1>();
     wgmma::pin(st);
-    // Pᵀ. Each thread's queries are the column pairs 8n + 2·(lane % 4) + {0, 1}: their
-    // statistics are read as pairs. Tiles on the causal diagonal or reaching past T then hide
+    // Pᵀ, computed for every element; tiles on the causal diagonal or reaching past T then hide
     // the keys after the query and past T (zeros, whose probability exp(-lse) could overflow).
     float2 query_stat[8];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) query_stat[n] = *reinterpret_cast<const float2*>(lse2 + fragment_col(n, 0));
+    read_query_pairs(query_stat, lse2);
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        st[n][e] = exp2_approx(fmaf(st[n][e], p.scale_log2, -(e % 2 ? query_stat[n].y : query_stat[n].x)));
+      for (int e = 0; e < 4; ++e) st[n][e] = exp2_approx(fmaf(st[n][e], p.scale_log2, -pair_element(query_stat[n], e)));
     const int wg_k0 = k0 + kWarpgroupKeys * warpgroup;
     if ((p.causal && qt * kQueries < wg_k0 + kWarpgroupKeys) || wg_k0 + kWarpgroupKeys > p.tokens) {
 #pragma unroll
@@ -210,13 +215,11 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     wgmma::wait<1>();
     wgmma::pin(dpt);
     if constexpr (kDropout) apply_dropout(dpt, p, dropped_at);
-#pragma unroll
-    for (int n = 0; n < 8; ++n) query_stat[n] = *reinterpret_cast<const float2*>(delta + fragment_col(n, 0));
+    read_query_pairs(query_stat, delta);
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        dpt[n][e] = st[n][e] * (dpt[n][e] - (e % 2 ? query_stat[n].y : query_stat[n].x));  // dSᵀ
+      for (int e = 0; e < 4; ++e) dpt[n][e] = st[n][e] * (dpt[n][e] - pair_element(query_stat[n], e));  // dSᵀ
     uint32_t da[4][4];  // dSᵀ in bf16: the A operand of dK += dSᵀ·Q, and parked for dS·K
     to_operand(da, dpt);
 #pragma unroll
@@ -268,10 +271,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
 
 bool hopper_backward_takes(const AttentionInputs& in, const void* dout, const HeadStrides& out_strides,
                            const AttentionShape& shape) {
-  if (shape.head_size != kHead) return false;
-  for (const void* base : {in.q, in.k, in.v})
-    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kQueries))) return false;
-  return tensor_map_possible(head_rows_map(dout, shape, out_strides, kQueries));
+  return shape.head_size == kHead && hopper_forward_takes(in, shape) &&
+         tensor_map_possible(head_rows_map(dout, shape, out_strides, kQueries));
 }
 
 void attention_backward_hopper(const Params& params, const AttentionShape& shape, const AttentionInputs& in,

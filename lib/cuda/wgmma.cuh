@@ -60,17 +60,6 @@ __device__ __forceinline__ void pin(uint32_t (&a)[kN][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[j][e])::"memory");
 }
 
-/// Resizes the register file share of every thread of the warpgroup (all its warps execute it):
-/// a warp-specialized kernel moves registers from the warpgroup that only issues copies to the
-/// ones that compute.
-template <int kRegisters>
-__device__ __forceinline__ void set_max_registers() {
-  if constexpr (kRegisters < 128)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-  else
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-
 // The products, one function per shape (the operand lists are spelled out: inline asm takes
 // no arrays). bf16 inputs, f32 accumulators; "accumulate" false overwrites d. An operand in
 // shared memory is K-major (the contraction dimension contiguous) or MN-major (the transpose
