@@ -50,7 +50,7 @@ __device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (
 /// The dropout draw, reusing one Philox block for the (up to) 4 consecutive counters it covers.
 struct DropoutMask {
   uint64_t seed, offset;
-  float p;
+  uint32_t threshold;  // philox::keep_threshold(p)
   uint64_t cached = ~0ull;
   philox::Uint4 bits{};
   __device__ bool keep(uint64_t index) {
@@ -59,12 +59,13 @@ struct DropoutMask {
       cached = counter >> 2;
       bits = philox::block_bits(seed, cached);
     }
-    return philox::to_uniform(philox::lane(bits, static_cast<unsigned>(counter & 3))) >= p;
+    return philox::lane(bits, static_cast<unsigned>(counter & 3)) >= threshold;
   }
 };
 
 __device__ __forceinline__ DropoutMask dropout_mask(const Params& p) {
-  return DropoutMask{p.seed, p.dropout_p > 0.0f ? static_cast<uint64_t>(*p.offset) : 0, p.dropout_p};
+  return DropoutMask{p.seed, p.dropout_p > 0.0f ? static_cast<uint64_t>(*p.offset) : 0,
+                     philox::keep_threshold(p.dropout_p)};
 }
 
 /// Dropout on one warp's row tile of accumulator fragments: element e of column block n is kept

@@ -47,6 +47,8 @@ struct DropoutForwardRows8 {
   uint64_t seed;
   const int64_t* offset;
   float p, scale;
+  uint64_t base = 0;  // *offset, read once per thread
+  __device__ void prepare() { base = load_once(offset); }
   __device__ void operator()(int64_t r, int64_t c, float (&)[8]) const {
     const int64_t i = r * cols + c;
     float v[8], res[8] = {}, b[8] = {};
@@ -54,7 +56,7 @@ struct DropoutForwardRows8 {
     if (residual) load_pack<T, 8>(residual + i, res);
     if (bias) load_pack<T, 8>(bias + c, b);
     bool keep[8];
-    dropout_keep<8>(seed, static_cast<uint64_t>(*offset), static_cast<uint64_t>(i), p, keep);
+    dropout_keep<8>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = dropped(v[k], b[k], res[k], keep[k], scale);
     store_pack<T, 8>(out + i, v);
@@ -74,13 +76,15 @@ struct DropoutForward {
   const int64_t* offset;
   float p, scale;
   bool by_rows;
+  uint64_t base = 0;  // *offset, read once per thread
+  __device__ void prepare() { base = load_once(offset); }
   __device__ void operator()(int64_t r, int64_t c, float (&)[4]) const {
     const int64_t i = by_rows ? r * cols + c : c;
     float v[4], res[4] = {};
     load4(x, i, n, v);
     if (residual) load4(residual, i, n, res);
     bool keep[4];
-    dropout_keep4(seed, static_cast<uint64_t>(*offset), static_cast<uint64_t>(i), p, keep);
+    dropout_keep<4>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float b = !bias || i + k >= n ? 0.0f : to_acc(bias[by_rows ? c + k : (i + k) % cols]);
@@ -100,27 +104,55 @@ struct DropoutBackward {
   uint64_t seed;
   const int64_t* offset;
   float p, scale;
-  __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const {
+  uint64_t base = 0;  // *offset, read once per thread
+  __device__ void prepare() { base = load_once(offset); }
+  // Two phases (row_map.cuh): the column kernel loads the next row's dy while it finishes this
+  // one.
+  struct Loaded {
+    Pack<T, VEC> dy;
+  };
+  __device__ Loaded load(int64_t r, int64_t c) const {
+    Loaded in;
+    if constexpr (VEC == 1) {
+      in.dy.v[0] = dy[r * cols + c];
+    } else if constexpr (VEC == 4) {  // as load4: a flat tensor's pointer or end may not allow the pack
+      const int64_t i = r * cols + c;
+      if (i + 4 <= n && reinterpret_cast<uintptr_t>(dy + i) % sizeof(Pack<T, 4>) == 0) {
+        in.dy = *reinterpret_cast<const Pack<T, 4>*>(dy + i);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) in.dy.v[k] = i + k < n ? dy[i + k] : from_acc<T>(0.0f);
+      }
+    } else {
+      in.dy = *reinterpret_cast<const Pack<T, VEC>*>(dy + r * cols + c);
+    }
+    return in;
+  }
+  __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const { finish(r, c, load(r, c), sums); }
+  __device__ void finish(int64_t r, int64_t c, const Loaded& in, float (&sums)[VEC]) const {
     const int64_t i = r * cols + c;
-    // Read-only loads: the compiler may then issue the next rows' loads before this row's
-    // store (the column kernel unrolls its row loop), so more than one load is in flight.
-    const uint64_t base = static_cast<uint64_t>(__ldg(offset));
     if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
       float g[8];
-      load_pack_readonly<T, 8>(dy + i, g);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) g[k] = to_acc(in.dy.v[k]);
       bool keep[8];
       dropout_keep<8>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        g[k] = keep[k] ? g[k] * scale : 0.0f;
-        sums[k] = rounded<T>(g[k]);
+      for (int k = 0; k < 8; ++k) g[k] = keep[k] ? g[k] * scale : 0.0f;
+      // The column sums add what is stored (rounded to T).
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        store_bf16x8(dx + i, g, sums);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) sums[k] = rounded<T>(g[k]);
+        store_pack<T, 8>(dx + i, g);
       }
-      store_pack<T, 8>(dx + i, g);
     } else if constexpr (VEC == 4) {
       float g[4];
-      load4(dy, i, n, g);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) g[k] = to_acc(in.dy.v[k]);
       bool keep[4];
-      dropout_keep4(seed, base, static_cast<uint64_t>(i), p, keep);
+      dropout_keep<4>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         g[k] = keep[k] ? g[k] * scale : 0.0f;
@@ -128,7 +160,7 @@ struct DropoutBackward {
       }
       store4(dx, i, n, g);
     } else {
-      const float g = philox::uniform(seed, base, static_cast<uint64_t>(i)) >= p ? to_acc(dy[i]) * scale : 0.0f;
+      const float g = philox::uniform(seed, base, static_cast<uint64_t>(i)) >= p ? to_acc(in.dy.v[0]) * scale : 0.0f;
       dx[i] = from_acc<T>(g);
       sums[0] = rounded<T>(g);
     }
@@ -145,12 +177,14 @@ void dropout_forward(const Tensor& x, const Tensor& bias, const Tensor& residual
     const int64_t cols = x.size(-1);
     const void* b = bias.defined() ? bias.data_ptr() : nullptr;
     const void* res = residual.defined() ? residual.data_ptr() : nullptr;
-    if (std::is_same_v<T, __nv_bfloat16> && cols % 8 == 0 && packable<T>(cols, {x.data_ptr(), b, res, out.data_ptr()})) {
-      launch_map<8>(DropoutForwardRows8<T>{x.data<T>(), static_cast<const T*>(b), static_cast<const T*>(res),
-                                           out.data<T>(), cols, seed, offset.data<int64_t>(), static_cast<float>(p),
-                                           static_cast<float>(1.0 / (1.0 - p))},
-                    n / cols, cols);
-      return;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (cols % 8 == 0 && packable<T>(cols, {x.data_ptr(), b, res, out.data_ptr()})) {
+        launch_map<8>(DropoutForwardRows8<T>{x.data<T>(), static_cast<const T*>(b), static_cast<const T*>(res),
+                                             out.data<T>(), cols, seed, offset.data<int64_t>(), static_cast<float>(p),
+                                             static_cast<float>(1.0 / (1.0 - p))},
+                      n / cols, cols);
+        return;
+      }
     }
     DropoutForward<T> op{x.data<T>(),
                          bias.defined() ? bias.data<T>() : nullptr,
@@ -174,14 +208,18 @@ void dropout_backward(const Tensor& dy, double p, uint64_t seed, const Tensor& o
   const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
   dispatch_half_float(dy.dtype(), "dropout backward", [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // 16-byte packs, two Philox calls each
+      if (cols % 8 == 0 && packable<T>(cols, {dy.data_ptr(), dx.data_ptr()})) {
+        const DropoutBackward<T, 8> op{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale};
+        if (dbias.defined()) launch_map_reduce_columns<8, T>(op, rows, cols, dbias.data<T>());
+        else launch_map<8>(op, rows, cols);
+        return;
+      }
+    }
     if (!dbias.defined()) {
       launch_map<4>(DropoutBackward<T, 4>{dy.data<T>(), dx.data<T>(), n, (n + 3) / 4 * 4, seed,
                                           offset.data<int64_t>(), pf, scale},
                     1, (n + 3) / 4 * 4);
-    } else if (cols % 8 == 0 && std::is_same_v<T, __nv_bfloat16> && packable<T>(cols, {dy.data_ptr(), dx.data_ptr()})) {
-      launch_map_reduce_columns<8, T>(
-          DropoutBackward<T, 8>{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale}, rows,
-          cols, dbias.data<T>());
     } else if (cols % 4 == 0) {
       launch_map_reduce_columns<4, T>(
           DropoutBackward<T, 4>{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale}, rows,

@@ -121,39 +121,34 @@ __device__ __forceinline__ float activate_grad(Activation act, float x, bool fas
 template <class T>
 constexpr bool kFastMath = std::is_same_v<T, __nv_bfloat16>;
 
-/// Dropout's keep bits for elements [i, i + 4) of the draw keyed on (seed, offset): element j is
-/// kept when philox::uniform(seed, offset, j) >= p. One Philox call serves all four when
-/// offset + i is a multiple of 4 (always, for counters from PhiloxCounter and i % 4 == 0).
-__device__ __forceinline__ void dropout_keep4(uint64_t seed, uint64_t offset, uint64_t i, float p, bool (&keep)[4]) {
-  const uint64_t counter = offset + i;
-  if ((counter & 3) == 0) {
-    const philox::Uint4 bits = philox::block_bits(seed, counter >> 2);
-    keep[0] = philox::to_uniform(bits.x) >= p;
-    keep[1] = philox::to_uniform(bits.y) >= p;
-    keep[2] = philox::to_uniform(bits.z) >= p;
-    keep[3] = philox::to_uniform(bits.w) >= p;
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
-  }
-}
-
-/// keep[k] for elements [i, i + V) of the same draw: one Philox call per 4 elements when V is a
-/// multiple of 4 (packs start at multiples of V, so their counters share Philox blocks).
+/// Dropout's keep bits for elements [i, i + V) of the draw keyed on (seed, offset): element j is
+/// kept when philox::uniform(seed, offset, j) >= p, for p in [0, 1) (philox::keep_threshold).
+/// One Philox call per 4 elements when V is a multiple of 4 and the first counter is (packs
+/// start at multiples of V, so their counters share Philox blocks). The V / 4 calls sit in one
+/// branch-free block, so the compiler interleaves their independent round chains; with a branch
+/// per call they ran one after the other, and the dropout kernels waited on each round's
+/// multiply (about 13 cycles a warp instruction on the H100).
 template <int V>
 __device__ __forceinline__ void dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, float p, bool (&keep)[V]) {
   if constexpr (V % 4 == 0) {
+    const uint64_t counter = offset + i;
+    if ((counter & 3) == 0) {
+      const uint32_t threshold = philox::keep_threshold(p);
+      philox::Uint4 bits[V / 4];
 #pragma unroll
-    for (int q = 0; q < V; q += 4) {
-      bool four[4];
-      dropout_keep4(seed, offset, i + q, p, four);
+      for (int q = 0; q < V / 4; ++q) bits[q] = philox::block_bits(seed, (counter >> 2) + q);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) keep[q + j] = four[j];
+      for (int q = 0; q < V / 4; ++q) {
+        keep[4 * q] = bits[q].x >= threshold;
+        keep[4 * q + 1] = bits[q].y >= threshold;
+        keep[4 * q + 2] = bits[q].z >= threshold;
+        keep[4 * q + 3] = bits[q].w >= threshold;
+      }
+      return;
     }
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
   }
+#pragma unroll
+  for (int k = 0; k < V; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
 }
 
 /// keep[k] for elements [i, i + V) from packed keep bits (byte j holds elements 8j..8j+7, bit k
@@ -231,6 +226,20 @@ __device__ __forceinline__ void load_pack_readonly(const T* p, float (&out)[N]) 
   const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(raw);
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = to_acc(pack.v[k]);
+}
+/// Eight floats rounded to bf16 and stored as one 16-byte access; `stored` gets the rounded
+/// values. Written as a pack (or a uint4) the compiler split the dropout backward's store into
+/// four 4-byte ones, hence the PTX store.
+__device__ __forceinline__ void store_bf16x8(__nv_bfloat16* p, const float (&in)[8], float (&stored)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[q]) : "f"(in[2 * q + 1]), "f"(in[2 * q]));
+    stored[2 * q] = __uint_as_float(w[q] << 16);
+    stored[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+  }
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
 }
 template <class T, int N>
 __device__ __forceinline__ void store_pack(T* p, const float (&in)[N]) {

@@ -14,6 +14,7 @@
 
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
+#include "lib/cuda/mma.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/layer_norm.h"
 
@@ -40,16 +41,59 @@ constexpr int kNormForwardBlocks = 4;
 template <int V, bool kWarpRows>
 constexpr int kMaxThreads = kWarpRows ? kBlockThreads : V == 1 ? 1024 : 256;
 
+/// Whether the backward stages its rows through shared memory (cp.async, one row ahead): row
+/// groups of one warp with 16-byte packs (bf16 rows of up to 1024 columns, GPT-2's shape).
+template <class T, int V, bool kWarpRows>
+constexpr bool kStagedRows = kWarpRows && sizeof(T) * V == 16;
+
 /// Columns of a backward slice: cols rounded up to whole steps (a step: the row group's threads
 /// times their pack width), so that every (pack, element, thread) position has a word.
 __host__ __device__ inline int padded_cols(int cols, int step) { return (cols + step - 1) / step * step; }
 
+/// Words per thread in a row of a slice: 4 (one 16-byte access) when packs hold a multiple of 4.
+template <int V>
+constexpr int kSliceWidth = V % 4 == 0 ? 4 : 1;
+
 /// Where column c lives in a slice: thread t = (c mod step) / V holds it as element k of its
-/// pack p = c / step; the slice stores (p, k) rows of group_size consecutive threads.
-__device__ __forceinline__ int slice_index(int c, int V, int group_size, int step) {
+/// pack p = c / step. The slice stores rows (p, k / W) of group_size consecutive threads, W words
+/// each (W = kSliceWidth): a warp's access is 32 consecutive words, or with W = 4 one 16-byte
+/// word per lane, 512 consecutive bytes; both free of bank conflicts.
+template <int V>
+__device__ __forceinline__ int slice_index(int c, int group_size, int step) {
+  constexpr int W = kSliceWidth<V>;
   const int p = c / step, within = c - p * step, t = within / V, k = within - t * V;
-  return (p * V + k) * group_size + t;
+  return ((p * (V / W) + k / W) * group_size + t) * W + k % W;
 }
+
+/// This thread's words of its row group's dweight and dbias slices (slice_index's layout).
+template <int V>
+struct SliceWords {
+  static constexpr int W = kSliceWidth<V>;
+  float* own;  // the slice's first row, offset to this thread's words
+  int group_size, padded;
+  __device__ float* at(int p, int k) const { return own + (p * (V / W) + k / W) * group_size * W + k % W; }
+  /// dweight[k] += gv[k] and dbias[k] += g[k] over pack p's V words: all loads issued before
+  /// the adds (one add per element waiting on its own load left the warp's shared-memory
+  /// latency in series, 16 times a pack).
+  __device__ void add(int p, const float (&gv)[V], const float (&g)[V]) const {
+#pragma unroll
+    for (int q = 0; q < V / W; ++q) {
+      float* dw = at(p, q * W);
+      float* db = dw + padded;
+      if constexpr (W == 4) {
+        float4 a = *reinterpret_cast<float4*>(dw), b = *reinterpret_cast<float4*>(db);
+        a.x += gv[4 * q], a.y += gv[4 * q + 1], a.z += gv[4 * q + 2], a.w += gv[4 * q + 3];
+        b.x += g[4 * q], b.y += g[4 * q + 1], b.z += g[4 * q + 2], b.w += g[4 * q + 3];
+        *reinterpret_cast<float4*>(dw) = a;
+        *reinterpret_cast<float4*>(db) = b;
+      } else {
+        const float a = *dw, b = *db;
+        *dw = a + gv[q];
+        *db = b + g[q];
+      }
+    }
+  }
+};
 
 template <bool kWarpRows>
 struct RowGroup {
@@ -171,17 +215,39 @@ template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
     norm_backward_kernel(const T* dy, const T* saved, const T* weight, const float* mean_in, const float* rstd_in,
                          T* dx, float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi,
-                         const T* addend, unsigned* error_word) {
+                         const T* addend, unsigned* error_word, bool stage_rows) {
   constexpr bool kFromOutput = !kEpilogue;
   using Raw = Pack<T, V>;
+  const bool staged = kStagedRows<T, V, kWarpRows> && stage_rows;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
   const RowGroup<kWarpRows> group;
   const int groups = kWarpRows ? blockDim.x / 32 : 1;
   // Column indices in 32 bits (cols <= 8192, norm_supported) to spare registers.
   const int step = group.size() * V, ncols = static_cast<int>(cols), padded = padded_cols(ncols, step);
-  float* acc = slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * padded + group.rank();
-  for (int j = 0; j < padded; j += group.size()) acc[j] = acc[padded + j] = 0.0f;
+  const SliceWords<V> acc{slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * padded + group.rank() * kSliceWidth<V>,
+                         group.size(), padded};
+  // Staged rows: the warp's two stages of (saved, dy) rows, after the block's slices. A lane
+  // copies exactly the packs it reads back, so its own wait makes them visible: no barrier.
+  T* stages = reinterpret_cast<T*>(slices + groups * 2 * padded) + (threadIdx.x / 32) * 4 * padded;
+  auto stage_row = [&](int64_t r, int stage) {
+    if (r < rows) {
+      T* to = stages + stage * 2 * padded;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int c = group.rank() * V + p * step;
+        if (c >= ncols) break;
+        mma::copy_async16(to + c, saved + r * cols + c, 16);
+        mma::copy_async16(to + padded + c, dy + r * cols + c, 16);
+      }
+    }
+    mma::commit_copies();  // an empty group past the last row keeps the wait count uniform
+  };
+  int stage = 0;
+  if (staged) stage_row(group.first_row(), 0);
+  for (int p = 0; p < padded / step; ++p)
+#pragma unroll
+    for (int k = 0; k < V; ++k) *acc.at(p, k) = acc.at(p, k)[padded] = 0.0f;
   constexpr bool kHoldInverse = kFromOutput && V < 8;
   float inv_w[kHoldInverse ? P : 1][V];
   if constexpr (kHoldInverse) {
@@ -194,10 +260,20 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       for (int k = 0; k < V; ++k) inv_w[p][k] = __frcp_rn(inv_w[p][k]);
     }
   }
-  for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
+  for (int64_t r = group.first_row(); r < rows; r += group.row_stride(), stage ^= 1) {
     const float mean = kRms || kFromOutput ? 0.0f : mean_in[r], rstd = rstd_in[r];
     const T* saved_row = saved + r * cols;
     const T* dy_row = dy + r * cols;
+    if (staged) {
+      // The next row's copies go out before this row is read: a row stays in flight while
+      // the warp computes (with rows loaded into registers, 16 warps an SM each waiting on its
+      // own row kept too few bytes in flight: 39.5 us for 75 MB on the H100).
+      stage_row(r + group.row_stride(), stage ^ 1);
+      mma::wait_copies<1>();
+      __syncwarp();  // orders the reads below after the wait for the compiler
+      saved_row = stages + stage * 2 * padded;
+      dy_row = saved_row + padded;
+    }
     Raw xs[P], gs[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
@@ -232,17 +308,17 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
           gs[p].v[k] = from_acc<T>(g);
         }
       }
+      float g[V], gv[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         // v: x̂·w from the output (dweight is divided by w later), x̂ from the input.
-        const float g = to_acc(gs[p].v[k]);
+        g[k] = to_acc(gs[p].v[k]);
         const float v = kFromOutput ? to_acc(xs[p].v[k]) - b[k] : (to_acc(xs[p].v[k]) - mean) * rstd;
-        part_g += g * w[k];
-        part_gx += kFromOutput ? g * v : g * w[k] * v;
-        const int at = (p * V + k) * group.size();  // slice_index(c + k) for this thread
-        acc[at] += g * v;
-        acc[padded + at] += g;
+        part_g += g[k] * w[k];
+        part_gx += kFromOutput ? g[k] * v : g[k] * w[k] * v;
+        gv[k] = g[k] * v;
       }
+      acc.add(p, gv, g);
     }
     const float mean_g = kRms ? 0.0f : group.sum(part_g, scratch) / static_cast<float>(cols);
     const float mean_gx = group.sum(part_gx, scratch) / static_cast<float>(cols);
@@ -272,7 +348,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   __syncthreads();
   // This block's partial: its row groups' slices added in group order.
   for (int j = threadIdx.x; j < ncols; j += blockDim.x) {
-    const int at = slice_index(j, V, group.size(), step);
+    const int at = slice_index<V>(j, group.size(), step);
     float dweight = 0.0f, dbias = 0.0f;
     for (int g = 0; g < groups; ++g) {
       dweight += slices[g * 2 * padded + at];
@@ -287,36 +363,37 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 }
 
 // out[j] = Σ_b partials[b, j] over j in [2, cols] (dweight then dbias), dweight divided by
-// weight_divisor[j] when given (the backward summed dy·x̂·w). A block takes 32 columns;
-// its 8 warps split the row blocks (warp w takes b ≡ w mod 8), and warp 0 adds the 8 results in
-// warp order: deterministic, with 8 warps' loads in flight per column group instead of one
-// thread's.
+// weight_divisor[j] when given (the backward summed dy·x̂·w). A block takes 32 columns; its
+// kSumWarps warps split the row blocks (warp w takes b ≡ w mod kSumWarps, 8 loads in flight),
+// and warp 0 adds their results in warp order: deterministic. The sum runs after the backward
+// with the GPU otherwise idle, so its time is latency: 8 warps a block left each warp 4 rounds
+// of loads (4.9 us for the 1.6 MB of GPT-2's 264 row blocks, ncu on the H100), 32 leave one.
+constexpr int kSumWarps = 32;
 template <class T>
-__global__ void sum_partials_kernel(const float* partials, int blocks, int64_t cols, const T* weight_divisor,
-                                    GradSink<T> dweight, GradSink<T> dbias) {
-  __shared__ float by_warp[8][32];
+__global__ void __launch_bounds__(kSumWarps * 32) sum_partials_kernel(const float* partials, int blocks, int64_t cols,
+                                                                      const T* weight_divisor, GradSink<T> dweight,
+                                                                      GradSink<T> dbias) {
+  __shared__ float by_warp[kSumWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = blockIdx.x * 32LL + lane;
   float acc = 0.0f;
-  // Unrolled so that 8 loads per warp are in flight: one at a time, this 1.6 MB sum took 5 us
-  // on the H100 (ncu, GPT-2 shape, 264 row blocks).
   if (j < 2 * cols) {
     int b = warp;
-    for (; b + 7 * 8 < blocks; b += 8 * 8) {
+    for (; b + 7 * kSumWarps < blocks; b += 8 * kSumWarps) {
       float part[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) part[u] = __ldcg(&partials[(b + 8 * u) * 2 * cols + j]);
+      for (int u = 0; u < 8; ++u) part[u] = __ldcg(&partials[(b + kSumWarps * u) * 2 * cols + j]);
 #pragma unroll
       for (int u = 0; u < 8; ++u) acc += part[u];
     }
-    for (; b < blocks; b += 8) acc += __ldcg(&partials[b * 2 * cols + j]);
+    for (; b < blocks; b += kSumWarps) acc += __ldcg(&partials[b * 2 * cols + j]);
   }
   by_warp[warp][lane] = acc;
   __syncthreads();
   if (warp != 0 || j >= 2 * cols) return;
   float total = 0.0f;
 #pragma unroll
-  for (int w = 0; w < 8; ++w) total += by_warp[w][lane];
+  for (int w = 0; w < kSumWarps; ++w) total += by_warp[w][lane];
   if (j < cols) {
     if (dweight.any()) dweight.store(j, weight_divisor ? total / to_acc(weight_divisor[j]) : total);
   } else if (dbias.any()) {
@@ -433,8 +510,15 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         auto kernel = norm_backward_kernel<T, V, P, kR, kW, decltype(epi)::value>;
         const int groups = launch.warp_rows ? launch.threads / 32 : 1;
         const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
-        const size_t smem = static_cast<size_t>(groups) * 2 *
-                            static_cast<size_t>(padded_cols(static_cast<int>(cols), step)) * sizeof(float);
+        const size_t padded = static_cast<size_t>(padded_cols(static_cast<int>(cols), step));
+        // The slices (dweight, dbias), then for staged rows each warp's 2 stages of (saved, dy),
+        // staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP) the
+        // stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
+        const size_t slices = static_cast<size_t>(groups) * 2 * padded * sizeof(float);
+        const size_t stages = static_cast<size_t>(groups) * 4 * padded * sizeof(T);
+        const bool stage_rows =
+            kStagedRows<T, V, kW> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
+        const size_t smem = slices + (stage_rows ? stages : 0);
         if (smem > 48 * 1024)
           FT_CUDA_CHECK(
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -448,10 +532,10 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         kernel<<<blocks, launch.threads, smem, stream()>>>(
             dy.data<T>(), saved.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
             rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr,
-            device_epilogue(epilogue), static_cast<const T*>(addend_ptr), device_error_word());
+            device_epilogue(epilogue), static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined()) {
-          sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), 256, 0, stream()>>>(
+          sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), kSumWarps * 32, 0, stream()>>>(
               scratch.partials, static_cast<int>(blocks), cols, from_output ? weight.data<T>() : nullptr,
               grad_sink<T>(dweight), grad_sink<T>(dbias));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");

@@ -12,12 +12,20 @@
 // Op contract: __device__ void operator()(int64_t row, int64_t col, float (&sums)[VEC]) handles
 // elements [col, col + VEC) of the row (col + VEC <= cols is guaranteed when cols % VEC == 0;
 // with VEC == 1 any cols works), storing its outputs and returning what the column sums add.
+// In the column kernel an Op may instead split its work in two, `Loaded load(row, col) const`
+// (its loads only) and `void finish(row, col, const Loaded&, float (&sums)[VEC]) const`; the
+// kernel then keeps the next row's loads in flight while it finishes the current row.
+// An Op may also have __device__ void prepare(), which each thread runs once on its own copy
+// before the loop: for values read from device memory that no iteration changes (the Philox
+// offset), which the compiler otherwise loads again in every iteration, ahead of the work that
+// depends on them.
 #pragma once
 #include <algorithm>
 
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
+#include "lib/fast_divide.h"
 
 namespace ft::cuda {
 
@@ -38,13 +46,40 @@ __device__ __forceinline__ float sum_rows(const float* partials, unsigned count,
   return sum;
 }
 
+// `per_row` divides by the groups a row has. Below 2³¹ groups the loop indexes in 32 bits and
+// splits a group index into row and column with a multiply-high instead of a 64-bit division.
+/// *p for prepare(), as a load the compiler keeps in a register: a read-only (__ldg or .nc) load
+/// it issued again in every iteration instead (rematerialized, at the launch bound's 64
+/// registers), ahead of the Philox work that waits on it.
+__device__ __forceinline__ uint64_t load_once(const int64_t* p) {
+  uint64_t v;
+  asm volatile("ld.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+
+/// The thread's copy of op, prepared (see the contract above).
+template <class Op>
+__device__ __forceinline__ Op prepared(const Op& op) {
+  Op local = op;
+  if constexpr (requires { local.prepare(); }) local.prepare();
+  return local;
+}
+
 template <int VEC, class Op>
-__global__ void map_kernel(Op op, int64_t rows, int64_t cols) {
+__global__ void map_kernel(Op shared_op, int64_t rows, int64_t cols, FastDivide per_row) {
+  const Op op = prepared(shared_op);
   const int64_t groups_per_row = cols / VEC, total = rows * groups_per_row;
-  for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < total; g += (int64_t)gridDim.x * blockDim.x) {
-    float unused[VEC];
-    op(g / groups_per_row, (g % groups_per_row) * VEC, unused);
+  float unused[VEC];
+  if (total <= kMaxFastDividend) {
+    const uint32_t n = static_cast<uint32_t>(total), gpr = static_cast<uint32_t>(groups_per_row);
+    for (uint32_t g = blockIdx.x * blockDim.x + threadIdx.x; g < n; g += gridDim.x * blockDim.x) {
+      const uint32_t r = per_row.quotient(g);
+      op(r, static_cast<int64_t>(g - r * gpr) * VEC, unused);
+    }
+    return;
   }
+  for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < total; g += (int64_t)gridDim.x * blockDim.x)
+    op(g / groups_per_row, (g % groups_per_row) * VEC, unused);
 }
 
 // At most 512 threads a block, and two such blocks must fit on a multiprocessor: without the
@@ -53,8 +88,9 @@ __global__ void map_kernel(Op op, int64_t rows, int64_t cols) {
 constexpr int kColumnBlockThreads = 512;
 
 template <int VEC, class T, class Op>
-__global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_kernel(Op op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
+__global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_kernel(Op shared_op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
                                           GradSink<T> column_sums) {
+  const Op op = prepared(shared_op);
   // threadIdx.x picks the column group, threadIdx.y the row lane: the lanes of a block walk its
   // rows interleaved, so blockDim.y loads per column group are in flight instead of one.
   const int64_t tile_cols = static_cast<int64_t>(blockDim.x) * VEC;
@@ -62,7 +98,25 @@ __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_ker
   const int64_t rows_per_block = (rows + gridDim.y - 1) / gridDim.y;
   const int64_t r0 = blockIdx.y * rows_per_block, r1 = min(rows, r0 + rows_per_block);
   float acc[VEC] = {};
-  if (col < cols) {
+  if constexpr (requires { op.finish(r0, col, op.load(r0, col), acc); }) {
+    // Two-phase op: the lane's next row is loaded before this one is finished, so two loads
+    // per thread are in flight (unrolled, the compiler kept the second load behind the first
+    // row's store).
+    int64_t r = r0 + threadIdx.y;
+    if (col < cols && r < r1) {
+      auto current = op.load(r, col);
+      for (; r < r1; r += blockDim.y) {
+        const int64_t next = r + blockDim.y;
+        decltype(current) ahead{};
+        if (next < r1) ahead = op.load(next, col);
+        float sums[VEC];
+        op.finish(r, col, current, sums);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[k] += sums[k];
+        current = ahead;
+      }
+    }
+  } else if (col < cols) {
 #pragma unroll 2
     for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
       float sums[VEC];
@@ -151,7 +205,12 @@ void with_vector_width(DType dtype, const char* op, int64_t cols, std::initializ
 
 template <int VEC, class Op>
 void launch_map(const Op& op, int64_t rows, int64_t cols) {
-  map_kernel<VEC><<<elementwise_blocks(rows * (cols / VEC), kThreads), kThreads, 0, stream()>>>(op, rows, cols);
+  const int64_t groups_per_row = cols / VEC;
+  // The 32-bit loop only runs when every group index is below 2³¹, where the divisor fits too.
+  const bool fits = groups_per_row >= 1 && groups_per_row <= kMaxFastDividend;
+  const FastDivide per_row(fits ? static_cast<uint32_t>(groups_per_row) : 1u);
+  map_kernel<VEC><<<elementwise_blocks(rows * groups_per_row, kThreads), kThreads, 0, stream()>>>(op, rows, cols,
+                                                                                                   per_row);
   FT_CUDA_CHECK_LAUNCH("map_kernel");
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "lib/ops/random.h"
@@ -52,6 +53,27 @@ float expected_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
       static_cast<uint32_t>(seed & 0xffffffffu), static_cast<uint32_t>(seed >> 32));
   const uint32_t lanes[4] = {bits.x, bits.y, bits.z, bits.w};
   return static_cast<float>(static_cast<double>(lanes[counter % 4] >> 8) / 16777216.0);
+}
+
+// The kernels' integer keep test must agree with to_uniform(bits) >= p on every input: at the
+// boundaries (bits whose top 24 bits are exactly p·2²⁴, and one below), for p on the 2⁻²⁴ grid
+// and off it, and for random words.
+TEST(PhiloxTest, KeepThresholdMatchesTheFloatCompare) {
+  std::mt19937 rng(static_cast<uint32_t>(test_seed()));
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  std::vector<float> ps = {0.0f, 1e-30f, 5.9604645e-8f, 0.1f, 0.25f, 0.5f, 0.9f, 0.99999994f};
+  for (int k = 0; k < 200; ++k) ps.push_back(std::min(unit(rng), 0.99999994f));
+  for (int k = 0; k < 50; ++k) ps.push_back(static_cast<float>(rng() >> 8) / 16777216.0f);
+  for (float p : ps) {
+    SCOPED_TRACE(p);
+    const uint32_t threshold = philox::keep_threshold(p);
+    const uint32_t top = static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+    std::vector<uint32_t> words = {0u, 0xffffffffu, threshold, threshold - 1, threshold + 255, threshold + 256};
+    for (uint32_t t : {top, top - 1, top + 1})
+      for (uint32_t low : {0u, 1u, 255u}) words.push_back((t << 8) | low);
+    for (int k = 0; k < 2000; ++k) words.push_back(static_cast<uint32_t>(rng()));
+    for (uint32_t w : words) ASSERT_EQ(w >= threshold, philox::to_uniform(w) >= p) << std::hex << w;
+  }
 }
 
 TEST(PhiloxUniformTest, FollowsTheCounterLayout) {
