@@ -109,23 +109,14 @@ struct DropoutBackward {
   // Two phases (row_map.cuh): the column kernel loads the next row's dy while it finishes this
   // one.
   struct Loaded {
-    Pack<T, VEC> dy;
+    float dy[VEC];
   };
   __device__ Loaded load(int64_t r, int64_t c) const {
     Loaded in;
-    if constexpr (VEC == 1) {
-      in.dy.v[0] = dy[r * cols + c];
-    } else if constexpr (VEC == 4) {  // as load4: a flat tensor's pointer or end may not allow the pack
-      const int64_t i = r * cols + c;
-      if (i + 4 <= n && reinterpret_cast<uintptr_t>(dy + i) % sizeof(Pack<T, 4>) == 0) {
-        in.dy = *reinterpret_cast<const Pack<T, 4>*>(dy + i);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) in.dy.v[k] = i + k < n ? dy[i + k] : from_acc<T>(0.0f);
-      }
-    } else {
-      in.dy = *reinterpret_cast<const Pack<T, VEC>*>(dy + r * cols + c);
-    }
+    const int64_t i = r * cols + c;
+    if constexpr (VEC == 8) load_pack_readonly<T, 8>(dy + i, in.dy);
+    else if constexpr (VEC == 4) load4(dy, i, n, in.dy);
+    else in.dy[0] = to_acc(dy[i]);
     return in;
   }
   __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const { finish(r, c, load(r, c), sums); }
@@ -134,7 +125,7 @@ struct DropoutBackward {
     if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
       float g[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) g[k] = to_acc(in.dy.v[k]);
+      for (int k = 0; k < 8; ++k) g[k] = in.dy[k];
       bool keep[8];
       dropout_keep<8>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
@@ -150,7 +141,7 @@ struct DropoutBackward {
     } else if constexpr (VEC == 4) {
       float g[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) g[k] = to_acc(in.dy.v[k]);
+      for (int k = 0; k < 4; ++k) g[k] = in.dy[k];
       bool keep[4];
       dropout_keep<4>(seed, base, static_cast<uint64_t>(i), p, keep);
 #pragma unroll
@@ -160,7 +151,7 @@ struct DropoutBackward {
       }
       store4(dx, i, n, g);
     } else {
-      const float g = philox::uniform(seed, base, static_cast<uint64_t>(i)) >= p ? to_acc(in.dy.v[0]) * scale : 0.0f;
+      const float g = philox::uniform(seed, base, static_cast<uint64_t>(i)) >= p ? in.dy[0] * scale : 0.0f;
       dx[i] = from_acc<T>(g);
       sums[0] = rounded<T>(g);
     }
