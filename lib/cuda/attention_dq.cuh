@@ -58,10 +58,12 @@ __device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[
 // which the hardware starts first, so a correct launch never gets near this.
 constexpr long long kMaxTurnSpins = 1LL << 24;
 
-/// Thread 0's side of the ordered dQ sums of one head. The shares of a query tile come from the
-/// key tile on the diagonal (turn 0, a bulk store) down to key tile 0 (bulk adds); each waits
-/// for its turn and passes the turn on once its bulk copy is complete. A share staged in step t
-/// is issued at the start of step t + 1 and completed at the start of step t + 2: the bulk
+/// One thread's side of the ordered dQ sums of one head: thread 0's in the mma.sync backward; in
+/// the Hopper backward each warpgroup's first thread's, for the shares its warpgroup staged. The
+/// shares of a query tile come from the key tile on the diagonal (turn 0, a bulk store) down to
+/// key tile 0 (bulk adds); each waits for its turn and passes the turn on once its bulk copy is
+/// complete. In the mma.sync backward a share staged in step t is issued at the start of step
+/// t + 1 and completed at the start of step t + 2: the bulk
 /// copies are tracked on the same scoreboard as the cp.async prefetches (the SASS waits on SB0
 /// for both), so a copy issued just before a prefetch wait would stall the block on its round
 /// trip to L2; a step later it is long done.

@@ -15,6 +15,9 @@
 //   MN-major), is one warpgroup's product, the two taking turns by step.
 // - The products of a step are issued back to back and waited for as late as each result is
 //   needed: dPᵀ runs while Pᵀ is computed, dV while dSᵀ is.
+// - A share is added by the warpgroup that staged it, in the next step while the other
+//   warpgroup computes dS·K, so that a wait for its turn holds no product; that warpgroup's
+//   leader completes the copy at the start of the step after (docs/performance.md, session 18).
 // Measured (docs/performance.md): one warpgroup of 64 keys a block, two blocks a multiprocessor,
 // ran 0.388 ms against 0.317 for this at the GPT-2 shape: 128-key blocks halve the dQ shares
 // (the ordered bulk adds were the largest cost) and the query tiles' copies.
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
                   p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
   float* const staged_shares = reinterpret_cast<float*>(smem + L::kShares);
   auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<kHead>; };
-  auto issue_share = [&](int qt) {  // thread 0
+  auto issue_share = [&](int qt) {  // a warpgroup leader
     const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kQueries - 1) / kKeys) : key_tiles - 1;
     shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<kHead>);
   };
@@ -156,9 +159,13 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     const unsigned char* const dout = smem + L::kDout + s * kTileBytes;
     const float* const lse2 = reinterpret_cast<const float*>(smem + L::kStats + s * kStatBytes);
     const float* const delta = lse2 + kStatTileRows;
-    if (threadIdx.x == 0) {
-      shares.complete();
-      if (qt > first) shares.peek(qt - 1);
+    // The leader of the warpgroup that computes this step's dQ share completes the share it
+    // issued last step (the buffer is staged in again at this step's end); the other leader
+    // reads the turn counter of the share it issues this step.
+    const bool leader = threadIdx.x % 128 == 0, dq_turn = warpgroup == qt % kWarpgroups;
+    if (leader) {
+      if (dq_turn) shares.complete();
+      else if (qt > first) shares.peek(qt - 1);
     }
     tma::wait(step_full + s, parity_of(qt));
     float st[8][4], dpt[8][4];  // Sᵀ, then Pᵀ; dPᵀ, then dSᵀ: keys × queries
@@ -169,7 +176,6 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
 #pragma unroll
     for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(dpt, vf[k], k_major(dout, k), k > 0);
     wgmma::commit();
-    if (threadIdx.x == 0 && qt > first) issue_share(qt - 1);  // may wait for its turn; the products run
 
     // Sᵀ's element (key, query) is the draw's (query, key).
     auto dropped_at = [&](int n, int e) {
@@ -235,8 +241,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     wgmma::commit();
     mma::fence_shared_for_bulk();  // the dSᵀ stores, before the tensor cores read them
     __syncthreads();               // every warp's keys of dSᵀ are in place
-    if (warpgroup == qt % kWarpgroups) {  // the warpgroups take turns at the block's dQ share
-      float dq[8][4];                     // this key tile's share of the query tile's dQ, dS·K
+    if (dq_turn) {  // the warpgroups take turns at the block's dQ share
+      float dq[8][4];  // this key tile's share of the query tile's dQ, dS·K
       wgmma::fence();
 #pragma unroll
       for (int k = 0; k < kKeys / 16; ++k)
@@ -247,17 +253,23 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
       stage_dq_share<kHead>(staged_share(qt), dq);
     } else {
       wgmma::wait<0>();
+      // The share this warpgroup staged last step, issued while the other one computes dS·K:
+      // a wait for its turn here holds no product (thread 0 waiting early in the step held
+      // its warpgroup's next product, and the block with it).
+      if (leader && qt > first) issue_share(qt - 1);
     }
     wgmma::pin(dk);
     wgmma::pin(dv);
     __syncthreads();  // the share is staged; the stage's tiles and dSᵀ are free
     if (threadIdx.x == 0 && qt + kStages < query_tiles) load_step(qt + kStages);
   }
-  if (threadIdx.x == 0) {  // the last share; the bulk copies must finish before the block ends
+  if (threadIdx.x % 128 == 0) {  // the last share; the bulk copies must finish before the block ends
     shares.complete();
-    shares.peek(query_tiles - 1);
-    issue_share(query_tiles - 1);
-    shares.complete();
+    if (warpgroup == (query_tiles - 1) % kWarpgroups) {
+      shares.peek(query_tiles - 1);
+      issue_share(query_tiles - 1);
+      shares.complete();
+    }
   }
   const int64_t in_base = head_offset(p.in, p.heads);
   store_rows<kHead>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
