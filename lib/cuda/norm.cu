@@ -59,10 +59,14 @@ constexpr int kSliceWidth = V % 4 == 0 ? 4 : 1;
 /// each (W = kSliceWidth): a warp's access is 32 consecutive words, or with W = 4 one 16-byte
 /// word per lane, 512 consecutive bytes; both free of bank conflicts.
 template <int V>
-__device__ __forceinline__ int slice_index(int c, int group_size, int step) {
+__device__ __forceinline__ int slice_word(int p, int k, int t, int group_size) {
   constexpr int W = kSliceWidth<V>;
-  const int p = c / step, within = c - p * step, t = within / V, k = within - t * V;
   return ((p * (V / W) + k / W) * group_size + t) * W + k % W;
+}
+template <int V>
+__device__ __forceinline__ int slice_index(int c, int group_size, int step) {
+  const int p = c / step, within = c - p * step, t = within / V, k = within - t * V;
+  return slice_word<V>(p, k, t, group_size);
 }
 
 /// This thread's words of its row group's dweight and dbias slices (slice_index's layout).
@@ -71,7 +75,7 @@ struct SliceWords {
   static constexpr int W = kSliceWidth<V>;
   float* own;  // the slice's first row, offset to this thread's words
   int group_size, padded;
-  __device__ float* at(int p, int k) const { return own + (p * (V / W) + k / W) * group_size * W + k % W; }
+  __device__ float* at(int p, int k) const { return own + slice_word<V>(p, k, 0, group_size); }
   /// dweight[k] += gv[k] and dbias[k] += g[k] over pack p's V words: all loads issued before
   /// the adds (one add per element waiting on its own load left the warp's shared-memory
   /// latency in series, 16 times a pack).

@@ -46,8 +46,6 @@ __device__ __forceinline__ float sum_rows(const float* partials, unsigned count,
   return sum;
 }
 
-// `per_row` divides by the groups a row has. Below 2³¹ groups the loop indexes in 32 bits and
-// splits a group index into row and column with a multiply-high instead of a 64-bit division.
 /// *p for prepare(), as a load the compiler keeps in a register: a read-only (__ldg or .nc) load
 /// it issued again in every iteration instead (rematerialized, at the launch bound's 64
 /// registers), ahead of the Philox work that waits on it.
@@ -65,6 +63,8 @@ __device__ __forceinline__ Op prepared(const Op& op) {
   return local;
 }
 
+// `per_row` divides by the groups a row has. Below 2³¹ groups the loop indexes in 32 bits and
+// splits a group index into row and column with a multiply-high instead of a 64-bit division.
 template <int VEC, class Op>
 __global__ void map_kernel(Op shared_op, int64_t rows, int64_t cols, FastDivide per_row) {
   const Op op = prepared(shared_op);
