@@ -117,6 +117,21 @@ __device__ __forceinline__ float activate_grad(Activation act, float x, bool fas
   }
 }
 
+/// Calls body(integral_constant<Activation, A>) with the runtime `act` as the compile-time A, for
+/// loops over several elements: activate(A, ...) then folds its switch, and the elements' chains
+/// interleave. With the switch per element, each element branched on its own and its formula ran
+/// alone (the LayerNorm + GELU + Dropout backward: 84 instructions an element, latency-bound).
+template <class Body>
+__device__ __forceinline__ void with_activation(Activation act, Body&& body) {
+  switch (act) {
+    case Activation::ReLU: body(std::integral_constant<Activation, Activation::ReLU>{}); break;
+    case Activation::GELU: body(std::integral_constant<Activation, Activation::GELU>{}); break;
+    case Activation::GELUErf: body(std::integral_constant<Activation, Activation::GELUErf>{}); break;
+    case Activation::SiLU: body(std::integral_constant<Activation, Activation::SiLU>{}); break;
+    default: body(std::integral_constant<Activation, Activation::None>{}); break;
+  }
+}
+
 /// Whether results of type T tolerate the fast approximations (bf16 does).
 template <class T>
 constexpr bool kFastMath = std::is_same_v<T, __nv_bfloat16>;

@@ -42,9 +42,12 @@ template <int V, bool kWarpRows>
 constexpr int kMaxThreads = kWarpRows ? kBlockThreads : V == 1 ? 1024 : 256;
 
 /// Whether the backward stages its rows through shared memory (cp.async, one row ahead): row
-/// groups of one warp with 16-byte packs (bf16 rows of up to 1024 columns, GPT-2's shape).
-template <class T, int V, bool kWarpRows>
-constexpr bool kStagedRows = kWarpRows && sizeof(T) * V == 16;
+/// groups of one warp with 16-byte packs (bf16 rows of up to 1024 columns, GPT-2's shape), in
+/// the plain norms only: the epilogue form's registers leave no room for it (its one user, the
+/// MLP at C = 1024, could not fit the stages besides the slices anyway), and the staging code
+/// in that kernel cost it registers it needs.
+template <class T, int V, bool kWarpRows, bool kEpilogue>
+constexpr bool kStagedRows = kWarpRows && sizeof(T) * V == 16 && !kEpilogue;
 
 /// Columns of a backward slice: cols rounded up to whole steps (a step: the row group's threads
 /// times their pack width), so that every (pack, element, thread) position has a word.
@@ -98,6 +101,20 @@ struct SliceWords {
     }
   }
 };
+
+/// The backward's keep bits of elements [i, i + V) (bit k for i + k), drawn again where the
+/// forward saved no mask (f32 rows, unpacked rows). Not inlined: the Philox rounds' registers
+/// counted against the whole backward, which then spilled its rows (bf16, C = 1024: 208 bytes
+/// of spill loads) though it reads the saved bits there.
+template <int V>
+__device__ __noinline__ unsigned redrawn_keep_bits(uint64_t seed, uint64_t offset, uint64_t i, float p) {
+  bool keep[V];
+  dropout_keep<V>(seed, offset, i, p, keep);
+  unsigned bits = 0;
+#pragma unroll
+  for (int k = 0; k < V; ++k) bits |= static_cast<unsigned>(keep[k]) << k;
+  return bits;
+}
 
 template <bool kWarpRows>
 struct RowGroup {
@@ -184,11 +201,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
             }
           }
         }
+        with_activation(epi.act, [&](auto act) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          if (epi.act != Activation::None) s[p][k] = activate(epi.act, s[p][k], kFastMath<T>);
-          if (epi.p > 0.0f) s[p][k] = keep[k] ? s[p][k] * epi.scale : 0.0f;
-        }
+          for (int k = 0; k < V; ++k) {
+            s[p][k] = activate(act, s[p][k], kFastMath<T>);
+            if (epi.p > 0.0f) s[p][k] = keep[k] ? s[p][k] * epi.scale : 0.0f;
+          }
+        });
       }
       store_vec<T, V>(out + r * cols + c, s[p]);
     }
@@ -222,7 +241,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
                          const T* addend, unsigned* error_word, bool stage_rows) {
   constexpr bool kFromOutput = !kEpilogue;
   using Raw = Pack<T, V>;
-  const bool staged = kStagedRows<T, V, kWarpRows> && stage_rows;
+  const bool staged = kStagedRows<T, V, kWarpRows, kEpilogue> && stage_rows;
   __shared__ float scratch[33];
   extern __shared__ float slices[];
   const RowGroup<kWarpRows> group;
@@ -266,6 +285,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   }
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride(), stage ^= 1) {
     const float mean = kRms || kFromOutput ? 0.0f : mean_in[r], rstd = rstd_in[r];
+    const float shift = -mean * rstd;  // x̂ = x·rstd + shift
     const T* saved_row = saved + r * cols;
     const T* dy_row = dy + r * cols;
     if (staged) {
@@ -294,6 +314,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       float w[V], b[V] = {};
       load_vec<T, V>(weight + c, w);
       if ((kFromOutput && !kRms) || (kEpilogue && bias)) load_vec<T, V>(bias + c, b);
+      // v: x̂·w from the output (dweight is divided by w later), x̂ from the input.
+      float g[V], v[V], gv[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        g[k] = to_acc(gs[p].v[k]);
+        v[k] = kFromOutput ? to_acc(xs[p].v[k]) - b[k] : fmaf(to_acc(xs[p].v[k]), rstd, shift);
+      }
       if constexpr (kEpilogue) {
         // dy is the gradient of dropout(act(y)), y = x̂·w + b: undo both first (rounded to T, as
         // the twin's chain stores that gradient), then the norm's backward runs on it.
@@ -301,26 +328,27 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
         if (epi.p > 0.0f) {
           const uint64_t i = static_cast<uint64_t>(r * cols + c);
           if (epi.mask) dropout_keep_from_bits<V>(epi.mask, i, keep);
-          else dropout_keep<V>(epi.seed, static_cast<uint64_t>(*epi.offset), i, epi.p, keep);
-        }
+          else {
+            const unsigned bits = redrawn_keep_bits<V>(epi.seed, static_cast<uint64_t>(*epi.offset), i, epi.p);
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          float g = to_acc(gs[p].v[k]);
-          if (epi.p > 0.0f) g = keep[k] ? g * epi.scale : 0.0f;
-          if (epi.act != Activation::None)
-            g *= activate_grad(epi.act, (to_acc(xs[p].v[k]) - mean) * rstd * w[k] + b[k], kFastMath<T>);
-          gs[p].v[k] = from_acc<T>(g);
+            for (int k = 0; k < V; ++k) keep[k] = (bits >> k) & 1u;
+          }
         }
+        with_activation(epi.act, [&](auto act) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            if (epi.p > 0.0f) g[k] = keep[k] ? g[k] * epi.scale : 0.0f;
+            if (act != Activation::None) g[k] *= activate_grad(act, v[k] * w[k] + b[k], kFastMath<T>);
+            gs[p].v[k] = from_acc<T>(g[k]);
+            g[k] = to_acc(gs[p].v[k]);
+          }
+        });
       }
-      float g[V], gv[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        // v: x̂·w from the output (dweight is divided by w later), x̂ from the input.
-        g[k] = to_acc(gs[p].v[k]);
-        const float v = kFromOutput ? to_acc(xs[p].v[k]) - b[k] : (to_acc(xs[p].v[k]) - mean) * rstd;
         part_g += g[k] * w[k];
-        part_gx += kFromOutput ? g[k] * v : g[k] * w[k] * v;
-        gv[k] = g[k] * v;
+        part_gx += kFromOutput ? g[k] * v[k] : g[k] * w[k] * v[k];
+        gv[k] = g[k] * v[k];
       }
       acc.add(p, gv, g);
     }
@@ -335,7 +363,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (kFromOutput && !kRms) load_vec<T, V>(bias + c, b);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float xhat = !kFromOutput  ? (to_acc(xs[p].v[k]) - mean) * rstd
+        const float xhat = !kFromOutput  ? fmaf(to_acc(xs[p].v[k]), rstd, shift)
                            : kHoldInverse ? (to_acc(xs[p].v[k]) - b[k]) * inv_w[kHoldInverse ? p : 0][k]
                                           : (to_acc(xs[p].v[k]) - b[k]) * __fdividef(1.0f, w[k]);
         d[k] = rstd * (to_acc(gs[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
@@ -521,7 +549,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         const size_t slices = static_cast<size_t>(groups) * 2 * padded * sizeof(float);
         const size_t stages = static_cast<size_t>(groups) * 4 * padded * sizeof(T);
         const bool stage_rows =
-            kStagedRows<T, V, kW> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
+            kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
         const size_t smem = slices + (stage_rows ? stages : 0);
         if (smem > 48 * 1024)
           FT_CUDA_CHECK(

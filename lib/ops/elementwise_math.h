@@ -19,16 +19,23 @@ struct StdTanh {
   template <class A>
   FT_HOST_DEVICE A operator()(A v) const { return std::tanh(v); }
 };
+// Written as u = x·(k + k·c·x²), so that each takes few multiply-adds: the derivative is about 10
+// instructions with the tanh where the expanded form took 16, and the fused norm backward runs
+// it once per element.
+constexpr double kGeluK = 0.7978845608028654;  // √(2/π)
+constexpr double kGeluC = 0.044715;
 template <class A, class Tanh = StdTanh>
 FT_HOST_DEVICE A gelu_tanh_of(A x, Tanh tanh_fn = {}) {
-  const A k = A(0.7978845608028654);  // √(2/π)
-  return A(0.5) * x * (A(1) + tanh_fn(k * (x + A(0.044715) * x * x * x)));
+  const A half_x = A(0.5) * x;
+  return half_x + half_x * tanh_fn(x * (A(kGeluK) + A(kGeluK * kGeluC) * (x * x)));
 }
+/// gelu'(x) = ½(1 + t) + ½·x·u'·(1 − t²), t = tanh(u), u' = k·(1 + 3c·x²).
 template <class A, class Tanh = StdTanh>
 FT_HOST_DEVICE A gelu_tanh_derivative(A x, Tanh tanh_fn = {}) {
-  const A k = A(0.7978845608028654);
-  const A t = tanh_fn(k * (x + A(0.044715) * x * x * x));
-  return A(0.5) * (A(1) + t) + A(0.5) * x * (A(1) - t * t) * k * (A(1) + A(3 * 0.044715) * x * x);
+  const A x2 = x * x;
+  const A t = tanh_fn(x * (A(kGeluK) + A(kGeluK * kGeluC) * x2));
+  const A half_x_du = x * (A(0.5 * kGeluK) + A(1.5 * kGeluK * kGeluC) * x2);
+  return (A(0.5) + A(0.5) * t) + half_x_du * (A(1) - t * t);
 }
 
 /// Unary formula; Pow uses p as the exponent, Affine computes x * p + q.
