@@ -166,23 +166,6 @@ __device__ __forceinline__ void dropout_keep(uint64_t seed, uint64_t offset, uin
   for (int k = 0; k < V; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
 }
 
-/// keep[k] for elements [i, i + V) from packed keep bits (byte j holds elements 8j..8j+7, bit k
-/// for 8j + k), as dropout_keep drew them.
-template <int V>
-__device__ __forceinline__ void dropout_keep_from_bits(const uint8_t* bits, uint64_t i, bool (&keep)[V]) {
-  if constexpr (V % 8 == 0) {  // whole bytes: packs start at multiples of V
-#pragma unroll
-    for (int q = 0; q < V; q += 8) {
-      const unsigned byte = bits[(i + q) >> 3];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) keep[q + j] = (byte >> j) & 1u;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; ++k) keep[k] = (bits[(i + k) >> 3] >> ((i + k) & 7)) & 1u;
-  }
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int shift = 16; shift > 0; shift >>= 1) v += __shfl_xor_sync(0xffffffffu, v, shift);
@@ -223,11 +206,46 @@ struct alignas(sizeof(T) * N) Pack {
 template <class T>
 constexpr int kPackSize = 16 / sizeof(T);
 
+/// Element k of a pack in f32. bf16 pairs are read as 32-bit words: the high element is the
+/// word with its low half cleared (one instruction, where the bf16 conversion took two).
+template <class T, int N>
+__device__ __forceinline__ float element(const Pack<T, N>& pack, int k) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    uint32_t word;
+    memcpy(&word, &pack.v[k & ~1], sizeof word);
+    return __uint_as_float(k % 2 ? word & 0xffff0000u : word << 16);
+  } else {
+    return to_acc(pack.v[k]);
+  }
+}
+
+/// Rounds v to T into pack, and v to the rounded values (what a tensor of T would hold), bf16
+/// two at a time (one cvt.rn.bf16x2 a pair, then element's unpacking).
+template <class T, int N>
+__device__ __forceinline__ void round_into_pack(float (&v)[N], Pack<T, N>& pack) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+#pragma unroll
+    for (int k = 0; k < N; k += 2) {
+      uint32_t word;
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(word) : "f"(v[k + 1]), "f"(v[k]));
+      memcpy(&pack.v[k], &word, sizeof word);
+      v[k] = __uint_as_float(word << 16);
+      v[k + 1] = __uint_as_float(word & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      pack.v[k] = from_acc<T>(v[k]);
+      v[k] = to_acc(pack.v[k]);
+    }
+  }
+}
+
 template <class T, int N>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
   const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(p);
 #pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = to_acc(pack.v[k]);
+  for (int k = 0; k < N; ++k) out[k] = element(pack, k);
 }
 /// load_pack through the read-only path (ld.global.nc): for inputs no thread of the kernel
 /// writes, so the compiler may move the load above earlier stores and keep several in flight.
@@ -240,7 +258,7 @@ __device__ __forceinline__ void load_pack_readonly(const T* p, float (&out)[N]) 
   for (int w = 0; w < kWords; ++w) raw[w] = __ldg(reinterpret_cast<const uint4*>(p) + w);
   const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(raw);
 #pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = to_acc(pack.v[k]);
+  for (int k = 0; k < N; ++k) out[k] = element(pack, k);
 }
 /// Eight floats rounded to bf16 and stored as one 16-byte access; `stored` gets the rounded
 /// values. Written as a pack (or a uint4) the compiler split the dropout backward's store into

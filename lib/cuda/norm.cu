@@ -102,18 +102,66 @@ struct SliceWords {
   }
 };
 
-/// The backward's keep bits of elements [i, i + V) (bit k for i + k), drawn again where the
-/// forward saved no mask (f32 rows, unpacked rows). Not inlined: the Philox rounds' registers
-/// counted against the whole backward, which then spilled its rows (bf16, C = 1024: 208 bytes
-/// of spill loads) though it reads the saved bits there.
-template <int V>
-__device__ __noinline__ unsigned redrawn_keep_bits(uint64_t seed, uint64_t offset, uint64_t i, float p) {
-  bool keep[V];
-  dropout_keep<V>(seed, offset, i, p, keep);
-  unsigned bits = 0;
+/// A thread's dropout keep bits for one row: bit q·V + k for element k of its pack q. Held as
+/// one word (32 bits cover the warp-mode packs) and tested with a constant shift, where an array
+/// of bools took three instructions an element to unpack from the mask's bytes.
+template <int V, int P>
+using KeepBits = std::conditional_t<P * V <= 32, uint32_t, uint64_t>;
+
+/// Keep bits drawn from Philox for the packs at columns first + q·step of the row starting at
+/// element row_start.
+template <int V, int P>
+__device__ __forceinline__ KeepBits<V, P> drawn_keep_bits(uint64_t seed, uint64_t offset, int64_t row_start, int first,
+                                                          int step, int64_t cols, float p) {
+  KeepBits<V, P> bits = 0;
 #pragma unroll
-  for (int k = 0; k < V; ++k) bits |= static_cast<unsigned>(keep[k]) << k;
+  for (int q = 0; q < P; ++q) {
+    const int64_t c = first + q * step;
+    if (c >= cols) break;
+    bool keep[V];
+    dropout_keep<V>(seed, offset, static_cast<uint64_t>(row_start + c), p, keep);
+#pragma unroll
+    for (int k = 0; k < V; ++k) bits |= static_cast<KeepBits<V, P>>(keep[k]) << (q * V + k);
+  }
   return bits;
+}
+
+/// The same bits drawn again in the backward where the forward saved no mask (f32 rows,
+/// unpacked rows). Not inlined: the Philox rounds' registers counted against the whole
+/// backward, which then spilled its rows (bf16, C = 1024: 208 bytes of spill loads) though it
+/// reads the saved bits there.
+template <int V, int P>
+__device__ __noinline__ KeepBits<V, P> redrawn_keep_bits(uint64_t seed, uint64_t offset, int64_t row_start, int first,
+                                                         int step, int64_t cols, float p) {
+  return drawn_keep_bits<V, P>(seed, offset, row_start, first, step, cols, p);
+}
+
+/// The keep bits from the mask the forward saved (byte j holds elements 8j..8j+7, bit k for
+/// 8j + k; the forward writes it for packs of a multiple of 8 elements).
+template <int V, int P>
+__device__ __forceinline__ KeepBits<V, P> saved_keep_bits(const uint8_t* mask, int64_t row_start, int first, int step,
+                                                          int64_t cols) {
+  KeepBits<V, P> bits = 0;
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    const int64_t c = first + q * step;
+    if (c >= cols) break;
+    const uint64_t i = static_cast<uint64_t>(row_start + c);
+    if constexpr (V % 8 == 0) {  // whole bytes: packs start at multiples of V
+#pragma unroll
+      for (int k = 0; k < V; k += 8) bits |= static_cast<KeepBits<V, P>>(mask[(i + k) >> 3]) << (q * V + k);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        bits |= static_cast<KeepBits<V, P>>((mask[(i + k) >> 3] >> ((i + k) & 7)) & 1u) << (q * V + k);
+    }
+  }
+  return bits;
+}
+
+template <int V, int P>
+__device__ __forceinline__ bool kept(KeepBits<V, P> bits, int q, int k) {
+  return (bits >> (q * V + k)) & 1u;
 }
 
 template <bool kWarpRows>
@@ -150,7 +198,6 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
   const int64_t step = static_cast<int64_t>(group.size()) * V;
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride()) {
     float s[P][V];
-    float part = 0.0f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int64_t c = group.rank() * V + p * step;
@@ -163,6 +210,16 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
         for (int k = 0; k < V; ++k) s[p][k] = rounded<T>(s[p][k] + res[k]);  // as the twin stores the sum
         store_vec<T, V>(sum + r * cols + c, s[p]);
       }
+    }
+    // The keep bits depend only on the elements' indices: drawn here, the Philox rounds run
+    // while the row's loads are in flight.
+    KeepBits<V, P> keep = 0;
+    if (kEpilogue && epi.p > 0.0f)
+      keep = drawn_keep_bits<V, P>(epi.seed, offset, r * cols, group.rank() * V, static_cast<int>(step), cols, epi.p);
+    float part = 0.0f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (group.rank() * V + p * step >= cols) break;
 #pragma unroll
       for (int k = 0; k < V; ++k) part += s[p][k];
     }
@@ -186,26 +243,18 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
 #pragma unroll
       for (int k = 0; k < V; ++k) s[p][k] = (s[p][k] - mean) * rstd * w[k] + b[k];
       if constexpr (kEpilogue) {
-        bool keep[V];
-        if (epi.p > 0.0f) {
-          dropout_keep<V>(epi.seed, offset, static_cast<uint64_t>(r * cols + c), epi.p, keep);
-          if constexpr (V % 8 == 0) {
-            if (epi.mask) {
+        if constexpr (V % 8 == 0) {
+          if (epi.p > 0.0f && epi.mask) {
 #pragma unroll
-              for (int q = 0; q < V; q += 8) {
-                unsigned byte = 0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(keep[q + j]) << j;
-                epi.mask[(r * cols + c + q) >> 3] = static_cast<uint8_t>(byte);
-              }
-            }
+            for (int q = 0; q < V; q += 8)
+              epi.mask[(r * cols + c + q) >> 3] = static_cast<uint8_t>(keep >> (p * V + q));
           }
         }
         with_activation(epi.act, [&](auto act) {
 #pragma unroll
           for (int k = 0; k < V; ++k) {
             s[p][k] = activate(act, s[p][k], kFastMath<T>);
-            if (epi.p > 0.0f) s[p][k] = keep[k] ? s[p][k] * epi.scale : 0.0f;
+            if (epi.p > 0.0f) s[p][k] = kept<V, P>(keep, p, k) ? s[p][k] * epi.scale : 0.0f;
           }
         });
       }
@@ -306,6 +355,11 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       xs[p] = *reinterpret_cast<const Raw*>(saved_row + c);
       gs[p] = *reinterpret_cast<const Raw*>(dy_row + c);
     }
+    KeepBits<V, P> keep = 0;
+    if (kEpilogue && epi.p > 0.0f)
+      keep = epi.mask ? saved_keep_bits<V, P>(epi.mask, r * cols, group.rank() * V, step, cols)
+                      : redrawn_keep_bits<V, P>(epi.seed, static_cast<uint64_t>(*epi.offset), r * cols,
+                                                group.rank() * V, step, cols, epi.p);
     float part_g = 0.0f, part_gx = 0.0f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
@@ -318,31 +372,20 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       float g[V], v[V], gv[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        g[k] = to_acc(gs[p].v[k]);
-        v[k] = kFromOutput ? to_acc(xs[p].v[k]) - b[k] : fmaf(to_acc(xs[p].v[k]), rstd, shift);
+        g[k] = element(gs[p], k);
+        v[k] = kFromOutput ? element(xs[p], k) - b[k] : fmaf(element(xs[p], k), rstd, shift);
       }
       if constexpr (kEpilogue) {
         // dy is the gradient of dropout(act(y)), y = x̂·w + b: undo both first (rounded to T, as
         // the twin's chain stores that gradient), then the norm's backward runs on it.
-        bool keep[V];
-        if (epi.p > 0.0f) {
-          const uint64_t i = static_cast<uint64_t>(r * cols + c);
-          if (epi.mask) dropout_keep_from_bits<V>(epi.mask, i, keep);
-          else {
-            const unsigned bits = redrawn_keep_bits<V>(epi.seed, static_cast<uint64_t>(*epi.offset), i, epi.p);
-#pragma unroll
-            for (int k = 0; k < V; ++k) keep[k] = (bits >> k) & 1u;
-          }
-        }
         with_activation(epi.act, [&](auto act) {
 #pragma unroll
           for (int k = 0; k < V; ++k) {
-            if (epi.p > 0.0f) g[k] = keep[k] ? g[k] * epi.scale : 0.0f;
+            if (epi.p > 0.0f) g[k] = kept<V, P>(keep, p, k) ? g[k] * epi.scale : 0.0f;
             if (act != Activation::None) g[k] *= activate_grad(act, v[k] * w[k] + b[k], kFastMath<T>);
-            gs[p].v[k] = from_acc<T>(g[k]);
-            g[k] = to_acc(gs[p].v[k]);
           }
         });
+        round_into_pack(g, gs[p]);
       }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -363,10 +406,10 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (kFromOutput && !kRms) load_vec<T, V>(bias + c, b);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float xhat = !kFromOutput  ? fmaf(to_acc(xs[p].v[k]), rstd, shift)
-                           : kHoldInverse ? (to_acc(xs[p].v[k]) - b[k]) * inv_w[kHoldInverse ? p : 0][k]
-                                          : (to_acc(xs[p].v[k]) - b[k]) * __fdividef(1.0f, w[k]);
-        d[k] = rstd * (to_acc(gs[p].v[k]) * w[k] - mean_g - xhat * mean_gx);
+        const float xhat = !kFromOutput  ? fmaf(element(xs[p], k), rstd, shift)
+                           : kHoldInverse ? (element(xs[p], k) - b[k]) * inv_w[kHoldInverse ? p : 0][k]
+                                          : (element(xs[p], k) - b[k]) * __fdividef(1.0f, w[k]);
+        d[k] = rstd * (element(gs[p], k) * w[k] - mean_g - xhat * mean_gx);
       }
       if (addend) {  // the residual stream's gradient, added before the one rounding to T
         float a[V];
