@@ -159,6 +159,7 @@ __device__ __forceinline__ KeepBits<V, P> saved_keep_bits(const uint8_t* mask, i
   return bits;
 }
 
+/// Whether element k of pack q is kept.
 template <int V, int P>
 __device__ __forceinline__ bool kept(KeepBits<V, P> bits, int q, int k) {
   return (bits >> (q * V + k)) & 1u;
