@@ -32,7 +32,7 @@ echo "build ok"
 build-device/tests/ft_tests --gtest_filter='-*/cpu_*:OutOfMemoryTest.CapturedGraph*' >"$logs/gtest.log" 2>&1 &&
   build-device/tests/ft_tests --gtest_filter='OutOfMemoryTest.CapturedGraph*' >>"$logs/gtest.log" 2>&1
 test_rc=$?
-gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$logs/gtest.log" | tr '\n' ' ')
+gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]" "$logs/gtest.log" | tr '\n' ' ')
 [ $test_rc -eq 0 ] || grep -E "^\[  FAILED" "$logs/gtest.log" | head -40
 echo "gtest: $gtest_summary"
 
