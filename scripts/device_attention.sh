@@ -26,7 +26,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   $B/tests/ft_tests --gtest_filter='-*/cpu_*:OutOfMemoryTest.CapturedGraph*' >"$logs/gtest.log" 2>&1 &&
     $B/tests/ft_tests --gtest_filter='OutOfMemoryTest.CapturedGraph*' >>"$logs/gtest.log" 2>&1
   [ $? -eq 0 ] || grep -E "^\[  FAILED|Failure|error" "$logs/gtest.log" | head -30
-  gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$logs/gtest.log" | tr '\n' ' ')
+  gtest_summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]" "$logs/gtest.log" | tr '\n' ' ')
   echo "gtest: $gtest_summary"
   if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     OUT=$logs SKIP_BUILD=1 TOOLS="memcheck racecheck synccheck" SHARDS=2 SAN_BUDGET_S=100 PROJECT_KERNELS_ONLY=1 \
