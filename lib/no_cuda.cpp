@@ -98,6 +98,8 @@ void linear_backward(const Tensor&, const Tensor&, const Tensor&, Activation, co
   FT_FAIL("fusedtrain was built without CUDA (FT_CUDA=OFF)");
 }
 void lora_merge(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&) { unavailable(); }
+bool narrow_linear_supported(const Tensor&, const Tensor&) { return false; }
+void narrow_linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 LoRASaved lora_linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const LoRAOptions&, const Tensor&) {
   unavailable();

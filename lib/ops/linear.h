@@ -9,6 +9,11 @@
 // Second fused strategy: the matmul primitive (no epilogue) followed by the fused bias_act
 // kernel (lib/ops/bias_act.h). Which fused strategy runs is chosen per shape by
 // linear_fusion_for(); set_linear_fusion() pins one (for tests and benchmarks).
+// Third, for bf16 with at most 16 outputs, IN a multiple of 32, a bias and no activation (a
+// classifier): the narrow forward (lib/cuda/narrow_linear.cu), one pass over x on the tensor
+// cores with the bias added before the one rounding, where cuBLAS's tiles left most of each
+// tensor-core tile empty; backward as the twin's (the two products and the bias's column sums).
+// Saves x and W.
 // Twin: matmul + add + activation primitives.
 #pragma once
 #include "lib/ops/activation.h"
@@ -38,6 +43,13 @@ void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, A
 /// `saved` is pre for GELU, y for ReLU, unused for None.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Activation act, const Tensor& saved,
                      const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias);
+
+/// The narrow forward (lib/cuda/narrow_linear.cu): bf16, at most kNarrowLinearMaxOut outputs,
+/// IN a multiple of 32, no activation. Whether x [N, IN] and W allow it.
+constexpr int kNarrowLinearMaxOut = 16;
+bool narrow_linear_supported(const Tensor& x, const Tensor& weight);
+/// y [N, OUT] = x·Wᵀ + b (b may be undefined).
+void narrow_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
 }  // namespace cuda
 
 }  // namespace ft

@@ -44,8 +44,13 @@ std::string case_name(const LinearCase& c, Activation act) {
 
 // OUT % 8 == 0 with a bias reaches the fused cuBLASLt path (N = 37 and IN = 65 are odd on
 // purpose); a 3-D x folds its leading dims; OUT = 30 and a missing bias fall back to the twin.
+// In bf16, OUT <= 16 with IN a multiple of 32, a bias and no activation take the narrow forward
+// (N = 37: a last group of 5 rows; N = 300 and 1000: blocks that take several groups; OUT = 3
+// and 16: padded and full rows of W); IN = 65 and 1028 with OUT = 10 do not.
 std::vector<LinearCase> device_cases() {
-  return {{{37, 65}, 96, true}, {{2, 5, 64}, 96, true}, {{1, 8}, 8, true}, {{37, 65}, 30, true}, {{37, 65}, 96, false}};
+  return {{{37, 65}, 96, true},   {{2, 5, 64}, 96, true}, {{1, 8}, 8, true},        {{37, 65}, 30, true},
+          {{37, 65}, 96, false},  {{37, 64}, 10, true},   {{2, 5, 128}, 3, true},   {{300, 1024}, 16, true},
+          {{1000, 96}, 10, true}, {{37, 65}, 10, true},   {{9, 1028}, 10, true}};
 }
 
 std::vector<Tensor> linear_inputs(const LinearCase& c, Generator& gen) {
@@ -155,15 +160,17 @@ TEST_P(LinearDeviceTest, MatchesF64Reference) {
 // backward must skip the missing ones and still produce the rest.
 TEST_P(LinearDeviceTest, PartialGradientsMatchF64Reference) {
   Generator gen = test_generator();
-  const LinearCase c{{37, 65}, 96, true};
-  for (DType dtype : {DType::F32, DType::BF16}) {
-    for (Activation act : kActivations) {
-      for (const std::vector<bool>& wrt : {std::vector<bool>{false, true, true}, std::vector<bool>{true, false, false},
-                                           std::vector<bool>{false, false, true}}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + case_name(c, act) + " wrt " + std::to_string(wrt[0]) +
-                     std::to_string(wrt[1]) + std::to_string(wrt[2]));
-        EXPECT_TRUE(matches_f64_reference(linear_fn(act), device_inputs(c, act, dtype, gen), device(), dtype, gen,
-                                          forward_tolerance(dtype), grad_tolerance(dtype), wrt));
+  for (const LinearCase& c : {LinearCase{{37, 65}, 96, true}, LinearCase{{37, 64}, 10, true}}) {
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      for (Activation act : kActivations) {
+        for (const std::vector<bool>& wrt : {std::vector<bool>{false, true, true},
+                                             std::vector<bool>{true, false, false},
+                                             std::vector<bool>{false, false, true}}) {
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + case_name(c, act) + " wrt " + std::to_string(wrt[0]) +
+                       std::to_string(wrt[1]) + std::to_string(wrt[2]));
+          EXPECT_TRUE(matches_f64_reference(linear_fn(act), device_inputs(c, act, dtype, gen), device(), dtype, gen,
+                                            forward_tolerance(dtype), grad_tolerance(dtype), wrt));
+        }
       }
     }
   }
@@ -199,7 +206,8 @@ TEST(LinearFusedVsUnfusedTest, AgreeOnCuda) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
   for (DType dtype : {DType::F32, DType::BF16}) {
-    for (const LinearCase& c : {LinearCase{{37, 65}, 96, true}, LinearCase{{2, 5, 64}, 96, true}}) {
+    for (const LinearCase& c : {LinearCase{{37, 65}, 96, true}, LinearCase{{2, 5, 64}, 96, true},
+                                LinearCase{{300, 1024}, 10, true}}) {
       for (Activation act : kActivations) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + case_name(c, act));
         const std::vector<Tensor> in = device_inputs(c, act, dtype, gen);
