@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32) narrow_linear_forward_kernel(cons
 
 bool narrow_linear_supported(const Tensor& x, const Tensor& weight) {
   const int64_t out = weight.size(0), in = weight.size(1);
-  return x.dtype() == DType::BF16 && out <= kNarrowLinearMaxOut && in % 32 == 0 &&
+  return x.dtype() == DType::BF16 && out <= kNarrowLinearMaxOut && in % 32 == 0 && in <= kNarrowLinearMaxIn &&
          reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
 }
 

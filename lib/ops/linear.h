@@ -45,8 +45,10 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Ac
                      const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias);
 
 /// The narrow forward (lib/cuda/narrow_linear.cu): bf16, at most kNarrowLinearMaxOut outputs,
-/// IN a multiple of 32, no activation. Whether x [N, IN] and W allow it.
+/// IN a multiple of 32 up to kNarrowLinearMaxIn (W and two groups of 8 rows share one block's
+/// shared memory: 133 KB at 2048), no activation. Whether x [N, IN] and W allow it.
 constexpr int kNarrowLinearMaxOut = 16;
+constexpr int kNarrowLinearMaxIn = 2048;
 bool narrow_linear_supported(const Tensor& x, const Tensor& weight);
 /// y [N, OUT] = x·Wᵀ + b (b may be undefined).
 void narrow_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);

@@ -44,13 +44,13 @@ std::string case_name(const LinearCase& c, Activation act) {
 
 // OUT % 8 == 0 with a bias reaches the fused cuBLASLt path (N = 37 and IN = 65 are odd on
 // purpose); a 3-D x folds its leading dims; OUT = 30 and a missing bias fall back to the twin.
-// In bf16, OUT <= 16 with IN a multiple of 32, a bias and no activation take the narrow forward
-// (N = 37: a last group of 5 rows; N = 300 and 1000: blocks that take several groups; OUT = 3
-// and 16: padded and full rows of W); IN = 65 and 1028 with OUT = 10 do not.
+// In bf16, OUT <= 16 with IN a multiple of 32 up to 2048, a bias and no activation take the
+// narrow forward (N = 37: a last group of 5 rows; N = 300 and 1000: blocks that take several
+// groups; OUT = 3 and 16: padded and full rows of W); IN = 65, 1028 and 2080 with OUT = 10 do not.
 std::vector<LinearCase> device_cases() {
-  return {{{37, 65}, 96, true},   {{2, 5, 64}, 96, true}, {{1, 8}, 8, true},        {{37, 65}, 30, true},
-          {{37, 65}, 96, false},  {{37, 64}, 10, true},   {{2, 5, 128}, 3, true},   {{300, 1024}, 16, true},
-          {{1000, 96}, 10, true}, {{37, 65}, 10, true},   {{9, 1028}, 10, true}};
+  return {{{37, 65}, 96, true},   {{2, 5, 64}, 96, true}, {{1, 8}, 8, true},      {{37, 65}, 30, true},
+          {{37, 65}, 96, false},  {{37, 64}, 10, true},   {{2, 5, 128}, 3, true}, {{300, 1024}, 16, true},
+          {{1000, 96}, 10, true}, {{37, 65}, 10, true},   {{9, 1028}, 10, true},  {{4, 2080}, 10, true}};
 }
 
 std::vector<Tensor> linear_inputs(const LinearCase& c, Generator& gen) {
