@@ -9,11 +9,11 @@
 // Second fused strategy: the matmul primitive (no epilogue) followed by the fused bias_act
 // kernel (lib/ops/bias_act.h). Which fused strategy runs is chosen per shape by
 // linear_fusion_for(); set_linear_fusion() pins one (for tests and benchmarks).
-// Third, for bf16 with at most 16 outputs, IN a multiple of 32, a bias and no activation (a
-// classifier): the narrow forward (lib/cuda/narrow_linear.cu), one pass over x on the tensor
-// cores with the bias added before the one rounding, where cuBLAS's tiles left most of each
-// tensor-core tile empty; backward as the twin's (the two products and the bias's column sums).
-// Saves x and W.
+// Third, for bf16 with at most 16 outputs, IN a multiple of 32 up to 2048, a bias and no
+// activation (a classifier): the narrow forward (lib/cuda/narrow_linear.cu), one pass over x on
+// the tensor cores with the bias added before the one rounding, where cuBLAS's tiles left most
+// of each tensor-core tile empty; backward as the twin's (the two products and the bias's
+// column sums). Saves x and W.
 // Twin: matmul + add + activation primitives.
 #pragma once
 #include "lib/ops/activation.h"
