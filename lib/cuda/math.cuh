@@ -206,31 +206,42 @@ struct alignas(sizeof(T) * N) Pack {
 template <class T>
 constexpr int kPackSize = 16 / sizeof(T);
 
-/// Element k of a pack in f32. bf16 pairs are read as 32-bit words: the high element is the
-/// word with its low half cleared (one instruction, where the bf16 conversion took two).
+/// One bf16 of a word of two (the lower address in the low half) in f32: the high one is the word
+/// with its low half cleared, one instruction where the bf16 conversion took two.
+__device__ __forceinline__ float bf16_in_word(uint32_t word, bool high) {
+  return __uint_as_float(high ? word & 0xffff0000u : word << 16);
+}
+
+/// lo and hi rounded to bf16 as one word (one cvt.rn.bf16x2), and set to the rounded values.
+__device__ __forceinline__ uint32_t round_bf16_pair(float& lo, float& hi) {
+  uint32_t word;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(word) : "f"(hi), "f"(lo));
+  lo = bf16_in_word(word, false);
+  hi = bf16_in_word(word, true);
+  return word;
+}
+
+/// Element k of a pack in f32; bf16 pairs are read as 32-bit words (bf16_in_word).
 template <class T, int N>
 __device__ __forceinline__ float element(const Pack<T, N>& pack, int k) {
   if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
     uint32_t word;
     memcpy(&word, &pack.v[k & ~1], sizeof word);
-    return __uint_as_float(k % 2 ? word & 0xffff0000u : word << 16);
+    return bf16_in_word(word, k % 2);
   } else {
     return to_acc(pack.v[k]);
   }
 }
 
 /// Rounds v to T into pack, and v to the rounded values (what a tensor of T would hold), bf16
-/// two at a time (one cvt.rn.bf16x2 a pair, then element's unpacking).
+/// two at a time (round_bf16_pair).
 template <class T, int N>
 __device__ __forceinline__ void round_into_pack(float (&v)[N], Pack<T, N>& pack) {
   if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
 #pragma unroll
     for (int k = 0; k < N; k += 2) {
-      uint32_t word;
-      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(word) : "f"(v[k + 1]), "f"(v[k]));
+      const uint32_t word = round_bf16_pair(v[k], v[k + 1]);
       memcpy(&pack.v[k], &word, sizeof word);
-      v[k] = __uint_as_float(word << 16);
-      v[k + 1] = __uint_as_float(word & 0xffff0000u);
     }
   } else {
 #pragma unroll
@@ -267,9 +278,9 @@ __device__ __forceinline__ void store_bf16x8(__nv_bfloat16* p, const float (&in)
   uint32_t w[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[q]) : "f"(in[2 * q + 1]), "f"(in[2 * q]));
-    stored[2 * q] = __uint_as_float(w[q] << 16);
-    stored[2 * q + 1] = __uint_as_float(w[q] & 0xffff0000u);
+    stored[2 * q] = in[2 * q];
+    stored[2 * q + 1] = in[2 * q + 1];
+    w[q] = round_bf16_pair(stored[2 * q], stored[2 * q + 1]);
   }
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                : "memory");
