@@ -33,13 +33,18 @@ bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b, Activati
          x.numel() > 0 && epilogue_act;
 }
 
-Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
+/// The fused forms. `narrow`: the narrow forward (few outputs, no activation; lib/ops/linear.h),
+/// whose backward is the primitives' (two products and the bias's column sums): the epilogue
+/// path's dW product into an f32 gradient view took cuBLASLt's magma_sgemmEx kernel at OUT = 10,
+/// 167 us on the H100. Otherwise the cuBLASLt epilogue path both ways.
+Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, bool narrow) {
   const int64_t in = w.size(1), out_features = w.size(0);
   Tensor x2 = x.detach().reshape({-1, in});
   const int64_t n = x2.size(0);
   Tensor y = Tensor::empty({n, out_features}, x.dtype(), x.device());
   Tensor pre = act == Activation::GELU ? Tensor::empty({n, out_features}, x.dtype(), x.device()) : Tensor();
-  cuda::linear_forward(x2, w, b, act, y, pre);
+  if (narrow) cuda::narrow_linear_forward(x2, w, b, y);
+  else cuda::linear_forward(x2, w, b, act, y, pre);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor result = y.reshape(out_shape);
@@ -47,8 +52,12 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
   Tensor saved = act == Activation::GELU ? pre : act == Activation::ReLU ? y : Tensor();
   const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
   return record("linear", result, {x, w, b},
-                [x2, w = w.detach(), saved, act, gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
+                [x2, w = w.detach(), saved, act, narrow, gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
                   Tensor dy = g.reshape({x2.size(0), w.size(0)});
+                  if (narrow)
+                    return std::vector<Tensor>{gx ? matmul(dy, w).reshape(x_shape) : Tensor(),
+                                               gw ? matmul(dy, x2, true) : Tensor(),
+                                               gb ? sum_to(dy, {w.size(0)}) : Tensor()};
                   Tensor dx = gx ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
                   // Straight into the parameters' f32 gradient views when they have them.
                   const GradOutput dw = grad_output(1, gw, w.shape(), w.dtype(), w.device());
@@ -56,27 +65,6 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
                   cuda::linear_backward(dy, x2, w, act, saved, dx, dw, db);
                   return std::vector<Tensor>{gx ? dx.reshape(x_shape) : Tensor(), dw.tensor, db.tensor};
                 });
-}
-
-// The narrow forward (few outputs, no activation; lib/ops/linear.h). Its backward is the
-// primitives' (two products and the bias's column sums): the epilogue path's dW product into an
-// f32 gradient view took cuBLASLt's magma_sgemmEx kernel at OUT = 10, 167 us on the H100.
-Tensor linear_narrow(const Tensor& x, const Tensor& w, const Tensor& b) {
-  const int64_t in = w.size(1), out_features = w.size(0);
-  Tensor x2 = x.detach().reshape({-1, in});
-  const int64_t n = x2.size(0);
-  Tensor y = Tensor::empty({n, out_features}, x.dtype(), x.device());
-  cuda::narrow_linear_forward(x2, w, b, y);
-  Shape out_shape = x.shape();
-  out_shape.back() = out_features;
-  Tensor result = y.reshape(out_shape);
-  if (!needs_grad({&x, &w, &b})) return result;
-  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.requires_grad();
-  return record("linear", result, {x, w, b}, [x2, w = w.detach(), gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
-    const Tensor dy = g.reshape({x2.size(0), w.size(0)});
-    return std::vector<Tensor>{gx ? matmul(dy, w).reshape(x_shape) : Tensor(), gw ? matmul(dy, x2, true) : Tensor(),
-                               gb ? sum_to(dy, {w.size(0)}) : Tensor()};
-  });
 }
 
 }  // namespace
@@ -108,12 +96,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
   if (!use_fused(x) || !fused_dtype || x.numel() == 0) return linear_composite(x, weight, bias, act);
   if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight))
-    return linear_narrow(x, weight, bias);
+    return linear_fused(x, weight, bias, act, true);
   LinearFusion fusion = linear_fusion();
   if (fusion == LinearFusion::Auto)
     fusion = linear_fusion_for(x.numel() / x.size(-1), weight.size(1), weight.size(0), act);
   if (fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act))
-    return linear_fused(x, weight, bias, act);
+    return linear_fused(x, weight, bias, act, false);
   return bias_act(matmul(x, weight, false, true), bias, act);
 }
 
