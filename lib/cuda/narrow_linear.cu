@@ -18,7 +18,6 @@
 // memory, and warp 0 adds the bias and stores. The backward is the primitives' (lib/ops/linear.cpp).
 #include <algorithm>
 
-#include "lib/cuda/math.cuh"
 #include "lib/cuda/mma.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/linear.h"
