@@ -5,7 +5,8 @@
 # steps with Nsight Compute (duration, DRAM bytes and launch shape per kernel; caches not flushed
 # between kernels, as in a real step) and prints scripts/ncu_breakdown.py's table for each.
 #   scripts/device_breakdown.sh [gtest filter]
-# BREAKDOWN_BENCH=lora profiles `ft-bench lora` (the lora-gpt2 step) instead of `ft-bench gpt2`.
+# BREAKDOWN_BENCH=lora profiles `ft-bench lora` (the lora-gpt2 step) instead of `ft-bench gpt2`;
+# BREAKDOWN_BENCH=none leaves the GPT-2 side out (the mlp-fmnist table alone).
 # BREAKDOWN_STALLS=regex also profiles the first launches of the matching kernels in ft-mlp with
 # the warp stall reasons (scripts/ncu_table.py). Logs go to $OUT.
 set -uo pipefail
@@ -23,8 +24,10 @@ $B/tests/ft_tests --gtest_filter="$filter" >"$out/gtest.log" 2>&1
 grep -E "^\[  (PASSED|FAILED) " "$out/gtest.log"
 grep -E "^\[  FAILED" "$out/gtest.log" | head -20
 
-timeout 120 $B/examples/ft-bench $bench --kernels fused --graph 1 >"$out/$bench-graph.log" 2>&1 || tail -5 "$out/$bench-graph.log"
-timeout 120 $B/examples/ft-bench $bench --kernels fused --graph 0 >"$out/$bench-eager.log" 2>&1 || tail -5 "$out/$bench-eager.log"
+if [ "$bench" != none ]; then
+  timeout 120 $B/examples/ft-bench $bench --kernels fused --graph 1 >"$out/$bench-graph.log" 2>&1 || tail -5 "$out/$bench-graph.log"
+  timeout 120 $B/examples/ft-bench $bench --kernels fused --graph 0 >"$out/$bench-eager.log" 2>&1 || tail -5 "$out/$bench-eager.log"
+fi
 
 timeout 120 $B/examples/ft-mlp --device cuda --epochs 1 --batch 4096 --log-every 5 --data-dir "$data" \
   >"$out/mlp.log" 2>&1 || tail -5 "$out/mlp.log"
@@ -38,7 +41,7 @@ ncu_breakdown() {  # label, steps covered, then the program and its arguments
   python3 scripts/ncu_breakdown.py --steps "$steps" <"$out/ncu-$label.csv" >"$out/breakdown-$label.txt"
 }
 # Only the timed step: ft-bench brackets its timed steps with cudaProfilerStart/Stop.
-ncu_breakdown $bench 1 --profile-from-start off $B/examples/ft-bench $bench --kernels fused --graph 0 --warmup 1 --steps 1
+[ "$bench" = none ] || ncu_breakdown $bench 1 --profile-from-start off $B/examples/ft-bench $bench --kernels fused --graph 0 --warmup 1 --steps 1
 # ft-mlp has no marks: four steps after the first two, found by launch count.
 mlp_args=(--device cuda --graph 0 --epochs 1 --batch 4096 --log-every 5 --data-dir "$data")
 ncu --clock-control none --launch-count 400 --metrics gpu__time_duration.sum --csv --page raw $B/examples/ft-mlp "${mlp_args[@]}" \
@@ -71,7 +74,7 @@ fi
 
 echo
 echo "== breakdown ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) =="
-grep -h '^RESULT' "$out/$bench-graph.log" "$out/$bench-eager.log" "$out/mlp.log"
+grep -h '^RESULT' "$out/$bench-graph.log" "$out/$bench-eager.log" "$out/mlp.log" 2>/dev/null
 for f in $bench mlp; do
   [ -f "$out/breakdown-$f.txt" ] && { echo "-- $f"; cut -c1-190 "$out/breakdown-$f.txt"; }
 done

@@ -3,9 +3,9 @@
 # the norm, GELU and MLP tests, times the mlp-fmnist step (`ft-bench mlp`, fused, graph) and
 # residual + LayerNorm (`ft-bench ops`), then profiles the first launches of the norm kernels in
 # ft-mlp with Nsight Compute (time, instructions, registers, occupancy, DRAM, stall reasons;
-# scripts/ncu_table.py), and with MLP_BREAKDOWN=1 every kernel of two eager mlp-fmnist steps
-# (scripts/ncu_breakdown.py). For iterating on those kernels; scripts/device_check.sh is the
-# full check.
+# scripts/ncu_table.py). For iterating on those kernels; every kernel of the step is
+# `BREAKDOWN_BENCH=none scripts/device_breakdown.sh`, and scripts/device_check.sh is the full
+# check.
 #   scripts/device_mlp_norm.sh [gtest filter]
 # Logs go to $OUT.
 set -uo pipefail
@@ -37,17 +37,9 @@ ncu --clock-control none --kernel-name-base demangled --kernel-name "regex:norm_
   --csv --page details $B/examples/ft-mlp --device cuda --graph 0 --epochs 1 --batch 4096 --log-every 5 --data-dir "$data" \
   >"$out/ncu-norm.csv" 2>"$out/ncu-norm.err" || tail -5 "$out/ncu-norm.err"
 python3 scripts/ncu_table.py <"$out/ncu-norm.csv" >"$out/norm-kernels.txt"
-if [ -n "${MLP_BREAKDOWN:-}" ]; then
-  ncu --clock-control none --cache-control none --kernel-name-base demangled --profile-from-start off \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
-    --csv --page raw $B/examples/ft-bench mlp --kernels fused --graph 0 --warmup 3 --steps 2 \
-    >"$out/ncu-mlp.csv" 2>"$out/ncu-mlp.err" || tail -5 "$out/ncu-mlp.err"
-  python3 scripts/ncu_breakdown.py --steps 2 <"$out/ncu-mlp.csv" >"$out/breakdown-mlp.txt"
-fi
 
 echo
 echo "== mlp norm ($(date -u +%F), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) =="
 grep -h '^RESULT' "$out"/bench-mlp-*.log
 grep -iE "layernorm|layer_norm" "$out/bench-ops.log" | head -6
 cut -c1-260 "$out/norm-kernels.txt"
-[ -f "$out/breakdown-mlp.txt" ] && cut -c1-160 "$out/breakdown-mlp.txt"
