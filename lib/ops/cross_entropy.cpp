@@ -49,13 +49,10 @@ void check_logits(const Tensor& logits, const Tensor& targets, const CrossEntrop
 }
 
 Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options) {
-  const int64_t vocab = logits.size(1);
-  Tensor count = Tensor::empty({1}, DType::F32, logits.device());
-  cuda::cross_entropy_count(targets, vocab, options.ignore_index, count);
   Tensor loss = Tensor::empty({1}, DType::F32, logits.device());
   const bool grad = needs_grad({&logits});
   Tensor dlogits = grad ? Tensor::empty(logits.shape(), logits.dtype(), logits.device()) : Tensor();
-  cuda::cross_entropy_forward(logits, targets, options, count, loss, false, dlogits);
+  cuda::cross_entropy_forward(logits, targets, options, Tensor(), loss, false, dlogits);
   Tensor out = loss.reshape({});
   if (!grad) return out;
   // dlogits is final up to the upstream factor; backward applies it in place, so the node can

@@ -41,7 +41,9 @@ namespace cuda {
 void cross_entropy_count(const Tensor& targets, int64_t vocab, int64_t ignore_index, const Tensor& count);
 /// loss (f32 [1]) = the reduced loss over these rows, accumulated (+=) when `accumulate`;
 /// dlogits (when defined, same shape and dtype as logits, may alias logits) = d loss / d logits.
-/// `count` is the number of counted rows of the whole batch (for Mean).
+/// `count` is the number of counted rows of the whole batch (for Mean); undefined when these rows
+/// are the batch: then the targets are validated and counted here (inside the loss kernel when
+/// the vocabulary is tiny, so the MLP's classifier loss is one launch).
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& options,
                            const Tensor& count, const Tensor& loss, bool accumulate, const Tensor& dlogits);
 /// grad *= *upstream (a [] or [1] f32 tensor on the device); returns at once when it is 1.

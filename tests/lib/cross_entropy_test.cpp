@@ -64,8 +64,12 @@ struct CeCase {
 };
 
 // N = 1 (tiny and GPT-2-sized V), odd N and V, large rows (V = 8192), a GPT-2 vocabulary over
-// several rows, and many rows.
-std::vector<CeCase> device_cases() { return {{1, 3}, {1, 50257}, {33, 767}, {4, 8192}, {8, 50257}, {129, 1000}}; }
+// several rows, and many rows. Tiny vocabularies (a thread a row): the MLP's classifier (4096
+// rows, each block counting the targets itself), more rows than that fold takes (the count
+// kernel), and the largest tiny V next to the smallest warp-row one.
+std::vector<CeCase> device_cases() {
+  return {{1, 3}, {1, 50257}, {33, 767}, {4, 8192}, {8, 50257}, {129, 1000}, {4096, 10}, {20001, 10}, {300, 32}, {65, 33}};
+}
 
 std::vector<CrossEntropyOptions> device_options() {
   std::vector<CrossEntropyOptions> out;
@@ -364,26 +368,34 @@ TEST_P(CrossEntropyFusedDeviceTest, LargeLogitsStayFinite) {
 
 // An out-of-range target that is not ignore_index: an ft::Error at the call on the CPU, and at
 // the next synchronizing read on CUDA, in either kernel mode, with or without a gradient.
+// V = 10 takes the thread-a-row kernel that counts the targets itself; its bad row lies in the
+// third block.
 TEST_P(CrossEntropyFusedDeviceTest, TargetOutOfRangeIsAnError) {
-  const int64_t vocab = 767;
-  for (bool with_grad : {false, true}) {
-    for (const CrossEntropyOptions& options : device_options()) {
-      for (double bad : {static_cast<double>(vocab), -1.0, 1e6}) {
-        SCOPED_TRACE(testing::Message() << options_name(options) << " target " << bad << (with_grad ? " grad" : ""));
-        Tensor logits = Tensor::zeros({3, vocab}, DType::F32, device());
-        if (with_grad) logits.requires_grad_();
-        const Tensor targets = Tensor::from_vector({0, bad, 1}, {3}, DType::I64, device());
-        if (device().is_cpu()) {
-          EXPECT_FT_ERROR(cross_entropy(logits, targets, options), "cross_entropy");
-          continue;
+  for (auto [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{3, 767}, {600, 10}}) {
+    const size_t bad_row = rows == 3 ? 1 : 519;
+    for (bool with_grad : {false, true}) {
+      for (const CrossEntropyOptions& options : device_options()) {
+        for (double bad : {static_cast<double>(vocab), -1.0, 1e6}) {
+          SCOPED_TRACE(testing::Message() << "V " << vocab << " " << options_name(options) << " target " << bad
+                                          << (with_grad ? " grad" : ""));
+          Tensor logits = Tensor::zeros({rows, vocab}, DType::F32, device());
+          if (with_grad) logits.requires_grad_();
+          std::vector<double> ids(static_cast<size_t>(rows), 1.0);
+          ids[0] = 0.0;
+          ids[bad_row] = bad;
+          const Tensor targets = Tensor::from_vector(ids, {rows}, DType::I64, device());
+          if (device().is_cpu()) {
+            EXPECT_FT_ERROR(cross_entropy(logits, targets, options), "cross_entropy");
+            continue;
+          }
+          Tensor loss;
+          EXPECT_NO_THROW(loss = cross_entropy(logits, targets, options));  // the check runs on the device
+          EXPECT_TRUE(error_mentions([&] { loss.item(); }, "cross_entropy"));
+          EXPECT_NO_THROW(synchronize());  // raised once, then cleared: the device stays usable
+          ids[bad_row] = -100.0;
+          const Tensor good = cross_entropy(logits, Tensor::from_vector(ids, {rows}, DType::I64, device()), options);
+          EXPECT_NO_THROW(good.item());
         }
-        Tensor loss;
-        EXPECT_NO_THROW(loss = cross_entropy(logits, targets, options));  // the check runs on the device
-        EXPECT_TRUE(error_mentions([&] { loss.item(); }, "cross_entropy"));
-        EXPECT_NO_THROW(synchronize());  // raised once, then cleared: the device stays usable
-        const Tensor good =
-            cross_entropy(logits, Tensor::from_vector({0, -100, 3}, {3}, DType::I64, device()), options);
-        EXPECT_NO_THROW(good.item());
       }
     }
   }
