@@ -61,14 +61,18 @@ TensorFn ce_fn(const CrossEntropyOptions& options) {
 
 struct CeCase {
   int64_t n, vocab;
+  DType ids = DType::I64;
 };
 
 // N = 1 (tiny and GPT-2-sized V), odd N and V, large rows (V = 8192), a GPT-2 vocabulary over
-// several rows, and many rows. Tiny vocabularies (a thread a row): the MLP's classifier (4096
-// rows, each block counting the targets itself), more rows than that fold takes (the count
+// several rows, many rows, and enough block rows (2048) that the last block adds the blocks'
+// sums four loads at a time. Tiny vocabularies (a thread a row): the MLP's classifier (4096 rows,
+// each block counting the i32 targets itself), more rows than that fold takes (the count
 // kernel), and the largest tiny V next to the smallest warp-row one.
 std::vector<CeCase> device_cases() {
-  return {{1, 3}, {1, 50257}, {33, 767}, {4, 8192}, {8, 50257}, {129, 1000}, {4096, 10}, {20001, 10}, {300, 32}, {65, 33}};
+  return {{1, 3},      {1, 50257},  {33, 767},           {4, 8192},   {8, 50257},
+          {129, 1000}, {2048, 1025}, {4096, 10, DType::I32}, {20001, 10}, {300, 32, DType::I32},
+          {65, 33}};
 }
 
 std::vector<CrossEntropyOptions> device_options() {
@@ -176,7 +180,7 @@ TEST_P(CrossEntropyFusedDeviceTest, MatchesF64Reference) {
       for (const CrossEntropyOptions& options : device_options()) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " N " << c.n << " V " << c.vocab << " "
                                         << options_name(options));
-        const Tensor targets = targets_with_ignored(c.n, c.vocab, options.ignore_index, DType::I64, gen);
+        const Tensor targets = targets_with_ignored(c.n, c.vocab, options.ignore_index, c.ids, gen);
         EXPECT_TRUE(matches_f64_reference(ce_fn(options),
                                           {random_tensor({c.n, c.vocab}, DType::F64, kCPU, gen), targets}, device(),
                                           dtype, gen, forward_tolerance(dtype), grad_tolerance(dtype)));
@@ -242,15 +246,19 @@ TEST_P(CrossEntropyFusedDeviceTest, IgnoredRowsContributeNothingAndGetZeroGradie
   }
 }
 
+// Also with V = 10 over two blocks of thread rows, which count the targets themselves.
 TEST_P(CrossEntropyFusedDeviceTest, AllRowsIgnored) {
+  Generator gen = test_generator();
   for (DType dtype : fused_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const Tensor logits = Tensor::zeros({3, 767}, DType::F64);
-    const Tensor targets = Tensor::full({3}, -100.0, DType::I64);
-    EXPECT_TRUE(std::isnan(run(logits, targets, dtype, {}).y.item())) << "mean over no rows";
-    const GradRun sum = run(logits, targets, dtype, {.reduction = Reduction::Sum, .label_smoothing = 0.1});
-    EXPECT_EQ(sum.y.item(), 0.0);
-    EXPECT_TRUE(all_equal(sum.grads[0], Tensor::zeros({3, 767}, dtype)));
+    for (auto [n, vocab] : std::vector<std::pair<int64_t, int64_t>>{{3, 767}, {300, 10}}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " N " << n << " V " << vocab);
+      const Tensor logits = random_tensor({n, vocab}, DType::F64, kCPU, gen);
+      const Tensor targets = Tensor::full({n}, -100.0, DType::I64);
+      EXPECT_TRUE(std::isnan(run(logits, targets, dtype, {}).y.item())) << "mean over no rows";
+      const GradRun sum = run(logits, targets, dtype, {.reduction = Reduction::Sum, .label_smoothing = 0.1});
+      EXPECT_EQ(sum.y.item(), 0.0);
+      EXPECT_TRUE(all_equal(sum.grads[0], Tensor::zeros({n, vocab}, dtype)));
+    }
   }
 }
 

@@ -65,10 +65,11 @@ std::string options_name(const CrossEntropyOptions& o) {
 }
 
 // Chunks smaller than N and not dividing it (37 = 16 + 16 + 5, and 7 chunks of one row), equal
-// to N, larger than N (the default 4096), N = 1 with a GPT-2 vocabulary, odd V, large V.
+// to N, larger than N (the default 4096), N = 1 with a GPT-2 vocabulary, odd V, large V, and a
+// tiny V (10: the loss kernel's thread rows, given the batch's count, adding over the chunks).
 std::vector<LceCase> device_cases() {
   return {{37, 64, 767, 16},  {7, 64, 767, 1},    {37, 65, 767, 37},  {37, 64, 767, 4096},
-          {1, 64, 50257, 16}, {8, 64, 50257, 3}, {64, 64, 8192, 16}};
+          {1, 64, 50257, 16}, {8, 64, 50257, 3}, {64, 64, 8192, 16}, {37, 64, 10, 16}};
 }
 
 std::vector<CrossEntropyOptions> device_options() {
