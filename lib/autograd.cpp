@@ -1,5 +1,7 @@
 #include "lib/autograd.h"
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -118,7 +120,7 @@ class NodeInBackward {
 };
 
 void fire_grad_ready(TensorImpl& leaf) {
-  for (const auto& hook : leaf.grad_ready_hooks) hook();
+  for (const auto& [id, hook] : leaf.grad_ready_hooks) hook();
 }
 
 // with_targets: a run_backward, which offers grad_target to ops and calls gradient-ready hooks;
@@ -309,10 +311,22 @@ void detach_grad_view(const Tensor& leaf) {
   impl->grad_zeroed = impl->grad_stale = false;
 }
 
-void add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
+uint64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
   check_defined(leaf, "add_grad_ready_hook", "leaf");
   FT_CHECK(leaf.requires_grad() && !leaf.grad_fn(), "add_grad_ready_hook: the tensor must be a leaf that requires grad");
-  leaf.impl()->grad_ready_hooks.push_back(std::move(hook));
+  static std::atomic<uint64_t> next_id{1};
+  const uint64_t id = next_id.fetch_add(1);
+  leaf.impl()->grad_ready_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+bool remove_grad_ready_hook(const Tensor& leaf, uint64_t id) {
+  if (!leaf.defined()) return false;
+  auto& hooks = leaf.impl()->grad_ready_hooks;
+  const auto it = std::find_if(hooks.begin(), hooks.end(), [id](const auto& hook) { return hook.first == id; });
+  if (it == hooks.end()) return false;
+  hooks.erase(it);
+  return true;
 }
 
 void clear_grad_ready_hooks(const Tensor& leaf) {

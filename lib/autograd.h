@@ -128,8 +128,11 @@ void detach_grad_view(const Tensor& leaf);
 /// twice, like GPT-2's tied embedding, has two) and calls the hook when the last one has been
 /// delivered, including contributions a fused op wrote into grad_target itself. On CUDA the
 /// gradient is then complete in stream order (what is enqueued after the call sees it). A leaf
-/// the backward does not reach gets no call.
-void add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
+/// the backward does not reach gets no call. Returns the hook's id, for remove_grad_ready_hook.
+uint64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
+/// Removes that one hook; others' hooks on the leaf stay. Returns whether the leaf held it (it
+/// may have been removed or cleared already: removing twice is harmless, as in destructors).
+bool remove_grad_ready_hook(const Tensor& leaf, uint64_t id);
 void clear_grad_ready_hooks(const Tensor& leaf);
 
 /// The gradients of root with respect to the given leaves, as torch.autograd.grad returns them:

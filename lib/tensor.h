@@ -159,8 +159,9 @@ struct TensorImpl {
   // kernel, since the first contribution overwrites the view whole; a reader (grad(), the
   // optimizer) or a sparse contribution clears it first.
   bool grad_stale = false;
-  // Called once per backward, after the leaf's last gradient contribution (autograd.h).
-  std::vector<std::function<void()>> grad_ready_hooks;
+  // Called once per backward, after the leaf's last gradient contribution (autograd.h), each
+  // with the id add_grad_ready_hook returned for it.
+  std::vector<std::pair<uint64_t, std::function<void()>>> grad_ready_hooks;
 };
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);

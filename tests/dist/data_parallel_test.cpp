@@ -119,6 +119,27 @@ TEST_P(DataParallelTest, BucketsStartBeforeBackwardEnds) {
   for (size_t b = 0; b < optimizer.buckets().size(); ++b) at("start " + std::to_string(b));
 }
 
+// DataParallel removes only its own gradient-ready hooks when it goes: a hook the user put on
+// a parameter keeps firing after the wrapper is gone (its destructor used to clear them all).
+TEST_P(DataParallelTest, ItsDestructorLeavesOtherHooks) {
+  const Device device = GetParam();
+  Generator gen = test_generator(3);
+  ThreeLayers model(gen, dtype(), device);
+  AdamW optimizer(model.weights, AdamW::Options{});
+  int user_calls = 0;
+  add_grad_ready_hook(model.weights[1], [&] { ++user_calls; });
+  const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+  {
+    OneRank rank(device);
+    DataParallel dp(*rank.comm, optimizer, DataParallel::Options{.trace = true});
+    train_step(model, optimizer, &dp, x);
+    EXPECT_EQ(user_calls, 1);
+    EXPECT_FALSE(dp.trace().empty());
+  }
+  train_step(model, optimizer, nullptr, x);  // no wrapper: its hooks must be gone, the user's not
+  EXPECT_EQ(user_calls, 2);
+}
+
 TEST_P(DataParallelTest, OnlyTheLastMicroBatchReduces) {
   const Device device = GetParam();
   Generator gen = test_generator(2);

@@ -197,6 +197,30 @@ TEST(GradReadyHookTest, ALeafUsedTwiceInOneOpFiresOnce) {
   EXPECT_TRUE(all_close(a.grad(), a.detach() * 2.0, 1e-15));
 }
 
+// A hook removed by its id stops firing; the leaf's other hooks keep firing; removing it again,
+// or from another leaf, removes nothing.
+TEST(GradReadyHookTest, RemovingOneHookLeavesTheOthers) {
+  Generator gen = test_generator();
+  Tensor a = random_tensor({5}, DType::F64, kCPU, gen).requires_grad_();
+  Tensor c = random_tensor({5}, DType::F64, kCPU, gen).requires_grad_();
+  int first = 0, second = 0;
+  const uint64_t first_id = add_grad_ready_hook(a, [&] { ++first; });
+  const uint64_t second_id = add_grad_ready_hook(a, [&] { ++second; });
+  EXPECT_NE(first_id, second_id);
+  sum_all(a * c).backward();
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 1);
+  EXPECT_FALSE(remove_grad_ready_hook(c, first_id));  // not c's
+  EXPECT_TRUE(remove_grad_ready_hook(a, first_id));
+  EXPECT_FALSE(remove_grad_ready_hook(a, first_id));  // already gone
+  sum_all(a * c).backward();
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 2);
+  EXPECT_TRUE(remove_grad_ready_hook(a, second_id));
+  sum_all(a * c).backward();
+  EXPECT_EQ(second, 2);
+}
+
 // ---- CUDA: fused ops writing into the f32 views ----
 
 /// Runs `loss_of(params)` backward twice on bf16 CUDA parameters: once as plain leaves (bf16

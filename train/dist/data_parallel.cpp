@@ -23,14 +23,16 @@ DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options opt
   for (size_t b = 0; b < buckets.size(); ++b)
     for (size_t i : buckets[b].members) buckets_of_[i].push_back(b);
   hooked_ = optimizer_.params();
-  for (size_t i = 0; i < hooked_.size(); ++i) add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); });
+  for (size_t i = 0; i < hooked_.size(); ++i)
+    hook_ids_.push_back(add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); }));
   if (optimizer_.sharded()) optimizer_.set_shard_collectives(this);
 }
 
 // The optimizer is not touched here: it may be gone already (a binary builds it after joining
 // the run). The parameters are this object's own references.
 DataParallel::~DataParallel() {
-  for (const Tensor& p : hooked_) clear_grad_ready_hooks(p);
+  // Only its own hooks: others on the same parameters (another wrapper's, a user's) stay.
+  for (size_t i = 0; i < hooked_.size(); ++i) remove_grad_ready_hook(hooked_[i], hook_ids_[i]);
 }
 
 void DataParallel::broadcast_parameters(Module& model) {

@@ -86,6 +86,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   Optimizer& optimizer_;
   Options options_;
   std::vector<Tensor> hooked_;                   // the parameters whose gradient-ready hooks call back
+  std::vector<uint64_t> hook_ids_;               // those hooks, one a parameter
   std::vector<std::vector<size_t>> buckets_of_;  // parameter → the buckets it has elements in
   std::vector<size_t> waiting_;                  // bucket → members whose gradient is not ready
   size_t next_bucket_ = 0;                       // buckets before it have started this step
