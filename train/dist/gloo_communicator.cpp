@@ -67,17 +67,18 @@ class GlooCommunicator : public Communicator {
     const std::string prefix = "ft-" + env.run_id;
     std::string redis = options.redis.empty() && std::getenv("FT_REDIS") ? std::getenv("FT_REDIS") : options.redis;
     std::shared_ptr<gloo::rendezvous::Store> store;
-    fs::path folder;
+    fs::path folder, store_folder;
     if (!redis.empty()) {
       const size_t colon = redis.rfind(':');
       FT_CHECK(colon != std::string::npos, "Gloo: the Redis address must be host:port, got '", redis, "'");
       store = std::make_shared<gloo::rendezvous::RedisStore>(redis.substr(0, colon), static_cast<int>(parse_int64(redis.substr(colon + 1), "FT_REDIS's port")));
     } else {
       folder = rendezvous_folder(options.store_dir, env.run_id);
+      store_folder = folder / "store";  // its own folder, removed once every rank has joined
       std::error_code ec;
-      fs::create_directories(folder, ec);
-      FT_CHECK(!ec, "Gloo: cannot create the rendezvous folder '", folder.string(), "': ", ec.message());
-      store = std::make_shared<gloo::rendezvous::FileStore>(folder.string());
+      fs::create_directories(store_folder, ec);
+      FT_CHECK(!ec, "Gloo: cannot create the rendezvous folder '", store_folder.string(), "': ", ec.message());
+      store = std::make_shared<gloo::rendezvous::FileStore>(store_folder.string());
     }
     gloo::transport::tcp::attr attr;
     // One host (the launcher's MASTER_ADDR is this machine): loopback. Several: this host's name.
@@ -90,6 +91,15 @@ class GlooCommunicator : public Communicator {
       gloo::rendezvous::PrefixStore prefixed(prefix, *store);
       context->connectFullMesh(prefixed, device);
       context_ = context;
+      // Every rank has read every key once all are past this barrier: rank 0 removes the
+      // store's files, so a finished run leaves only the heartbeats (gone at a clean exit).
+      if (!store_folder.empty()) {
+        gloo::BarrierOptions joined(context_);
+        joined.setTimeout(timeout_);
+        gloo::barrier(joined);
+        std::error_code ec;
+        if (rank_ == 0) fs::remove_all(store_folder, ec);
+      }
     } catch (const gloo::Exception& e) {
       FT_FAIL("Gloo: rank ", rank_, " of ", world_, " could not join the run '", env.run_id, "' within ",
               timeout_.count(), " ms (", e.what(), ")");

@@ -53,6 +53,7 @@ Heartbeat::~Heartbeat() {
   if (state_ == "alive") {
     std::error_code ec;
     fs::remove(path(rank_), ec);
+    fs::remove(folder_, ec);  // only when empty: the last rank of a clean run removes it
   }
 }
 
