@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "lib/cuda/mma.cuh"
 #include "lib/dtype.h"
 #include "lib/error.h"
 #include "lib/ops/activation.h"
@@ -212,10 +213,10 @@ __device__ __forceinline__ float bf16_in_word(uint32_t word, bool high) {
   return __uint_as_float(high ? word & 0xffff0000u : word << 16);
 }
 
-/// lo and hi rounded to bf16 as one word (one cvt.rn.bf16x2), and set to the rounded values.
+/// lo and hi rounded to bf16 as one word (mma::pack_bf16: one cvt.rn.bf16x2), and set to the
+/// rounded values.
 __device__ __forceinline__ uint32_t round_bf16_pair(float& lo, float& hi) {
-  uint32_t word;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(word) : "f"(hi), "f"(lo));
+  const uint32_t word = mma::pack_bf16(lo, hi);
   lo = bf16_in_word(word, false);
   hi = bf16_in_word(word, true);
   return word;
