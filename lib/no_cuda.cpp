@@ -100,6 +100,9 @@ void linear_backward(const Tensor&, const Tensor&, const Tensor&, Activation, co
 void lora_merge(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&) { unavailable(); }
 bool narrow_linear_supported(const Tensor&, const Tensor&) { return false; }
 void narrow_linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
+void narrow_linear_backward_params(const Tensor&, const Tensor&, const GradOutput&, const GradOutput&) {
+  unavailable();
+}
 LoRASaved lora_linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                               const LoRAOptions&, const Tensor&) {
   unavailable();

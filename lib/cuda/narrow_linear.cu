@@ -15,9 +15,17 @@
 // fill the lane's k positions of two m16n8k16 products (first columns 8q..8q+3, then
 // 8q+4..8q+7) in both operands alike, and each operand is one 16-byte read instead of four
 // 4-byte ones. C (16 outputs × 8 rows) is added over the warps in warp order through shared
-// memory, and warp 0 adds the bias and stores. The backward is the primitives' (lib/ops/linear.cpp).
+// memory, and warp 0 adds the bias and stores.
+//
+// The backward's dx is cuBLAS's product. dW and db come from one pass over x and dy on the
+// tensor cores and a small kernel adding the chunks' sums (narrow_linear_backward_params,
+// below: 6.6 + 3.9 us of ncu time for the MLP's classifier), where cuBLAS took a split-K product
+// (8.7 + 3.2 us), an accumulate kernel into the f32 gradient (2.7), the bias's column sums (6.6)
+// and another accumulate (2.8); the MLP step went from 0.334 to 0.325 ms (session 21).
 #include <algorithm>
+#include <cstdint>
 
+#include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/mma.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/linear.h"
@@ -108,6 +116,143 @@ __global__ void __launch_bounds__(kWarps * 32) narrow_linear_forward_kernel(cons
   mma::wait_copies<0>();  // (no copy is left in flight at exit)
 }
 
+// ---- dW and db
+
+// dW[o, i] = Σ_n dy[n, o]·x[n, i] and db[o] = Σ_n dy[n, o] on tensor cores: one m16n8k16 product
+// has the outputs (16, zeros past `out`) as M, 8 columns of x as N and 16 rows as K. A block
+// takes a tile of 128 columns over slices of 128 rows; x's slice comes into shared memory by
+// asynchronous copies, dy's as bf16 (the rows past the end read as zeros), and both fragments
+// come from ldmatrix.trans (dy is A stored k-major, x is B stored k-major). Warp w owns columns
+// 16w.. of the tile, so no warp adds another's sums; warp 0 of tile 0 also multiplies dy by a B
+// of ones, which is db. A block loops over the slices c, c + chunks, ... With one chunk its sums
+// go straight into the gradients; otherwise each leaves them in the scratch and a second kernel
+// adds the chunks' in chunk order (deterministic, and no fences or atomics).
+//
+// The first forms ran on CUDA cores (16 multiply-adds an element of x, the warps' and the
+// chunks' sums added through shared memory, a last block or a thread-block cluster adding the
+// chunks): 18.5 us of ncu time at the MLP's classifier, issue-bound in the multiply-adds and
+// stalled at the fences of the cross-block sums (session 21).
+constexpr int kParamWarps = 8;
+constexpr int kParamThreads = kParamWarps * 32;
+constexpr int kTileCols = 128;        // 8 warps × 16 columns
+constexpr int kSliceRows = 128;       // rows of x and dy in shared memory at a time
+constexpr int kOutSlots = kNarrowLinearMaxOut;
+constexpr int kXStride = kTileCols + 8;   // bf16s a row: 272 bytes, ldmatrix without bank conflicts
+constexpr int kDyStride = kOutSlots + 8;  // 48 bytes, likewise
+constexpr int kWeightSlots = kOutSlots * kTileCols;  // a tile's dW sums: slot o·128 + c
+constexpr int kTileSlots = kWeightSlots + kOutSlots;  // then db's
+static_assert(kOutSlots == 16, "one m16n8k16 product covers the outputs");
+static_assert(kParamThreads % kOutSlots == 0, "a thread stages one output of dy");
+
+__global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
+    const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t rows, int in, int out, GradSink<__nv_bfloat16> dweight,
+    GradSink<__nv_bfloat16> dbias, float* partials) {
+  __shared__ __align__(16) __nv_bfloat16 x_s[kSliceRows][kXStride];
+  __shared__ __align__(16) __nv_bfloat16 dy_s[kSliceRows][kDyStride];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int tile = blockIdx.x, tiles = gridDim.x, chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t slices = (rows + kSliceRows - 1) / kSliceRows;
+  const int warp_col = tile * kTileCols + warp * 16;  // the warp's first column of x
+  const bool weight_warp = dweight.any() && warp_col < in;  // (in is a multiple of 32)
+  const bool bias_warp = dbias.any() && tile == 0 && warp == 0;
+  const bool read_x = dweight.any();
+  float c[2][4] = {}, bias_c[4] = {};
+  const uint32_t ones = mma::pack_bf16(1.0f, 1.0f);
+  // Staging dy: thread t brings output t % 16 of rows t / 16, t / 16 + 16, ...
+  const int stage_out = threadIdx.x % kOutSlots, stage_row = threadIdx.x / kOutSlots;
+  constexpr int kStaged = kSliceRows / (kParamThreads / kOutSlots);
+  for (int64_t slice = chunk; slice < slices; slice += chunks) {
+    const int64_t row0 = slice * kSliceRows;
+    const int n = static_cast<int>(std::min<int64_t>(kSliceRows, rows - row0));
+    __syncthreads();  // the previous slice is read by everyone
+    if (read_x) {
+      // 16 copies of 16 bytes a row; rows past the end and columns past x read as zeros.
+      for (int i = threadIdx.x; i < kSliceRows * (kTileCols / 8); i += kParamThreads) {
+        const int r = i / (kTileCols / 8), col = tile * kTileCols + (i % (kTileCols / 8)) * 8;
+        const bool inside = r < n && col < in;
+        mma::copy_async16(&x_s[r][col - tile * kTileCols], inside ? x + (row0 + r) * in + col : x, inside ? 16 : 0);
+      }
+      mma::commit_copies();
+    }
+    // dy's loads all in flight at once: the row is clamped into the slice rather than guarded.
+    const unsigned short* dy_out = reinterpret_cast<const unsigned short*>(dy) + row0 * out + stage_out;
+    unsigned short raw[kStaged];
+#pragma unroll
+    for (int k = 0; k < kStaged; ++k) {
+      const int r = std::min(stage_row + k * (kParamThreads / kOutSlots), n - 1);
+      raw[k] = stage_out < out ? __ldg(dy_out + static_cast<int64_t>(r) * out) : 0;
+    }
+#pragma unroll
+    for (int k = 0; k < kStaged; ++k) {
+      const int r = stage_row + k * (kParamThreads / kOutSlots);
+      dy_s[r][stage_out] = __ushort_as_bfloat16(r < n ? raw[k] : static_cast<unsigned short>(0));
+    }
+    mma::wait_copies<0>();
+    __syncthreads();
+    if (weight_warp || bias_warp) {
+      for (int k0 = 0; k0 < n; k0 += 16) {
+        // A: matrices (k 0-7, o 0-7), (k 0-7, o 8-15), (k 8-15, o 0-7), (k 8-15, o 8-15).
+        uint32_t a[4];
+        mma::load_matrix_x4_trans(a, &dy_s[k0 + (lane / 16) * 8 + lane % 8][((lane / 8) % 2) * 8]);
+        if (weight_warp) {
+          // B: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+          uint32_t b[4];
+          mma::load_matrix_x4_trans(b, &x_s[k0 + ((lane / 8) % 2) * 8 + lane % 8][warp * 16 + (lane / 16) * 8]);
+          mma::mma_bf16(c[0], a, b[0], b[1]);
+          mma::mma_bf16(c[1], a, b[2], b[3]);
+        }
+        if (bias_warp) mma::mma_bf16(bias_c, a, ones, ones);
+      }
+    }
+  }
+
+  // C: c0, c1 = (output g, columns 2q, 2q + 1), c2, c3 = (output g + 8, the same columns).
+  const int g = lane / 4, q = lane % 4;
+  float* own = chunks > 1 ? partials + (static_cast<int64_t>(chunk) * tiles + tile) * kTileSlots : nullptr;
+  if (weight_warp) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int o = g + 8 * h, col = warp * 16 + 8 * j + 2 * q;  // col: within the tile
+        if (own) {
+          *reinterpret_cast<float2*>(own + o * kTileCols + col) = make_float2(c[j][2 * h], c[j][2 * h + 1]);
+        } else if (o < out) {
+          const int64_t index = static_cast<int64_t>(o) * in + tile * kTileCols + col;
+          dweight.store(index, c[j][2 * h]);
+          dweight.store(index + 1, c[j][2 * h + 1]);
+        }
+      }
+  }
+  if (bias_warp && q == 0) {  // every column of dy · ones is db: take column 0
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int o = g + 8 * h;
+      if (own) own[kWeightSlots + o] = bias_c[2 * h];
+      else if (o < out) dbias.store(o, bias_c[2 * h]);
+    }
+  }
+}
+
+// The chunks' sums, in chunk order: a thread a slot of a tile.
+__global__ void __launch_bounds__(256) narrow_linear_params_sum_kernel(const float* partials, int chunks, int tiles,
+                                                                       int in, int out, GradSink<__nv_bfloat16> dweight,
+                                                                       GradSink<__nv_bfloat16> dbias) {
+  const int index = blockIdx.x * blockDim.x + threadIdx.x;
+  if (index >= tiles * kTileSlots) return;
+  const int tile = index / kTileSlots, slot = index % kTileSlots;
+  const bool bias = slot >= kWeightSlots;
+  const int o = bias ? slot - kWeightSlots : slot / kTileCols, col = tile * kTileCols + slot % kTileCols;
+  const bool wanted = bias ? dbias.any() && tile == 0 && o < out : dweight.any() && o < out && col < in;
+  if (!wanted) return;
+  const int64_t stride = static_cast<int64_t>(tiles) * kTileSlots;
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int c = 0; c < chunks; ++c) sum += partials[c * stride + index];
+  if (bias) dbias.store(o, sum);
+  else dweight.store(static_cast<int64_t>(o) * in + col, sum);
+}
+
 }  // namespace
 
 bool narrow_linear_supported(const Tensor& x, const Tensor& weight) {
@@ -133,6 +278,33 @@ void narrow_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& 
       bias.defined() ? bias.data<__nv_bfloat16>() : nullptr, y.data<__nv_bfloat16>(), rows,
       static_cast<int>(weight.size(1)), static_cast<int>(weight.size(0)));
   FT_CUDA_CHECK_LAUNCH("narrow_linear_forward_kernel");
+}
+
+void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const GradOutput& dweight,
+                                   const GradOutput& dbias) {
+  const int64_t rows = x.size(0);
+  const int in = static_cast<int>(x.size(1)), out = static_cast<int>(dy.size(1));
+  FT_CHECK(dy.dtype() == DType::BF16 && x.dtype() == DType::BF16 && in % 32 == 0 && out <= kOutSlots && rows > 0 &&
+               reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+           "narrow linear backward: bf16 dy [N, <= 16] and 16-byte aligned x [N, 32k] with N > 0 expected");
+  if (!dweight.defined() && !dbias.defined()) return;
+  // Column tiles times chunks of slices, about four blocks an SM (a block loops over its chunk's
+  // slices when there are more). Only db: one tile, and x is not read.
+  const int tiles = dweight.defined() ? (in + kTileCols - 1) / kTileCols : 1;
+  const int64_t slices = (rows + kSliceRows - 1) / kSliceRows;
+  const int chunks = static_cast<int>(std::min<int64_t>(slices, std::max(1, 4 * multiprocessor_count() / tiles)));
+  float* partials = nullptr;
+  if (chunks > 1) partials = column_scratch(chunks, static_cast<int64_t>(tiles) * kTileSlots, 1).partials;
+  const GradSink<__nv_bfloat16> weight_sink = grad_sink<__nv_bfloat16>(dweight), bias_sink = grad_sink<__nv_bfloat16>(dbias);
+  narrow_linear_params_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), kParamThreads, 0,
+                                stream()>>>(dy.data<__nv_bfloat16>(), x.data<__nv_bfloat16>(), rows, in, out,
+                                            weight_sink, bias_sink, partials);
+  FT_CUDA_CHECK_LAUNCH("narrow_linear_params_kernel");
+  if (chunks == 1) return;
+  const int slots = tiles * kTileSlots;
+  narrow_linear_params_sum_kernel<<<(slots + 255) / 256, 256, 0, stream()>>>(partials, chunks, tiles, in, out,
+                                                                          weight_sink, bias_sink);
+  FT_CUDA_CHECK_LAUNCH("narrow_linear_params_sum_kernel");
 }
 
 }  // namespace ft::cuda

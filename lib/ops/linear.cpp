@@ -1,6 +1,7 @@
 #include "lib/ops/linear.h"
 
 #include "lib/autograd.h"
+#include "lib/cuda/launchers.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
@@ -34,7 +35,7 @@ bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b, Activati
 }
 
 /// The fused forms. `narrow`: the narrow forward (few outputs, no activation; lib/ops/linear.h),
-/// whose backward is the primitives' (two products and the bias's column sums): the epilogue
+/// whose backward is dx by the matmul primitive and dW, db by the narrow kernel: the epilogue
 /// path's dW product into an f32 gradient view took cuBLASLt's magma_sgemmEx kernel at OUT = 10,
 /// 167 us on the H100. Otherwise the cuBLASLt epilogue path both ways.
 Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activation act, bool narrow) {
@@ -54,14 +55,16 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
   return record("linear", result, {x, w, b},
                 [x2, w = w.detach(), saved, act, narrow, gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
                   Tensor dy = g.reshape({x2.size(0), w.size(0)});
-                  if (narrow)
-                    return std::vector<Tensor>{gx ? matmul(dy, w).reshape(x_shape) : Tensor(),
-                                               gw ? matmul(dy, x2, true) : Tensor(),
-                                               gb ? sum_to(dy, {w.size(0)}) : Tensor()};
-                  Tensor dx = gx ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
                   // Straight into the parameters' f32 gradient views when they have them.
-                  const GradOutput dw = grad_output(1, gw, w.shape(), w.dtype(), w.device());
                   const GradOutput db = grad_output(2, gb, {w.size(0)}, w.dtype(), w.device());
+                  const GradOutput dw = grad_output(1, gw, w.shape(), w.dtype(), w.device());
+                  if (narrow) {
+                    // dW and db in one pass over x, straight into their views (no accumulate
+                    // kernels after); dx is the matmul primitive's.
+                    if (gw || gb) cuda::narrow_linear_backward_params(dy, x2, dw, db);
+                    return std::vector<Tensor>{gx ? matmul(dy, w).reshape(x_shape) : Tensor(), dw.tensor, db.tensor};
+                  }
+                  Tensor dx = gx ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
                   cuda::linear_backward(dy, x2, w, act, saved, dx, dw, db);
                   return std::vector<Tensor>{gx ? dx.reshape(x_shape) : Tensor(), dw.tensor, db.tensor};
                 });

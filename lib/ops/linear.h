@@ -12,8 +12,9 @@
 // Third, for bf16 with at most 16 outputs, IN a multiple of 32 up to 2048, a bias and no
 // activation (a classifier): the narrow forward (lib/cuda/narrow_linear.cu), one pass over x on
 // the tensor cores with the bias added before the one rounding, where cuBLAS's tiles left most
-// of each tensor-core tile empty; backward as the twin's (the two products and the bias's
-// column sums). Saves x and W.
+// of each tensor-core tile empty. Its backward: dx by the matmul primitive, dW and db in one
+// pass over x on the tensor cores (narrow_linear_backward_params), straight into their f32
+// gradient views. Saves x and W.
 // Twin: matmul + add + activation primitives.
 #pragma once
 #include "lib/ops/activation.h"
@@ -52,6 +53,11 @@ constexpr int kNarrowLinearMaxIn = 2048;
 bool narrow_linear_supported(const Tensor& x, const Tensor& weight);
 /// y [N, OUT] = x·Wᵀ + b (b may be undefined).
 void narrow_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
+/// The narrow layer's dW [OUT, IN] = dyᵀ·x and db [OUT] = column sums of dy (bf16 dy [N, OUT] and
+/// 16-byte aligned x [N, IN], N > 0), in one pass over x and a kernel adding the row chunks' sums
+/// in a fixed order; each overwritten, or added into an f32 view, or skipped when undefined.
+void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const GradOutput& dweight,
+                                   const GradOutput& dbias);
 }  // namespace cuda
 
 }  // namespace ft

@@ -279,6 +279,19 @@ TEST_F(FusedGradViewTest, LinearWithAndWithoutActivation) {
   }
 }
 
+// The narrow forward's layers (bf16, 10 outputs, IN a multiple of 32: the MLP's classifier) sum
+// the bias's gradient straight into its view; the loss weighs each output differently.
+TEST_F(FusedGradViewTest, NarrowLinear) {
+  ASSERT_TRUE(cuda::narrow_linear_supported(Tensor::empty({300, 64}, DType::BF16, kCUDA),
+                                            Tensor::empty({10, 64}, DType::BF16, kCUDA)));
+  Generator gen = test_generator();
+  const Tensor x = random_tensor({300, 64}, DType::BF16, kCUDA, gen);
+  const Tensor weights = random_tensor({300, 10}, DType::F32, kCUDA, gen);
+  expect_views_match_fresh_gradients(
+      {random_tensor({10, 64}, DType::F32, kCPU, gen), random_tensor({10}, DType::F32, kCPU, gen)},
+      [&](const std::vector<Tensor>& p) { return sum_all(cast(linear(x, p[0], p[1]), DType::F32) * weights); });
+}
+
 // The twin's matmul primitive writes B's gradient into the view too (the unfused path, and
 // fused linear's fallback for widths cuBLASLt's epilogues do not take, such as 10 outputs).
 TEST_F(FusedGradViewTest, MatmulPrimitiveInBothModes) {

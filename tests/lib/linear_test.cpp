@@ -3,10 +3,16 @@
 // match the CPU f64 reference in forward and in the gradients of x, W and b; and the fused and
 // unfused CUDA paths must agree on the same inputs.
 #include <cmath>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "lib/grad_buffer.h"
+#include "lib/kernel_mode.h"
+#include "lib/ops/elementwise.h"
 #include "lib/ops/linear.h"
+#include "lib/ops/reduce.h"
 #include "tests/lib/test_util.h"
 
 namespace ft {
@@ -47,10 +53,14 @@ std::string case_name(const LinearCase& c, Activation act) {
 // In bf16, OUT <= 16 with IN a multiple of 32 up to 2048, a bias and no activation take the
 // narrow forward (N = 37: a last group of 5 rows; N = 300 and 1000: blocks that take several
 // groups; OUT = 3 and 16: padded and full rows of W); IN = 65, 1028 and 2080 with OUT = 10 do not.
+// Its dW and db kernel: one chunk of rows (N = 37, 10), several (300, 1000, and the MLP's
+// classifier, 4096 × 1024 → 10, in chunks of 125 rows), a column tile that IN = 96 fills in
+// part, and one output (DLRM's last layer).
 std::vector<LinearCase> device_cases() {
-  return {{{37, 65}, 96, true},   {{2, 5, 64}, 96, true}, {{1, 8}, 8, true},      {{37, 65}, 30, true},
-          {{37, 65}, 96, false},  {{37, 64}, 10, true},   {{2, 5, 128}, 3, true}, {{300, 1024}, 16, true},
-          {{1000, 96}, 10, true}, {{37, 65}, 10, true},   {{9, 1028}, 10, true},  {{4, 2080}, 10, true}};
+  return {{{37, 65}, 96, true},   {{2, 5, 64}, 96, true}, {{1, 8}, 8, true},       {{37, 65}, 30, true},
+          {{37, 65}, 96, false},  {{37, 64}, 10, true},   {{2, 5, 128}, 3, true},  {{300, 1024}, 16, true},
+          {{1000, 96}, 10, true}, {{37, 65}, 10, true},   {{9, 1028}, 10, true},   {{4, 2080}, 10, true},
+          {{4096, 1024}, 10, true}, {{513, 256}, 1, true}};
 }
 
 std::vector<Tensor> linear_inputs(const LinearCase& c, Generator& gen) {
@@ -202,6 +212,54 @@ INSTANTIATE_TEST_SUITE_P(Modes, LinearDeviceTest, ::testing::ValuesIn(device_mod
                          [](const auto& info) { return device_mode_name(info.param); });
 
 // Fused and unfused CUDA paths on the very same inputs: outputs and all three gradients agree.
+// The narrow layer's dW and db against exact sums. On grids (x in halves up to ±1, the loss's
+// weights, which become dy, in eighths up to ±2) every product and partial sum is exact in f32
+// in any order, so the kernel's one rounding is the final one to bf16, and into an f32 gradient
+// view there is none. One chunk of rows (sums stored directly) and several (added by the second
+// kernel), blocks looping over two slices (9000 rows), a column tile past IN's end, 1 and 16
+// outputs, and only one of dW and db wanted.
+TEST(NarrowLinearTest, ParameterGradientsAreTheExactSums) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  KernelModeGuard fused(KernelMode::Fused);
+  Generator gen = test_generator();
+  struct Case {
+    int64_t n, in, out;
+  };
+  for (const Case& c : {Case{37, 64, 10}, Case{513, 256, 1}, Case{1000, 96, 10}, Case{300, 128, 16},
+                        Case{4096, 1024, 10}, Case{9000, 1024, 3}}) {
+    const Tensor x = grid_tensor({c.n, c.in}, 2, 0.5, gen), w0 = grid_tensor({c.out, c.in}, 1, 0.25, gen),
+                 b0 = grid_tensor({c.out}, 16, 0.125, gen), weights = grid_tensor({c.n, c.out}, 16, 0.125, gen);
+    const std::vector<double> vx = x.to_vector(), vd = weights.to_vector();
+    std::vector<double> dw(static_cast<size_t>(c.out * c.in), 0.0), db(static_cast<size_t>(c.out), 0.0);
+    for (int64_t r = 0; r < c.n; ++r)
+      for (int64_t o = 0; o < c.out; ++o) {
+        const double d = vd[static_cast<size_t>(r * c.out + o)];
+        db[static_cast<size_t>(o)] += d;
+        for (int64_t i = 0; i < c.in; ++i) dw[static_cast<size_t>(o * c.in + i)] += d * vx[static_cast<size_t>(r * c.in + i)];
+      }
+    const Tensor expected_w = Tensor::from_vector(dw, {c.out, c.in}, DType::F64);
+    const Tensor expected_b = Tensor::from_vector(db, {c.out}, DType::F64);
+    const Tensor x_gpu = fresh_copy(x, DType::BF16, kCUDA), weights_gpu = fresh_copy(weights, DType::F32, kCUDA);
+    for (const auto& [want_w, want_b, view] : std::vector<std::tuple<bool, bool, bool>>{
+             {true, true, false}, {true, false, false}, {false, true, false}, {true, true, true}}) {
+      SCOPED_TRACE(testing::Message() << "N " << c.n << " IN " << c.in << " OUT " << c.out << (want_w ? " dW" : "")
+                                      << (want_b ? " db" : "") << (view ? " into f32 views" : ""));
+      Tensor w = fresh_copy(w0, DType::BF16, kCUDA), b = fresh_copy(b0, DType::BF16, kCUDA);
+      if (want_w) w.requires_grad_();
+      if (want_b) b.requires_grad_();
+      ASSERT_TRUE(cuda::narrow_linear_supported(x_gpu, w));
+      std::optional<GradBuffer> buffer;
+      if (view) buffer.emplace(std::vector<Tensor>{w, b});
+      sum_all(cast(linear(x_gpu, w, b), DType::F32) * weights_gpu).backward();
+      const DType rounded = view ? DType::F32 : DType::BF16;
+      if (want_w) EXPECT_TRUE(all_equal(w.grad(), cast(expected_w, rounded))) << "dW";
+      if (want_b) EXPECT_TRUE(all_equal(b.grad(), cast(expected_b, rounded))) << "db";
+      EXPECT_EQ(w.grad().defined(), want_w);
+      EXPECT_EQ(b.grad().defined(), want_b);
+    }
+  }
+}
+
 TEST(LinearFusedVsUnfusedTest, AgreeOnCuda) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
