@@ -30,6 +30,42 @@ void throw_cuda_error(cudaError_t status, const char* expr, const char* file, in
   ::ft::detail::throw_error(what, file, line);
 }
 
+namespace {
+
+// The errors a kernel raises on the device, asynchronously, which then stick to the context.
+bool is_sticky_fault(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+std::string launch_error_message(cudaError_t status, const char* kernel_name) {
+  const std::string error = detail::concat("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+  if (!is_sticky_fault(status)) return detail::concat(error, " in the launch of ", kernel_name);
+  return detail::concat(error, " seen at the launch of ", kernel_name,
+                        ", but a kernel that ran before it faulted (this error is asynchronous and sticky); rerun with "
+                        "CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer to find which");
+}
+
+void throw_launch_error(cudaError_t status, const char* kernel_name, const char* file, int line) {
+  const std::string what = launch_error_message(status, kernel_name);
+  if (status == cudaErrorMemoryAllocation) throw_out_of_memory(what, file, line);
+  ::ft::detail::throw_error(what, file, line);
+}
+
 void throw_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line) {
   ::ft::detail::throw_error(::ft::detail::concat("cuBLAS error ", static_cast<int>(status), " in ", expr), file, line);
 }

@@ -12,6 +12,12 @@
 namespace ft::cuda {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line);
+/// What a failed launch check reports. A launch fails on its own for a bad configuration or
+/// memory it cannot get, and the message names the kernel. An asynchronous fault of a kernel
+/// that ran earlier (an illegal address, a trap, an assert) is sticky: every later check returns
+/// it, so the message says where it was seen and that an earlier kernel caused it.
+std::string launch_error_message(cudaError_t status, const char* kernel_name);
+[[noreturn]] void throw_launch_error(cudaError_t status, const char* kernel_name, const char* file, int line);
 /// Throws OutOfMemory: `what` failed, then what the device has free (memory_summary) and what to
 /// try. Every out-of-memory report on CUDA goes through here.
 [[noreturn]] void throw_out_of_memory(const std::string& what, const char* file, int line);
@@ -74,11 +80,9 @@ void before_untracked_write(void* begin, size_t bytes);
   } while (0)
 
 /// Checks the launch just enqueued (configuration errors, and out of memory for a module or local
-/// memory, surface here, not later); the error names the kernel.
-#define FT_CUDA_CHECK_LAUNCH(kernel_name)                                                              \
-  do {                                                                                                 \
-    cudaError_t ft_status_ = cudaGetLastError();                                                       \
-    if (ft_status_ != cudaSuccess)                                                                     \
-      ::ft::cuda::throw_cuda_error(ft_status_, ::std::string("the launch of ").append(kernel_name).c_str(), \
-                                   __FILE__, __LINE__);                                                \
+/// memory, surface here, not later); the error names the kernel (launch_error_message).
+#define FT_CUDA_CHECK_LAUNCH(kernel_name)                                                            \
+  do {                                                                                               \
+    cudaError_t ft_status_ = cudaGetLastError();                                                     \
+    if (ft_status_ != cudaSuccess) ::ft::cuda::throw_launch_error(ft_status_, kernel_name, __FILE__, __LINE__); \
   } while (0)

@@ -12,6 +12,10 @@
 #include "lib/ops/shape_ops.h"
 #include "tests/lib/test_util.h"
 
+#if FT_WITH_CUDA
+#include "lib/cuda/runtime.h"
+#endif
+
 namespace ft {
 namespace {
 
@@ -180,6 +184,24 @@ TEST(ErrorsTest, DeviceAndKernelModeNames) {
   EXPECT_EQ(Device::parse("cpu"), kCPU);
   EXPECT_FT_ERROR(parse_kernel_mode("turbo"), "kernel mode");
 }
+
+#if FT_WITH_CUDA
+// A failed launch check names the kernel for its own errors; a sticky fault of an earlier kernel
+// is reported as seen there, not caused there. (Messages only: no device needed.)
+TEST(ErrorsTest, LaunchErrorsBlameTheKernelOnlyForTheirOwnFaults) {
+  const std::string own = cuda::launch_error_message(cudaErrorInvalidConfiguration, "norm_forward_kernel");
+  EXPECT_NE(own.find("cudaErrorInvalidConfiguration"), std::string::npos) << own;
+  EXPECT_NE(own.find("in the launch of norm_forward_kernel"), std::string::npos) << own;
+  EXPECT_EQ(own.find("before it"), std::string::npos) << own;
+  for (cudaError_t earlier : {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorAssert, cudaErrorMisalignedAddress}) {
+    const std::string seen = cuda::launch_error_message(earlier, "norm_forward_kernel");
+    EXPECT_NE(seen.find(cudaGetErrorName(earlier)), std::string::npos) << seen;
+    EXPECT_NE(seen.find("seen at the launch of norm_forward_kernel"), std::string::npos) << seen;
+    EXPECT_NE(seen.find("a kernel that ran before it faulted"), std::string::npos) << seen;
+    EXPECT_NE(seen.find("compute-sanitizer"), std::string::npos) << seen;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace ft
