@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32) narrow_linear_forward_kernel(cons
 // dW[o, i] = Σ_n dy[n, o]·x[n, i] and db[o] = Σ_n dy[n, o] on tensor cores: one m16n8k16 product
 // has the outputs (16, zeros past `out`) as M, 8 columns of x as N and 16 rows as K. A block
 // takes a tile of 128 columns over slices of 128 rows; x's slice comes into shared memory by
-// asynchronous copies, dy's as bf16 (the rows past the end read as zeros), and both fragments
+// asynchronous copies, dy's through registers (the rows past the end read as zeros), and both fragments
 // come from ldmatrix.trans (dy is A stored k-major, x is B stored k-major). Warp w owns columns
 // 16w.. of the tile, so no warp adds another's sums; warp 0 of tile 0 also multiplies dy by a B
 // of ones, which is db. A block loops over the slices c, c + chunks, ... With one chunk its sums
@@ -141,9 +141,14 @@ constexpr int kXStride = kTileCols + 8;   // bf16s a row: 272 bytes, ldmatrix wi
 constexpr int kDyStride = kOutSlots + 8;  // 48 bytes, likewise
 constexpr int kWeightSlots = kOutSlots * kTileCols;  // a tile's dW sums: slot o·128 + c
 constexpr int kTileSlots = kWeightSlots + kOutSlots;  // then db's
+constexpr int kSumThreads = 256;
 static_assert(kOutSlots == 16, "one m16n8k16 product covers the outputs");
-static_assert(kParamThreads % kOutSlots == 0, "a thread stages one output of dy");
+static_assert(kTileCols == 16 * kParamWarps, "a warp owns 16 columns of the tile");
+static_assert(kSliceRows % 16 == 0, "a slice is whole k steps");
+static_assert(kParamThreads % kOutSlots == 0 && kSliceRows % (kParamThreads / kOutSlots) == 0,
+              "each thread stages one output of dy in every row of its stride, and every row is staged");
 
+// (58 registers: four blocks an SM fit, as the launcher's chunk count assumes.)
 __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
     const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t rows, int in, int out, GradSink<__nv_bfloat16> dweight,
     GradSink<__nv_bfloat16> dbias, float* partials) {
@@ -153,10 +158,10 @@ __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
   const int tile = blockIdx.x, tiles = gridDim.x, chunk = blockIdx.y, chunks = gridDim.y;
   const int64_t slices = (rows + kSliceRows - 1) / kSliceRows;
   const int warp_col = tile * kTileCols + warp * 16;  // the warp's first column of x
-  const bool weight_warp = dweight.any() && warp_col < in;  // (in is a multiple of 32)
+  const bool weight_warp = dweight.any() && warp_col < in;  // (in is a multiple of 16: all 16 or none)
   const bool bias_warp = dbias.any() && tile == 0 && warp == 0;
   const bool read_x = dweight.any();
-  float c[2][4] = {}, bias_c[4] = {};
+  float acc[2][4] = {}, bias_acc[4] = {};
   const uint32_t ones = mma::pack_bf16(1.0f, 1.0f);
   // Staging dy: thread t brings output t % 16 of rows t / 16, t / 16 + 16, ...
   const int stage_out = threadIdx.x % kOutSlots, stage_row = threadIdx.x / kOutSlots;
@@ -176,16 +181,16 @@ __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
     }
     // dy's loads all in flight at once: the row is clamped into the slice rather than guarded.
     const unsigned short* dy_out = reinterpret_cast<const unsigned short*>(dy) + row0 * out + stage_out;
-    unsigned short raw[kStaged];
+    unsigned short dy_bits[kStaged];
 #pragma unroll
     for (int k = 0; k < kStaged; ++k) {
       const int r = std::min(stage_row + k * (kParamThreads / kOutSlots), n - 1);
-      raw[k] = stage_out < out ? __ldg(dy_out + static_cast<int64_t>(r) * out) : 0;
+      dy_bits[k] = stage_out < out ? __ldg(dy_out + static_cast<int64_t>(r) * out) : 0;
     }
 #pragma unroll
     for (int k = 0; k < kStaged; ++k) {
       const int r = stage_row + k * (kParamThreads / kOutSlots);
-      dy_s[r][stage_out] = __ushort_as_bfloat16(r < n ? raw[k] : static_cast<unsigned short>(0));
+      dy_s[r][stage_out] = __ushort_as_bfloat16(r < n ? dy_bits[k] : static_cast<unsigned short>(0));
     }
     mma::wait_copies<0>();
     __syncthreads();
@@ -198,29 +203,29 @@ __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
           // B: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
           uint32_t b[4];
           mma::load_matrix_x4_trans(b, &x_s[k0 + ((lane / 8) % 2) * 8 + lane % 8][warp * 16 + (lane / 16) * 8]);
-          mma::mma_bf16(c[0], a, b[0], b[1]);
-          mma::mma_bf16(c[1], a, b[2], b[3]);
+          mma::mma_bf16(acc[0], a, b[0], b[1]);
+          mma::mma_bf16(acc[1], a, b[2], b[3]);
         }
-        if (bias_warp) mma::mma_bf16(bias_c, a, ones, ones);
+        if (bias_warp) mma::mma_bf16(bias_acc, a, ones, ones);
       }
     }
   }
 
   // C: c0, c1 = (output g, columns 2q, 2q + 1), c2, c3 = (output g + 8, the same columns).
   const int g = lane / 4, q = lane % 4;
-  float* own = chunks > 1 ? partials + (static_cast<int64_t>(chunk) * tiles + tile) * kTileSlots : nullptr;
+  float* chunk_sums = chunks > 1 ? partials + (static_cast<int64_t>(chunk) * tiles + tile) * kTileSlots : nullptr;
   if (weight_warp) {
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int o = g + 8 * h, col = warp * 16 + 8 * j + 2 * q;  // col: within the tile
-        if (own) {
-          *reinterpret_cast<float2*>(own + o * kTileCols + col) = make_float2(c[j][2 * h], c[j][2 * h + 1]);
+        if (chunk_sums) {
+          *reinterpret_cast<float2*>(chunk_sums + o * kTileCols + col) = make_float2(acc[j][2 * h], acc[j][2 * h + 1]);
         } else if (o < out) {
           const int64_t index = static_cast<int64_t>(o) * in + tile * kTileCols + col;
-          dweight.store(index, c[j][2 * h]);
-          dweight.store(index + 1, c[j][2 * h + 1]);
+          dweight.store(index, acc[j][2 * h]);
+          dweight.store(index + 1, acc[j][2 * h + 1]);
         }
       }
   }
@@ -228,14 +233,14 @@ __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int o = g + 8 * h;
-      if (own) own[kWeightSlots + o] = bias_c[2 * h];
-      else if (o < out) dbias.store(o, bias_c[2 * h]);
+      if (chunk_sums) chunk_sums[kWeightSlots + o] = bias_acc[2 * h];
+      else if (o < out) dbias.store(o, bias_acc[2 * h]);
     }
   }
 }
 
 // The chunks' sums, in chunk order: a thread a slot of a tile.
-__global__ void __launch_bounds__(256) narrow_linear_params_sum_kernel(const float* partials, int chunks, int tiles,
+__global__ void __launch_bounds__(kSumThreads) narrow_linear_params_sum_kernel(const float* partials, int chunks, int tiles,
                                                                        int in, int out, GradSink<__nv_bfloat16> dweight,
                                                                        GradSink<__nv_bfloat16> dbias) {
   const int index = blockIdx.x * blockDim.x + threadIdx.x;
@@ -248,7 +253,7 @@ __global__ void __launch_bounds__(256) narrow_linear_params_sum_kernel(const flo
   const int64_t stride = static_cast<int64_t>(tiles) * kTileSlots;
   float sum = 0.0f;
 #pragma unroll 8
-  for (int c = 0; c < chunks; ++c) sum += partials[c * stride + index];
+  for (int chunk = 0; chunk < chunks; ++chunk) sum += partials[chunk * stride + index];
   if (bias) dbias.store(o, sum);
   else dweight.store(static_cast<int64_t>(o) * in + col, sum);
 }
@@ -284,7 +289,8 @@ void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const Grad
                                    const GradOutput& dbias) {
   const int64_t rows = x.size(0);
   const int in = static_cast<int>(x.size(1)), out = static_cast<int>(dy.size(1));
-  FT_CHECK(dy.dtype() == DType::BF16 && x.dtype() == DType::BF16 && in % 32 == 0 && out <= kOutSlots && rows > 0 &&
+  FT_CHECK(dy.dtype() == DType::BF16 && x.dtype() == DType::BF16 && x.dim() == 2 && dy.dim() == 2 &&
+               dy.size(0) == rows && in % 32 == 0 && out <= kOutSlots && rows > 0 &&
                reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
            "narrow linear backward: bf16 dy [N, <= 16] and 16-byte aligned x [N, 32k] with N > 0 expected");
   if (!dweight.defined() && !dbias.defined()) return;
@@ -294,7 +300,7 @@ void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const Grad
   const int64_t slices = (rows + kSliceRows - 1) / kSliceRows;
   const int chunks = static_cast<int>(std::min<int64_t>(slices, std::max(1, 4 * multiprocessor_count() / tiles)));
   float* partials = nullptr;
-  if (chunks > 1) partials = column_scratch(chunks, static_cast<int64_t>(tiles) * kTileSlots, 1).partials;
+  if (chunks > 1) partials = column_scratch(chunks, static_cast<int64_t>(tiles) * kTileSlots, 0).partials;
   const GradSink<__nv_bfloat16> weight_sink = grad_sink<__nv_bfloat16>(dweight), bias_sink = grad_sink<__nv_bfloat16>(dbias);
   narrow_linear_params_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), kParamThreads, 0,
                                 stream()>>>(dy.data<__nv_bfloat16>(), x.data<__nv_bfloat16>(), rows, in, out,
@@ -302,8 +308,8 @@ void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const Grad
   FT_CUDA_CHECK_LAUNCH("narrow_linear_params_kernel");
   if (chunks == 1) return;
   const int slots = tiles * kTileSlots;
-  narrow_linear_params_sum_kernel<<<(slots + 255) / 256, 256, 0, stream()>>>(partials, chunks, tiles, in, out,
-                                                                          weight_sink, bias_sink);
+  narrow_linear_params_sum_kernel<<<(slots + kSumThreads - 1) / kSumThreads, kSumThreads, 0, stream()>>>(
+      partials, chunks, tiles, in, out, weight_sink, bias_sink);
   FT_CUDA_CHECK_LAUNCH("narrow_linear_params_sum_kernel");
 }
 

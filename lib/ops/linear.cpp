@@ -1,13 +1,11 @@
 #include "lib/ops/linear.h"
 
 #include "lib/autograd.h"
-#include "lib/cuda/launchers.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/elementwise.h"
 #include "lib/ops/bias_act.h"
 #include "lib/ops/matmul.h"
-#include "lib/ops/reduce.h"
 
 namespace ft {
 
@@ -56,12 +54,12 @@ Tensor linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Activatio
                 [x2, w = w.detach(), saved, act, narrow, gx, gw, gb, x_shape = x.shape()](const Tensor& g) {
                   Tensor dy = g.reshape({x2.size(0), w.size(0)});
                   // Straight into the parameters' f32 gradient views when they have them.
-                  const GradOutput db = grad_output(2, gb, {w.size(0)}, w.dtype(), w.device());
                   const GradOutput dw = grad_output(1, gw, w.shape(), w.dtype(), w.device());
+                  const GradOutput db = grad_output(2, gb, {w.size(0)}, w.dtype(), w.device());
                   if (narrow) {
                     // dW and db in one pass over x, straight into their views (no accumulate
                     // kernels after); dx is the matmul primitive's.
-                    if (gw || gb) cuda::narrow_linear_backward_params(dy, x2, dw, db);
+                    cuda::narrow_linear_backward_params(dy, x2, dw, db);
                     return std::vector<Tensor>{gx ? matmul(dy, w).reshape(x_shape) : Tensor(), dw.tensor, db.tensor};
                   }
                   Tensor dx = gx ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();

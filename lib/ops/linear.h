@@ -54,7 +54,7 @@ bool narrow_linear_supported(const Tensor& x, const Tensor& weight);
 /// y [N, OUT] = x·Wᵀ + b (b may be undefined).
 void narrow_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
 /// The narrow layer's dW [OUT, IN] = dyᵀ·x and db [OUT] = column sums of dy (bf16 dy [N, OUT] and
-/// 16-byte aligned x [N, IN], N > 0), in one pass over x and a kernel adding the row chunks' sums
+/// 16-byte aligned x [N, IN], IN a multiple of 32, N > 0), in one pass over x and a kernel adding the row chunks' sums
 /// in a fixed order; each overwritten, or added into an f32 view, or skipped when undefined.
 void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const GradOutput& dweight,
                                    const GradOutput& dbias);

@@ -53,9 +53,9 @@ std::string case_name(const LinearCase& c, Activation act) {
 // In bf16, OUT <= 16 with IN a multiple of 32 up to 2048, a bias and no activation take the
 // narrow forward (N = 37: a last group of 5 rows; N = 300 and 1000: blocks that take several
 // groups; OUT = 3 and 16: padded and full rows of W); IN = 65, 1028 and 2080 with OUT = 10 do not.
-// Its dW and db kernel: one chunk of rows (N = 37, 10), several (300, 1000, and the MLP's
-// classifier, 4096 × 1024 → 10, in chunks of 125 rows), a column tile that IN = 96 fills in
-// part, and one output (DLRM's last layer).
+// Its dW and db kernels: one chunk of rows (N = 37, 10), several (300, 1000, and the MLP's
+// classifier, 4096 × 1024 → 10: 8 column tiles by 32 chunks of one 128-row slice), a column
+// tile that IN = 96 fills in part, and one output (DLRM's last layer).
 std::vector<LinearCase> device_cases() {
   return {{{37, 65}, 96, true},   {{2, 5, 64}, 96, true}, {{1, 8}, 8, true},       {{37, 65}, 30, true},
           {{37, 65}, 96, false},  {{37, 64}, 10, true},   {{2, 5, 128}, 3, true},  {{300, 1024}, 16, true},
@@ -211,13 +211,14 @@ TEST(LinearFusionTest, BothFusedStrategiesMatchF64Reference) {
 INSTANTIATE_TEST_SUITE_P(Modes, LinearDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
 
-// Fused and unfused CUDA paths on the very same inputs: outputs and all three gradients agree.
 // The narrow layer's dW and db against exact sums. On grids (x in halves up to ±1, the loss's
 // weights, which become dy, in eighths up to ±2) every product and partial sum is exact in f32
 // in any order, so the kernel's one rounding is the final one to bf16, and into an f32 gradient
-// view there is none. One chunk of rows (sums stored directly) and several (added by the second
-// kernel), blocks looping over two slices (9000 rows), a column tile past IN's end, 1 and 16
-// outputs, and only one of dW and db wanted.
+// view there is none. One chunk of rows (sums stored directly: N = 37, and N = 100 in 8 and 2
+// column tiles) and several (added by the second kernel), blocks looping over several slices (N =
+// 20000: 157 slices, more than the chunks of 4 blocks an SM on fewer than 314 SMs), a last column tile that IN fills in
+// part (96; 160 in the second tile), 1 and 16 outputs, only one of dW and db wanted, and f32
+// views that a second backward adds to (doubling every sum, which stays exact).
 TEST(NarrowLinearTest, ParameterGradientsAreTheExactSums) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   KernelModeGuard fused(KernelMode::Fused);
@@ -225,8 +226,9 @@ TEST(NarrowLinearTest, ParameterGradientsAreTheExactSums) {
   struct Case {
     int64_t n, in, out;
   };
-  for (const Case& c : {Case{37, 64, 10}, Case{513, 256, 1}, Case{1000, 96, 10}, Case{300, 128, 16},
-                        Case{4096, 1024, 10}, Case{9000, 1024, 3}}) {
+  for (const Case& c : {Case{37, 64, 10}, Case{100, 1024, 10}, Case{100, 160, 10}, Case{300, 160, 10},
+                        Case{513, 256, 1}, Case{1000, 96, 10}, Case{300, 128, 16}, Case{4096, 1024, 10},
+                        Case{20000, 1024, 3}}) {
     const Tensor x = grid_tensor({c.n, c.in}, 2, 0.5, gen), w0 = grid_tensor({c.out, c.in}, 1, 0.25, gen),
                  b0 = grid_tensor({c.out}, 16, 0.125, gen), weights = grid_tensor({c.n, c.out}, 16, 0.125, gen);
     const std::vector<double> vx = x.to_vector(), vd = weights.to_vector();
@@ -256,10 +258,16 @@ TEST(NarrowLinearTest, ParameterGradientsAreTheExactSums) {
       if (want_b) EXPECT_TRUE(all_equal(b.grad(), cast(expected_b, rounded))) << "db";
       EXPECT_EQ(w.grad().defined(), want_w);
       EXPECT_EQ(b.grad().defined(), want_b);
+      if (view) {  // a second backward adds into the views
+        sum_all(cast(linear(x_gpu, w, b), DType::F32) * weights_gpu).backward();
+        EXPECT_TRUE(all_equal(w.grad(), cast(expected_w * 2.0, DType::F32))) << "dW, twice";
+        EXPECT_TRUE(all_equal(b.grad(), cast(expected_b * 2.0, DType::F32))) << "db, twice";
+      }
     }
   }
 }
 
+// Fused and unfused CUDA paths on the very same inputs: outputs and all three gradients agree.
 TEST(LinearFusedVsUnfusedTest, AgreeOnCuda) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
