@@ -254,8 +254,12 @@ TEST(NarrowLinearTest, ParameterGradientsAreTheExactSums) {
       if (view) buffer.emplace(std::vector<Tensor>{w, b});
       sum_all(cast(linear(x_gpu, w, b), DType::F32) * weights_gpu).backward();
       const DType rounded = view ? DType::F32 : DType::BF16;
-      if (want_w) EXPECT_TRUE(all_equal(w.grad(), cast(expected_w, rounded))) << "dW";
-      if (want_b) EXPECT_TRUE(all_equal(b.grad(), cast(expected_b, rounded))) << "db";
+      if (want_w) {
+        EXPECT_TRUE(all_equal(w.grad(), cast(expected_w, rounded))) << "dW";
+      }
+      if (want_b) {
+        EXPECT_TRUE(all_equal(b.grad(), cast(expected_b, rounded))) << "db";
+      }
       EXPECT_EQ(w.grad().defined(), want_w);
       EXPECT_EQ(b.grad().defined(), want_b);
       if (view) {  // a second backward adds into the views
