@@ -324,7 +324,6 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Cr
     batch_count = Tensor::empty({1}, DType::F32, logits.device());
     cross_entropy_count(targets, vocab, options.ignore_index, batch_count);
   }
-  ColumnScratch scratch = column_scratch(1, rows, 1);
   dispatch_half_float(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto vec, auto threads) {
@@ -340,6 +339,8 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Cr
       if (smem > 48 * 1024)
         FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const auto blocks = static_cast<unsigned>((rows + Group::kRowsPerBlock - 1) / Group::kRowsPerBlock);
+      // A loss a block, and the counter that finds the last block.
+      const ColumnScratch scratch = column_scratch(1, blocks, 1);
       kernel<<<blocks, Group::kBlockThreads, smem, stream()>>>(
           logits.data<T>(), targets.data_ptr(), targets.dtype() == DType::I64, static_cast<int>(vocab), options.ignore_index,
           static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean,

@@ -27,6 +27,7 @@
 
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/mma.cuh"
+#include "lib/cuda/row_map.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/linear.h"
 
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
   }
 }
 
-// The chunks' sums, in chunk order: a thread a slot of a tile.
+// The chunks' sums in a fixed order (row_map.cuh's sum_rows): a thread a slot of a tile.
 __global__ void __launch_bounds__(kSumThreads) narrow_linear_params_sum_kernel(const float* partials, int chunks, int tiles,
                                                                        int in, int out, GradSink<__nv_bfloat16> dweight,
                                                                        GradSink<__nv_bfloat16> dbias) {
@@ -250,10 +251,7 @@ __global__ void __launch_bounds__(kSumThreads) narrow_linear_params_sum_kernel(c
   const int o = bias ? slot - kWeightSlots : slot / kTileCols, col = tile * kTileCols + slot % kTileCols;
   const bool wanted = bias ? dbias.any() && tile == 0 && o < out : dweight.any() && o < out && col < in;
   if (!wanted) return;
-  const int64_t stride = static_cast<int64_t>(tiles) * kTileSlots;
-  float sum = 0.0f;
-#pragma unroll 8
-  for (int chunk = 0; chunk < chunks; ++chunk) sum += partials[chunk * stride + index];
+  const float sum = sum_rows(partials, static_cast<unsigned>(chunks), static_cast<int64_t>(tiles) * kTileSlots, index);
   if (bias) dbias.store(o, sum);
   else dweight.store(static_cast<int64_t>(o) * in + col, sum);
 }

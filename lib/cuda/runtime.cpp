@@ -22,12 +22,22 @@ void throw_out_of_memory(const std::string& what, const char* file, int line) {
       file, line));
 }
 
-void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
-  const std::string what =
-      detail::concat("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") in ", expr);
+namespace {
+
+std::string cuda_error_text(cudaError_t status) {
+  return detail::concat("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+}
+
+[[noreturn]] void throw_cuda_status(cudaError_t status, const std::string& what, const char* file, int line) {
   // Out of memory wherever CUDA reports it (a kernel's launch, a graph's upload or launch).
   if (status == cudaErrorMemoryAllocation) throw_out_of_memory(what, file, line);
   ::ft::detail::throw_error(what, file, line);
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, const char* expr, const char* file, int line) {
+  throw_cuda_status(status, detail::concat(cuda_error_text(status), " in ", expr), file, line);
 }
 
 namespace {
@@ -53,7 +63,7 @@ bool is_sticky_fault(cudaError_t status) {
 }  // namespace
 
 std::string launch_error_message(cudaError_t status, const char* kernel_name) {
-  const std::string error = detail::concat("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+  const std::string error = cuda_error_text(status);
   if (!is_sticky_fault(status)) return detail::concat(error, " in the launch of ", kernel_name);
   return detail::concat(error, " seen at the launch of ", kernel_name,
                         ", but a kernel that ran before it faulted (this error is asynchronous and sticky); rerun with "
@@ -61,9 +71,7 @@ std::string launch_error_message(cudaError_t status, const char* kernel_name) {
 }
 
 void throw_launch_error(cudaError_t status, const char* kernel_name, const char* file, int line) {
-  const std::string what = launch_error_message(status, kernel_name);
-  if (status == cudaErrorMemoryAllocation) throw_out_of_memory(what, file, line);
-  ::ft::detail::throw_error(what, file, line);
+  throw_cuda_status(status, launch_error_message(status, kernel_name), file, line);
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line) {
