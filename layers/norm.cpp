@@ -1,7 +1,10 @@
 #include "layers/norm.h"
 
+#include "layers/linear.h"
 #include "lib/error.h"
 #include "lib/ops/layer_norm.h"
+#include "lib/ops/linear.h"
+#include "lib/ops/linear_norm.h"
 #include "lib/ops/random.h"
 
 namespace ft {
@@ -20,10 +23,24 @@ LayerNormActDropout::LayerNormActDropout(int64_t dim, Activation act, double dro
   bias_ = register_parameter("bias", Tensor::zeros({dim}));
 }
 
+Tensor LayerNormActDropout::take_offset(const Tensor& x, int64_t elements, double p) const {
+  return p > 0.0 ? PhiloxCounter::on(x.device()).take(static_cast<uint64_t>(elements)) : Tensor();
+}
+
 Tensor LayerNormActDropout::forward(const Tensor& x) {
-  const double p = is_training() ? p_ : 0.0;
-  const Tensor offset = p > 0.0 ? PhiloxCounter::on(x.device()).take(static_cast<uint64_t>(x.numel())) : Tensor();
-  return layer_norm_act_dropout(x, weight_, bias_, act_, p, seed_, offset, eps_);
+  const double p = active_p();
+  return layer_norm_act_dropout(x, weight_, bias_, act_, p, seed_, take_offset(x, x.numel(), p), eps_);
+}
+
+Tensor LayerNormActDropout::forward_after(const Linear& linear, const Tensor& x) {
+  FT_CHECK(linear.activation() == Activation::None, "LayerNormActDropout::forward_after: the linear layer must have "
+           "no activation of its own, got ", activation_name(linear.activation()));
+  check_linear_inputs(x, linear.weight(), linear.bias());
+  const double p = active_p();
+  // As many draws as the norm's input has elements: the two forwards' offsets, to the element.
+  const int64_t elements = x.numel() / x.size(-1) * linear.weight().size(0);
+  return linear_layer_norm_act_dropout(x, linear.weight(), linear.bias(), weight_, bias_, act_, p, seed_,
+                                       take_offset(x, elements, p), eps_);
 }
 
 }  // namespace ft

@@ -130,7 +130,8 @@ bool norm_forward(NormKind, const Tensor&, const Tensor&, const Tensor&, const T
   unavailable();
 }
 void norm_backward(NormKind, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const GradOutput&, const GradOutput&, const NormEpilogue&, const Tensor&, const Tensor&) {
+                   const GradOutput&, const GradOutput&, const NormEpilogue&, const Tensor&, const Tensor&,
+                   const GradOutput&) {
   unavailable();
 }
 void cross_entropy_count(const Tensor&, int64_t, int64_t, const Tensor&) { unavailable(); }

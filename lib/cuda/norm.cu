@@ -72,13 +72,30 @@ __device__ __forceinline__ int slice_index(int c, int group_size, int step) {
   return slice_word<V>(p, k, t, group_size);
 }
 
-/// This thread's words of its row group's dweight and dbias slices (slice_index's layout).
+constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
+
+/// This thread's words of its row group's slices (slice_index's layout): dweight, dbias, and with
+/// Epilogue::sum_dx a third for dx's column sums, `padded` words apart.
 template <int V>
 struct SliceWords {
   static constexpr int W = kSliceWidth<V>;
   float* own;  // the slice's first row, offset to this thread's words
   int group_size, padded;
   __device__ float* at(int p, int k) const { return own + slice_word<V>(p, k, 0, group_size); }
+  /// Slice `slice`'s words of pack p (0: dweight, 1: dbias, 2: the epilogue form's dx sums) += v.
+  __device__ void add_one(int p, int slice, const float (&v)[V]) const {
+#pragma unroll
+    for (int q = 0; q < V / W; ++q) {
+      float* words = at(p, q * W) + slice * padded;
+      if constexpr (W == 4) {
+        float4 a = *reinterpret_cast<float4*>(words);
+        a.x += v[4 * q], a.y += v[4 * q + 1], a.z += v[4 * q + 2], a.w += v[4 * q + 3];
+        *reinterpret_cast<float4*>(words) = a;
+      } else {
+        *words += v[q];
+      }
+    }
+  }
   /// dweight[k] += gv[k] and dbias[k] += g[k] over pack p's V words: all loads issued before
   /// the adds (one add per element waiting on its own load left the warp's shared-memory
   /// latency in series, 16 times a pack).
@@ -184,6 +201,10 @@ struct Epilogue {
   uint64_t seed = 0;
   const int64_t* offset = nullptr;
   uint8_t* mask = nullptr;  // keep bits: the forward writes them (V % 8 == 0), the backward reads
+  // The backward also sums dx's columns, as stored (rounded to T), into a third slice: the bias
+  // gradient of the linear layer whose output this norm normalizes, read from registers instead
+  // of from dx again (cuBLASLt's BGRADB kernel: 6.9 us a layer for the MLP's 4096 × 1024).
+  bool sum_dx = false;
 };
 
 // kEpilogue is a compile-time switch: with the epilogue's code in the plain kernels, their
@@ -269,7 +290,8 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
 }
 
 // dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean.
-// Shared memory: one [2, padded cols] slice (dweight, dbias) per row group of the block, laid out
+// Shared memory: one [2, padded cols] slice (dweight, dbias; [3, ..] with dx's column sums) per
+// row group of the block, laid out
 // column-group-major and thread-minor (slice_index): each warp access then touches 32
 // consecutive words. Indexed by column, a lane's 8 consecutive columns put lanes 0, 4, 8, ...
 // on one bank, an 8-way conflict on all four accesses per element, which bound the kernel at
@@ -298,11 +320,14 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   const int groups = kWarpRows ? blockDim.x / 32 : 1;
   // Column indices in 32 bits (cols <= 8192, norm_supported) to spare registers.
   const int step = group.size() * V, ncols = static_cast<int>(cols), padded = padded_cols(ncols, step);
-  const SliceWords<V> acc{slices + (kWarpRows ? threadIdx.x / 32 : 0) * 2 * padded + group.rank() * kSliceWidth<V>,
-                         group.size(), padded};
+  const bool sum_dx = kEpilogue && epi.sum_dx;
+  const int slice_rows = sum_dx ? 3 : 2;  // dweight, dbias (and dx's column sums)
+  const SliceWords<V> acc{
+      slices + (kWarpRows ? threadIdx.x / 32 : 0) * slice_rows * padded + group.rank() * kSliceWidth<V>, group.size(),
+      padded};
   // Staged rows: the warp's two stages of (saved, dy) rows, after the block's slices. A lane
   // copies exactly the packs it reads back, so its own wait makes them visible: no barrier.
-  T* stages = reinterpret_cast<T*>(slices + groups * 2 * padded) + (threadIdx.x / 32) * 4 * padded;
+  T* stages = reinterpret_cast<T*>(slices + groups * slice_rows * padded) + (threadIdx.x / 32) * 4 * padded;
   auto stage_row = [&](int64_t r, int stage) {
     if (r < rows) {
       T* to = stages + stage * 2 * padded;
@@ -320,7 +345,8 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   if (staged) stage_row(group.first_row(), 0);
   for (int p = 0; p < padded / step; ++p)
 #pragma unroll
-    for (int k = 0; k < V; ++k) *acc.at(p, k) = acc.at(p, k)[padded] = 0.0f;
+    for (int k = 0; k < V; ++k)
+      for (int slice = 0; slice < slice_rows; ++slice) acc.at(p, k)[slice * padded] = 0.0f;
   constexpr bool kHoldInverse = kFromOutput && V < 8;
   float inv_w[kHoldInverse ? P : 1][V];
   if constexpr (kHoldInverse) {
@@ -418,6 +444,11 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 #pragma unroll
         for (int k = 0; k < V; ++k) d[k] += a[k];
       }
+      if (sum_dx) {  // as stored: rounded to T (storing a rounded value rounds nothing more)
+#pragma unroll
+        for (int k = 0; k < V; ++k) d[k] = rounded<T>(d[k]);
+        acc.add_one(p, kDxSumSlice, d);
+      }
       store_vec<T, V>(dx + r * cols + c, d);
     }
   }
@@ -425,55 +456,61 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   // This block's partial: its row groups' slices added in group order.
   for (int j = threadIdx.x; j < ncols; j += blockDim.x) {
     const int at = slice_index<V>(j, group.size(), step);
-    float dweight = 0.0f, dbias = 0.0f;
+    float dweight = 0.0f, dbias = 0.0f, dx_sum = 0.0f;
     for (int g = 0; g < groups; ++g) {
-      dweight += slices[g * 2 * padded + at];
-      dbias += slices[g * 2 * padded + padded + at];
+      dweight += slices[g * slice_rows * padded + at];
+      dbias += slices[g * slice_rows * padded + padded + at];
+      if (sum_dx) dx_sum += slices[g * slice_rows * padded + 2 * padded + at];
     }
-    partials[blockIdx.x * 2 * cols + j] = dweight;
-    partials[blockIdx.x * 2 * cols + cols + j] = dbias;
+    partials[blockIdx.x * slice_rows * cols + j] = dweight;
+    partials[blockIdx.x * slice_rows * cols + cols + j] = dbias;
+    if (sum_dx) partials[blockIdx.x * slice_rows * cols + 2 * cols + j] = dx_sum;
     // A zero weight erased x̂ from the output: dx and dweight are NaN there, and the caller
     // learns why at its next synchronizing read.
     if (kFromOutput && blockIdx.x == 0 && to_acc(weight[j]) == 0.0f) atomicOr(error_word, kNormZeroWeight);
   }
 }
 
-// out[j] = Σ_b partials[b, j] over j in [2, cols] (dweight then dbias), dweight divided by
-// weight_divisor[j] when given (the backward summed dy·x̂·w). A block takes 32 columns; its
-// kSumWarps warps split the row blocks (warp w takes b ≡ w mod kSumWarps, 8 loads in flight),
+// out[j] = Σ_b partials[b, j] over j in [sums, cols] (dweight, dbias, and with sums = 3 the
+// epilogue form's dx column sums), dweight divided by weight_divisor[j] when given (the backward
+// summed dy·x̂·w). A block takes 32 columns; its kSumWarps warps split the row blocks (warp w takes b ≡ w mod kSumWarps, 8 loads in flight),
 // and warp 0 adds their results in warp order: deterministic. The sum runs after the backward
 // with the GPU otherwise idle, so its time is latency: 8 warps a block left each warp 4 rounds
 // of loads (4.9 us for the 1.6 MB of GPT-2's 264 row blocks, ncu on the H100), 32 leave one.
 constexpr int kSumWarps = 32;
 template <class T>
-__global__ void __launch_bounds__(kSumWarps * 32) sum_partials_kernel(const float* partials, int blocks, int64_t cols,
-                                                                      const T* weight_divisor, GradSink<T> dweight,
-                                                                      GradSink<T> dbias) {
+__global__ void __launch_bounds__(kSumWarps * 32) sum_partials_kernel(const float* partials, int blocks, int sums,
+                                                                      int64_t cols, const T* weight_divisor,
+                                                                      GradSink<T> dweight, GradSink<T> dbias,
+                                                                      GradSink<T> dx_sums) {
   __shared__ float by_warp[kSumWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = blockIdx.x * 32LL + lane;
   float acc = 0.0f;
-  if (j < 2 * cols) {
+  const int64_t stride = sums * cols;
+  if (j < stride) {
     int b = warp;
     for (; b + 7 * kSumWarps < blocks; b += 8 * kSumWarps) {
       float part[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) part[u] = __ldcg(&partials[(b + kSumWarps * u) * 2 * cols + j]);
+      for (int u = 0; u < 8; ++u) part[u] = __ldcg(&partials[(b + kSumWarps * u) * stride + j]);
 #pragma unroll
       for (int u = 0; u < 8; ++u) acc += part[u];
     }
-    for (; b < blocks; b += kSumWarps) acc += __ldcg(&partials[b * 2 * cols + j]);
+    for (; b < blocks; b += kSumWarps) acc += __ldcg(&partials[b * stride + j]);
   }
   by_warp[warp][lane] = acc;
   __syncthreads();
-  if (warp != 0 || j >= 2 * cols) return;
+  if (warp != 0 || j >= stride) return;
   float total = 0.0f;
 #pragma unroll
   for (int w = 0; w < kSumWarps; ++w) total += by_warp[w][lane];
   if (j < cols) {
     if (dweight.any()) dweight.store(j, weight_divisor ? total / to_acc(weight_divisor[j]) : total);
-  } else if (dbias.any()) {
-    dbias.store(j - cols, total);
+  } else if (j < 2 * cols) {
+    if (dbias.any()) dbias.store(j - cols, total);
+  } else if (dx_sums.any()) {
+    dx_sums.store(j - 2 * cols, total);
   }
 }
 
@@ -566,9 +603,18 @@ bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
 
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias,
-                   const NormEpilogue& epilogue, const Tensor& bias, const Tensor& addend) {
+                   const NormEpilogue& epilogue, const Tensor& bias, const Tensor& addend,
+                   const GradOutput& dx_column_sums) {
   const int64_t cols = saved.size(-1), rows = saved.numel() / cols;
   const bool from_output = !epilogue.active();
+  // Only the LayerNorm epilogue kernels have the third slice (RMS has no epilogue form).
+  FT_CHECK(!dx_column_sums.defined() || (kind == NormKind::Layer && epilogue.active()),
+           "norm backward: dx's column sums come only with LayerNorm's epilogue (activation or dropout)");
+  FT_CHECK(!dx_column_sums.defined() || dx_column_sums.tensor.numel() == cols,
+           "norm backward: dx's column sums need ", cols, " elements, got ", dx_column_sums.tensor.numel());
+  Epilogue device_epi = device_epilogue(epilogue);
+  device_epi.sum_dx = dx_column_sums.defined();
+  const int sums = device_epi.sum_dx ? 3 : 2;
   FT_CHECK(!addend.defined() || (addend.shape() == saved.shape() && addend.dtype() == saved.dtype()),
            "norm backward: the addend must be ", shape_str(saved.shape()), " ", dtype_name(saved.dtype()), ", got ",
            shape_str(addend.shape()), " ", dtype_name(addend.dtype()));
@@ -587,10 +633,10 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         const int groups = launch.warp_rows ? launch.threads / 32 : 1;
         const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
         const size_t padded = static_cast<size_t>(padded_cols(static_cast<int>(cols), step));
-        // The slices (dweight, dbias), then for staged rows each warp's 2 stages of (saved, dy),
+        // The slices (dweight, dbias, and dx's column sums when asked), then for staged rows each warp's 2 stages of (saved, dy),
         // staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP) the
         // stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
-        const size_t slices = static_cast<size_t>(groups) * 2 * padded * sizeof(float);
+        const size_t slices = static_cast<size_t>(groups) * sums * padded * sizeof(float);
         const size_t stages = static_cast<size_t>(groups) * 4 * padded * sizeof(T);
         const bool stage_rows =
             kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
@@ -604,16 +650,16 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, launch.threads, smem));
         const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
         const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
-        ColumnScratch scratch = column_scratch(blocks, 2 * cols, 1);
+        ColumnScratch scratch = column_scratch(blocks, sums * cols, 1);
         kernel<<<blocks, launch.threads, smem, stream()>>>(
             dy.data<T>(), saved.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
             rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr,
-            device_epilogue(epilogue), static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
+            device_epi, static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
-        if (dweight.defined() || dbias.defined()) {
-          sum_partials_kernel<T><<<static_cast<unsigned>((2 * cols + 31) / 32), kSumWarps * 32, 0, stream()>>>(
-              scratch.partials, static_cast<int>(blocks), cols, from_output ? weight.data<T>() : nullptr,
-              grad_sink<T>(dweight), grad_sink<T>(dbias));
+        if (dweight.defined() || dbias.defined() || dx_column_sums.defined()) {
+          sum_partials_kernel<T><<<static_cast<unsigned>((sums * cols + 31) / 32), kSumWarps * 32, 0, stream()>>>(
+              scratch.partials, static_cast<int>(blocks), sums, cols, from_output ? weight.data<T>() : nullptr,
+              grad_sink<T>(dweight), grad_sink<T>(dbias), grad_sink<T>(dx_column_sums));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
         }
       });

@@ -9,9 +9,7 @@
 
 namespace ft {
 
-namespace {
-
-void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+void check_linear_inputs(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_defined(x, "linear", "x");
   check_defined(w, "linear", "weight");
   FT_CHECK(w.dim() == 2, "linear: weight must be [OUT, IN], got ", shape_str(w.shape()));
@@ -24,6 +22,8 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
              "linear: bias must be [", w.size(0), "] ", dtype_name(w.dtype()), " on ", w.device().str(), ", got ",
              shape_str(b.shape()), " ", dtype_name(b.dtype()), " on ", b.device().str());
 }
+
+namespace {
 
 // cuBLASLt epilogues need f32/bf16, a bias to fuse, and 16-byte-aligned rows for the aux buffer.
 bool fused_supported(const Tensor& x, const Tensor& w, const Tensor& b, Activation act) {
@@ -92,17 +92,23 @@ LinearFusion linear_fusion_for(int64_t, int64_t, int64_t, Activation) {
   return LinearFusion::Epilogue;
 }
 
+bool linear_takes_epilogue_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
+  if (!use_fused(x) || !fused_dtype || x.numel() == 0) return false;
+  if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight)) return false;
+  LinearFusion fusion = linear_fusion();
+  if (fusion == LinearFusion::Auto)
+    fusion = linear_fusion_for(x.numel() / x.size(-1), weight.size(1), weight.size(0), act);
+  return fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act);
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
-  check_linear(x, weight, bias);
+  check_linear_inputs(x, weight, bias);
   const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
   if (!use_fused(x) || !fused_dtype || x.numel() == 0) return linear_composite(x, weight, bias, act);
   if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight))
     return linear_fused(x, weight, bias, act, true);
-  LinearFusion fusion = linear_fusion();
-  if (fusion == LinearFusion::Auto)
-    fusion = linear_fusion_for(x.numel() / x.size(-1), weight.size(1), weight.size(0), act);
-  if (fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act))
-    return linear_fused(x, weight, bias, act, false);
+  if (linear_takes_epilogue_path(x, weight, bias, act)) return linear_fused(x, weight, bias, act, false);
   return bias_act(matmul(x, weight, false, true), bias, act);
 }
 

@@ -34,6 +34,12 @@ LinearFusion linear_fusion_for(int64_t rows, int64_t in, int64_t out, Activation
 
 /// The composite twin, always built from primitives (the CPU path and the unfused CUDA path).
 Tensor linear_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
+/// Throws ft::Error naming what is wrong unless x is [..., IN], weight [OUT, IN] of x's dtype and
+/// device, and bias (when defined) [OUT] alike.
+void check_linear_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias);
+/// Whether linear(x, weight, bias, act) takes the cuBLASLt epilogue path (fused mode, neither the
+/// narrow forward nor the bias_act form): ops built around it (linear_norm.h) run its kernels.
+bool linear_takes_epilogue_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
 
 namespace cuda {
 /// y = act(x·Wᵀ + b) for x [N, IN]; pre receives x·Wᵀ + b when act is GELU (else unused).

@@ -31,23 +31,31 @@ bool norm_fused_ok(const Tensor& x) {
          cuda::norm_supported(x.size(-1));
 }
 
+NormFusedForward norm_fused_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                    const Tensor& bias, double eps, const NormEpilogue& requested, bool training) {
+  const int64_t rows = x.numel() / x.size(-1);
+  NormFusedForward f;
+  // Training with dropout: the forward keeps the mask's bits for the backward (1 bit an element).
+  f.epilogue = requested;
+  if (training && f.epilogue.dropout_p > 0.0 && !f.epilogue.mask.defined())
+    f.epilogue.mask = Tensor::empty({(x.numel() + 7) / 8}, DType::U8, x.device());
+  f.result.out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (residual.defined()) f.result.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
+  // Only the epilogue's backward reads the mean: the plain forms take x̂ from their output.
+  if (kind == NormKind::Layer && training && f.epilogue.active()) f.mean = Tensor::empty({rows}, DType::F32, x.device());
+  f.rstd = Tensor::empty({rows}, DType::F32, x.device());
+  if (!cuda::norm_forward(kind, x, residual, weight, bias, eps, f.result.sum, f.result.out, f.mean, f.rstd, f.epilogue))
+    f.epilogue.mask = Tensor();  // not written: the backward draws the mask again
+  return f;
+}
+
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
                          const Tensor& bias, double eps, const NormEpilogue& requested) {
-  const int64_t rows = x.numel() / x.size(-1);
-  // Training with dropout: the forward keeps the mask's bits for the backward (1 bit an element).
-  NormEpilogue epilogue = requested;
   const bool training = needs_grad({&x, &residual, &weight, &bias});
-  if (training && epilogue.dropout_p > 0.0 && !epilogue.mask.defined())
-    epilogue.mask = Tensor::empty({(x.numel() + 7) / 8}, DType::U8, x.device());
-  AddNormResult result;
-  result.out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (residual.defined()) result.sum = Tensor::empty(x.shape(), x.dtype(), x.device());
-  // Only the epilogue's backward reads the mean: the plain forms take x̂ from their output.
-  Tensor mean = kind == NormKind::Layer && training && epilogue.active() ? Tensor::empty({rows}, DType::F32, x.device())
-                                                                         : Tensor();
-  Tensor rstd = Tensor::empty({rows}, DType::F32, x.device());
-  if (!cuda::norm_forward(kind, x, residual, weight, bias, eps, result.sum, result.out, mean, rstd, epilogue))
-    epilogue.mask = Tensor();  // not written: the backward draws the mask again
+  NormFusedForward forward = norm_fused_forward(kind, x, residual, weight, bias, eps, requested, training);
+  AddNormResult& result = forward.result;
+  const NormEpilogue& epilogue = forward.epilogue;
+  const Tensor &mean = forward.mean, &rstd = forward.rstd;
   if (!training) return result;
   // The sum is an add node (its gradient reaches x and residual unchanged); the norm reads the
   // sum, so gradients from both outputs meet there.

@@ -11,6 +11,16 @@ void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, 
                        const Tensor& bias, bool has_bias);
 /// Fused mode, CUDA, f32/bf16, non-empty.
 bool norm_fused_ok(const Tensor& x);
+/// The fused forward's outputs and what its backward reads: the mean (the epilogue form, when
+/// training) and rstd, and the epilogue with the dropout mask it wrote (or none, to draw again).
+struct NormFusedForward {
+  AddNormResult result;
+  Tensor mean, rstd;
+  NormEpilogue epilogue;
+};
+/// The fused forward alone (no autograd record): for ops that record one node around the norm.
+NormFusedForward norm_fused_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                    const Tensor& bias, double eps, const NormEpilogue& epilogue, bool training);
 /// Runs the fused forward and records backward. With residual undefined, sum is undefined.
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
                          const Tensor& bias, double eps, const NormEpilogue& epilogue = {});
