@@ -272,10 +272,11 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
   }
 }
 
-/// dQ in bf16, scaled, from the f32 sums of its shares: D / 8 threads per row, 8 columns each.
-template <int D>
+/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows): D / 8
+/// threads per row, 8 columns each.
+template <int D, int kRows>
 __global__ void attention_dq_finish_kernel(const __grid_constant__ Params p, int64_t rows) {
-  constexpr int kLanes = D / 8, kRows = kBackwardQueryRows<D>;
+  constexpr int kLanes = D / 8;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, row = i / kLanes;
   if (row >= rows) return;
   const int lane = static_cast<int>(i % kLanes);
@@ -491,27 +492,32 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
     const unsigned delta_blocks = static_cast<unsigned>((rows + kDeltaRows - 1) / kDeltaRows);
     attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, static_cast<int>(padded_tokens), rows);
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
-    constexpr int kRows = kBackwardQueryRows<D>;
-    // The dQ shares' f32 sums and turn counters, per head and query tile; the sums need no
-    // clearing (the first share is stored), the counters start at zero.
-    const int64_t slots = shape.batch * shape.heads * ((shape.tokens + kRows - 1) / kRows);
-    Tensor dq_sum = Tensor::empty({slots * int64_t{kDqShareFloats<D>}}, DType::F32, lse.device());
-    Tensor dq_turns = Tensor::empty({slots}, DType::I32, lse.device());
-    FT_CUDA_CHECK(cudaMemsetAsync(dq_turns.data_ptr(), 0, dq_turns.nbytes(), stream()));
-    p.dq_sum = dq_sum.data<float>();
-    before_untracked_write(p.dq_sum, dq_sum.nbytes());  // only bulk copies write the dQ sums
-    p.dq_turns = dq_turns.data<int32_t>();
-    if (hopper) {
-      attention_backward_hopper(p, shape, in, dout, out_strides);
-    } else {
-      const size_t smem = (2 * kTile * D + 4 * kRows * D + kTile * kRows) * sizeof(bf16) +
-                          (4 * kRows + 2 * kDqShareFloats<D>) * sizeof(float);
-      launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
-    }
-    const int64_t dq_rows = shape.batch * shape.heads * shape.tokens;
-    const unsigned finish_blocks = static_cast<unsigned>((dq_rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
-    attention_dq_finish_kernel<D><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, dq_rows);
-    FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
+    // The dQ shares' f32 sums and turn counters, per head and query tile (a step's rows); the
+    // sums need no clearing (the first share is stored), the counters start at zero.
+    auto with_share_rows = [&](auto rows_constant) {
+      constexpr int kRows = decltype(rows_constant)::value;
+      const int64_t slots = shape.batch * shape.heads * ((shape.tokens + kRows - 1) / kRows);
+      Tensor dq_sum = Tensor::empty({slots * int64_t{kDqShareFloats<D, kRows>}}, DType::F32, lse.device());
+      Tensor dq_turns = Tensor::empty({slots}, DType::I32, lse.device());
+      FT_CUDA_CHECK(cudaMemsetAsync(dq_turns.data_ptr(), 0, dq_turns.nbytes(), stream()));
+      p.dq_sum = dq_sum.data<float>();
+      before_untracked_write(p.dq_sum, dq_sum.nbytes());  // only bulk copies write the dQ sums
+      p.dq_turns = dq_turns.data<int32_t>();
+      if (hopper) {
+        attention_backward_hopper(p, shape, in, dout, out_strides);
+      } else {
+        constexpr int kSyncRows = kBackwardQueryRows<D>;
+        const size_t smem = (2 * kTile * D + 4 * kSyncRows * D + kTile * kSyncRows) * sizeof(bf16) +
+                            (4 * kSyncRows + 2 * kDqShareFloats<D>) * sizeof(float);
+        launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
+      }
+      const int64_t dq_rows = shape.batch * shape.heads * shape.tokens;
+      const unsigned finish_blocks = static_cast<unsigned>((dq_rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
+      attention_dq_finish_kernel<D, kRows><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, dq_rows);
+      FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
+    };
+    if (hopper) with_share_rows(std::integral_constant<int, kHopperBackwardQueryRows>{});
+    else with_share_rows(std::integral_constant<int, kBackwardQueryRows<D>>{});
   });
 }
 

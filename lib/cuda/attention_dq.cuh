@@ -14,21 +14,25 @@
 
 namespace ft::cuda::flash {
 
-/// Query rows per backward step: 64 at HS 64; 32 at HS 128, where the dK and dV accumulators
-/// alone take 128 registers a thread.
+/// Query rows per step of the mma.sync backward: 64 at HS 64; 32 at HS 128, where the dK and dV
+/// accumulators alone take 128 registers a thread.
 template <int D>
 constexpr int kBackwardQueryRows = D <= 64 ? 64 : 32;
+/// Query rows per step of the Hopper backward, at either head size (one tile of row statistics).
+constexpr int kHopperBackwardQueryRows = kStatTileRows;
 
-/// The warp's tile of a query tile's dQ share: 16 rows × 64 columns. At HS 64 the 4 warps take
-/// the 4 row tiles of 64 queries; at HS 128 two row tiles of 32 queries × two column halves.
-template <int D>
+/// The warp's tile of a query tile's dQ share (kRows rows × HS): 16 rows × kCols columns, for
+/// the 4 warps of a block (the Hopper backward's warpgroups take turns at the shares). mma.sync
+/// at HS 64 and Hopper: the 4 row tiles of 64 queries, all columns; mma.sync at HS 128: two row
+/// tiles of 32 queries × two column halves.
+template <int D, int kRows = kBackwardQueryRows<D>>
 struct DqTile {
-  static constexpr int kRowTiles = kBackwardQueryRows<D> / 16;
-  static_assert(kRowTiles * (D / 64) == 4, "one 16 × 64 tile for each of 4 warps");
-  // The warp within its 4 (the Hopper backward's warpgroups take turns at the shares).
+  static constexpr int kRowTiles = kRows / 16;
+  static constexpr int kCols = kRows * D / 64;
+  static_assert(kRowTiles * (D / kCols) == 4 && kCols % 64 == 0, "one 16-row tile for each of 4 warps");
   __device__ static int warp() { return threadIdx.x / 32 % 4; }
   __device__ static int row0() { return (warp() % kRowTiles) * 16; }
-  __device__ static int col0() { return (warp() / kRowTiles) * 64; }
+  __device__ static int col0() { return (warp() / kRowTiles) * kCols; }
 };
 
 /// A staged dQ share: the query tile's rows × HS in f32, each row padded by 8 floats so that a
@@ -36,18 +40,19 @@ struct DqTile {
 /// apart and never collide. The sums in global memory keep the same layout.
 template <int D>
 constexpr int kDqStride = D + 8;
-template <int D>
-constexpr int kDqShareFloats = kBackwardQueryRows<D> * kDqStride<D>;
+template <int D, int kRows = kBackwardQueryRows<D>>
+constexpr int kDqShareFloats = kRows * kDqStride<D>;
 
 /// The warp's accumulators of a dQ share into the block's staging buffer, made visible to the
 /// bulk copy engine (the caller's barrier follows).
-template <int D>
-__device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[8][4]) {
+template <int D, int kRows = kBackwardQueryRows<D>>
+__device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[DqTile<D, kRows>::kCols / 8][4]) {
+  using Tile = DqTile<D, kRows>;
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < Tile::kCols / 8; ++n)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = DqTile<D>::row0() + fragment_row(2 * half), col = DqTile<D>::col0() + fragment_col(n, 0);
+      const int row = Tile::row0() + fragment_row(2 * half), col = Tile::col0() + fragment_col(n, 0);
       *reinterpret_cast<float2*>(staged + row * kDqStride<D> + col) = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
     }
   mma::fence_shared_for_bulk();

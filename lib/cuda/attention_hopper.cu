@@ -24,6 +24,7 @@
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/runtime.h"
+#include "lib/cuda/swizzled_tile.cuh"
 #include "lib/cuda/tensor_map.h"
 #include "lib/cuda/tma.cuh"
 #include "lib/cuda/wgmma.cuh"
@@ -37,8 +38,8 @@ using namespace flash;
 constexpr int kConsumers = 2;                    // warpgroups of 64 query rows
 constexpr int kBlockRows = 64 * kConsumers;      // query rows per block
 constexpr int kHopperThreads = 128 * kConsumers;
-constexpr int kRowBytes = 128;                   // a swizzle row: 64 bf16 columns
-constexpr int kBoxCols = kRowBytes / 2;
+using swizzled::k_major_slice;
+using swizzled::load_rows;
 
 /// Shared memory: Q, then the K stages, then the V stages, each tile stored as D / 64 blocks of
 /// rows × 128 bytes (one TMA box each), then the barriers.
@@ -56,22 +57,6 @@ struct Smem {
   // The barriers (Q; K and V per stage), the stages' release counters, and slack to align to 1024.
   static constexpr size_t kBytes = kBarriers + (1 + 2 * kStages) * 8 + kStages * 4 + 1024;
 };
-
-/// Starts the copy of rows [row0, row0 + rows) of this head's [T, D] matrix into `dst`, one
-/// box per 64-column block, counted on `barrier`.
-template <int D>
-__device__ __forceinline__ void load_rows(unsigned char* dst, const CUtensorMap& map, uint64_t* barrier, int rows,
-                                          int row0, int head, int batch) {
-#pragma unroll
-  for (int c = 0; c < D / kBoxCols; ++c)
-    tma::load_4d(dst + c * rows * kRowBytes, map, barrier, c * kBoxCols, row0, head, batch);
-}
-
-/// Descriptor of the k-th 16-column slice of a K-major tile (Q or K) from row `row0`.
-template <int kRows>
-__device__ __forceinline__ uint64_t k_major_slice(const unsigned char* tile, int row0, int k) {
-  return wgmma::descriptor(tile + (k / 4) * kRows * kRowBytes + row0 * kRowBytes + (k % 4) * 32, 16, 8 * kRowBytes);
-}
 
 // Two blocks a multiprocessor cap a thread at 128 registers; the dropout draw needs more (it
 // spilled hundreds of bytes), so with dropout one block takes a multiprocessor.
@@ -147,7 +132,7 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
     wgmma::fence();
 #pragma unroll
     for (int k = 0; k < kKeys / 16; ++k)
-      wgmma::mma_rs<wgmma::Major::MN>(acc, probs[k], wgmma::descriptor(v_tile + k * 16 * kRowBytes, kKeys * kRowBytes, 8 * kRowBytes), true);
+      wgmma::mma_rs<wgmma::Major::MN>(acc, probs[k], swizzled::mn_major_slice<kKeys>(v_tile, k), true);
     wgmma::commit();
   };
   // The scores of tile kt (complete) to probabilities; the output's rescale is left in `rescale`.
@@ -199,7 +184,7 @@ TensorMapRequest head_rows_map(const void* base, const AttentionShape& shape, co
   return TensorMapRequest{base,
                           {shape.head_size, shape.tokens, shape.heads, shape.batch},
                           {strides.token, strides.head, strides.batch},
-                          {kBoxCols, rows, 1, 1}};
+                          {swizzled::kBoxCols, rows, 1, 1}};
 }
 
 bool hopper_flash_available() {

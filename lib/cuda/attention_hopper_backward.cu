@@ -1,11 +1,14 @@
-// Flash attention backward on Hopper (sm_90a) at HS 64: the mma.sync backward's algorithm
+// Flash attention backward on Hopper (sm_90a) at HS 64 and 128: the mma.sync backward's algorithm
 // (lib/cuda/attention.cu: a block owns a key tile and streams the query tiles, recomputing the
 // probabilities from the saved log-sum-exp; dQ through the ordered shares of attention_dq.cuh)
 // with every product on wgmma and every tile copied by TMA.
 // - A block owns 128 keys: two warpgroups of 64 keys (16 a warp). K and V are read once, by
-//   TMA, and kept as A fragments in registers: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ are register-A
-//   products whose only shared-memory operand is the query tile (an m64n64 product with both
-//   operands in shared memory reads 128 bytes a clock, all of what shared memory gives).
+//   TMA. At HS 64 they are kept as A fragments in registers: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ are
+//   register-A products whose only shared-memory operand is the query tile (an m64n64 product
+//   with both operands in shared memory reads 128 bytes a clock, all of what shared memory
+//   gives). At HS 128 the fragments would take 64 registers beside the 128 of the dK and dV
+//   accumulators, so those two products read K and V from shared memory (as FlashAttention-3's
+//   HS 128 backward does).
 // - Each step TMA brings a query tile of Q and dO (64 rows, straight out of the fused QKV output
 //   and the output gradient) and one bulk copy its 64 log-sum-exps and Δs, shared by both
 //   warpgroups; two stages, thread 0 refills a stage once the block is done with it.
@@ -21,14 +24,13 @@
 // Measured (docs/performance.md): one warpgroup of 64 keys a block, two blocks a multiprocessor,
 // ran 0.388 ms against 0.317 for this at the GPT-2 shape: 128-key blocks halve the dQ shares
 // (the ordered bulk adds were the largest cost) and the query tiles' copies.
-// HS 128 runs the mma.sync backward: its dK and dV accumulators and K and V fragments alone
-// would take 192 registers a thread.
 #include <cuda.h>
 
 #include "lib/cuda/attention_dq.cuh"
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/runtime.h"
+#include "lib/cuda/swizzled_tile.cuh"
 #include "lib/cuda/tensor_map.h"
 #include "lib/cuda/tma.cuh"
 #include "lib/cuda/wgmma.cuh"
@@ -40,43 +42,42 @@ namespace {
 using namespace flash;
 using wgmma::Major;
 
-constexpr int kHead = 64;                            // the head size this kernel takes
 constexpr int kWarpgroupKeys = 64;                   // keys of a warpgroup, 16 a warp
 constexpr int kWarpgroups = 2;                       // a block's: 128 keys
 constexpr int kKeys = kWarpgroupKeys * kWarpgroups;
-constexpr int kQueries = kBackwardQueryRows<kHead>;  // query rows a step
+constexpr int kQueries = kHopperBackwardQueryRows;   // query rows a step
 static_assert(kQueries == kStatTileRows && kQueries == 64, "a step's statistics are one tile");
-constexpr int kRowBytes = 128;                       // a swizzle row: 64 bf16
-constexpr uint32_t kTileBytes = 64 * kRowBytes;      // a 64 × 64 bf16 tile
 constexpr uint32_t kStatBytes = 2 * kStatTileRows * sizeof(float);
-constexpr uint32_t kShareBytes = kDqShareFloats<kHead> * sizeof(float);
+using swizzled::k_major_slice;
+using swizzled::load_rows;
+using swizzled::mn_major_slice;
 
 // Query tiles in flight: 3 measured the same as 2 (the copies are not what a step waits for).
 constexpr int kStages = 2;
 
-/// Shared memory, tiles 1024-aligned (TMA's swizzle and the descriptors assume it): K, V, the
-/// stages' Q, dO and row statistics, dSᵀ, two staged dQ shares (alternate steps), barriers.
+/// Whether a warp keeps its 16 keys of K and V in registers as A fragments for the whole loop
+/// (HS 64: 32 registers), or the products read them from shared memory each step (HS 128,
+/// where they would take 64 registers beside the 128 of dK and dV).
+template <int D>
+constexpr bool kKeysInRegisters = D == 64;
+
+/// Shared memory, tiles 1024-aligned (TMA's swizzle and the descriptors assume it), each stored
+/// as D / 64 blocks of rows × 128 bytes: K, V, the stages' Q, dO and row statistics, dSᵀ, two
+/// staged dQ shares (alternate steps), barriers.
+template <int D>
 struct Layout {
-  static constexpr uint32_t kKeyTileBytes = kWarpgroups * kTileBytes;
-  static constexpr uint32_t kK = 0, kV = kK + kKeyTileBytes, kQ = kV + kKeyTileBytes, kDout = kQ + kStages * kTileBytes,
-                            kDs = kDout + kStages * kTileBytes, kStats = kDs + kKeyTileBytes,
-                            kShares = kStats + kStages * kStatBytes, kBarriers = kShares + 2 * kShareBytes;
+  static constexpr uint32_t kKeyTileBytes = kKeys * D * 2, kQueryTileBytes = kQueries * D * 2,
+                            kDsBytes = kKeys * kQueries * 2;
+  static constexpr uint32_t kShareBytes = kDqShareFloats<D, kQueries> * sizeof(float);
+  static constexpr uint32_t kK = 0, kV = kK + kKeyTileBytes, kQ = kV + kKeyTileBytes,
+                            kDout = kQ + kStages * kQueryTileBytes, kDs = kDout + kStages * kQueryTileBytes,
+                            kStats = kDs + kDsBytes, kShares = kStats + kStages * kStatBytes,
+                            kBarriers = kShares + 2 * kShareBytes;
   static constexpr size_t kBytes = kBarriers + (1 + kStages) * sizeof(uint64_t) + 1024;  // + slack for the alignment
+  static_assert(kStats % 1024 == 0 && kBytes <= 227 * 1024, "tiles 1024-aligned, within an SM's shared memory");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the helpers of the kernel body below
-/// Byte offset of 16-byte chunk `chunk` of row `row` of a 128-byte-swizzled tile.
-__device__ __forceinline__ uint32_t swizzled(int row, int chunk) { return row * kRowBytes + ((chunk ^ (row & 7)) << 4); }
-
-/// Descriptor of the k-th 16-column slice of a K-major 64-row tile.
-__device__ __forceinline__ uint64_t k_major(const unsigned char* tile, int k) {
-  return wgmma::descriptor(tile + 32 * k, 16, 8 * kRowBytes);
-}
-/// Descriptor of the k-th 16-row slice of an MN-major tile (rows along the contraction).
-__device__ __forceinline__ uint64_t mn_major(const unsigned char* tile, int k) {
-  return wgmma::descriptor(tile + k * 16 * kRowBytes, 64 * kRowBytes, 8 * kRowBytes);
-}
-
 /// A query-indexed row statistic (lse·log2(e) or Δ) for the thread's accumulator columns of a
 /// keys × queries tile: the pairs 8n + 2·(lane % 4) + {0, 1}, read as pairs.
 __device__ __forceinline__ void read_query_pairs(float2 (&pairs)[8], const float* statistic) {
@@ -92,13 +93,13 @@ __device__ __forceinline__ void to_operand(uint32_t (&a)[4][4], const float (&c)
 }
 #endif
 
-template <bool kDropout>
+template <int D, bool kDropout>
 __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     attention_backward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
                                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                                      const __grid_constant__ CUtensorMap dout_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Layout;
+  using L = Layout<D>;
   extern __shared__ unsigned char raw_smem[];
   unsigned char* const smem = tma::align_1024(raw_smem);
   uint64_t* const keys_full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
@@ -113,9 +114,10 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   auto parity_of = [&](int qt) { return static_cast<unsigned>((qt - first) / kStages) & 1; };
   auto load_step = [&](int qt) {  // one thread
     const int s = stage_of(qt);
-    tma::arrive_expecting(step_full + s, 2 * kTileBytes + kStatBytes);
-    tma::load_4d(smem + L::kQ + s * kTileBytes, q_map, step_full + s, 0, qt * kQueries, head, batch);
-    tma::load_4d(smem + L::kDout + s * kTileBytes, dout_map, step_full + s, 0, qt * kQueries, head, batch);
+    tma::arrive_expecting(step_full + s, 2 * L::kQueryTileBytes + kStatBytes);
+    load_rows<D>(smem + L::kQ + s * L::kQueryTileBytes, q_map, step_full + s, kQueries, qt * kQueries, head, batch);
+    load_rows<D>(smem + L::kDout + s * L::kQueryTileBytes, dout_map, step_full + s, kQueries, qt * kQueries, head,
+                 batch);
     tma::load_bulk(smem + L::kStats + s * kStatBytes, stats + qt * 2 * kStatTileRows, kStatBytes, step_full + s);
   };
   if (threadIdx.x == 0) {
@@ -127,36 +129,38 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     tma::prefetch_map(v_map);
     tma::prefetch_map(dout_map);
     tma::arrive_expecting(keys_full, 2 * L::kKeyTileBytes);
-    tma::load_4d(smem + L::kK, k_map, keys_full, 0, k0, head, batch);
-    tma::load_4d(smem + L::kV, v_map, keys_full, 0, k0, head, batch);
+    load_rows<D>(smem + L::kK, k_map, keys_full, kKeys, k0, head, batch);
+    load_rows<D>(smem + L::kV, v_map, keys_full, kKeys, k0, head, batch);
     for (int qt = first; qt < min(first + kStages, query_tiles); ++qt) load_step(qt);
   }
   __syncthreads();
 
-  DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<kHead>,
+  DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<D, kQueries>,
                   p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
   float* const staged_shares = reinterpret_cast<float*>(smem + L::kShares);
-  auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<kHead>; };
+  auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<D, kQueries>; };
   auto issue_share = [&](int qt) {  // a warpgroup leader
     const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kQueries - 1) / kKeys) : key_tiles - 1;
-    shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<kHead>);
+    shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<D, kQueries>);
   };
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int row0 = kWarpgroupKeys * warpgroup + 16 * warp, key0 = k0 + row0;  // the warp's first key
-  uint32_t kf[4][4], vf[4][4];  // the warp's 16 keys of K and V as A fragments, 16 columns each
+  uint32_t kf[4][4], vf[4][4];  // HS 64: the warp's 16 keys of K and V as A fragments, 16 columns each
   tma::wait(keys_full, 0);
+  if constexpr (kKeysInRegisters<D>) {
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t at = swizzled(row0 + lane % 16, 2 * k + lane / 16);
-    mma::load_matrix_x4(kf[k], smem + L::kK + at);
-    mma::load_matrix_x4(vf[k], smem + L::kV + at);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t at = swizzled::offset(row0 + lane % 16, 2 * k + lane / 16);
+      mma::load_matrix_x4(kf[k], smem + L::kK + at);
+      mma::load_matrix_x4(vf[k], smem + L::kV + at);
+    }
   }
-  float dk[8][4] = {}, dv[8][4] = {};
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   for (int qt = first; qt < query_tiles; ++qt) {
     const int s = stage_of(qt);
-    const unsigned char* const q = smem + L::kQ + s * kTileBytes;
-    const unsigned char* const dout = smem + L::kDout + s * kTileBytes;
+    const unsigned char* const q = smem + L::kQ + s * L::kQueryTileBytes;
+    const unsigned char* const dout = smem + L::kDout + s * L::kQueryTileBytes;
     const float* const lse2 = reinterpret_cast<const float*>(smem + L::kStats + s * kStatBytes);
     const float* const delta = lse2 + kStatTileRows;
     // The leader of the warpgroup that computes this step's dQ share completes the share it
@@ -170,12 +174,24 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     tma::wait(step_full + s, parity_of(qt));
     float st[8][4], dpt[8][4];  // Sᵀ, then Pᵀ; dPᵀ, then dSᵀ: keys × queries
     wgmma::fence();
+    if constexpr (kKeysInRegisters<D>) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(st, kf[k], k_major(q, k), k > 0);
-    wgmma::commit();
+      for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(st, kf[k], k_major_slice<kQueries>(q, 0, k), k > 0);
+      wgmma::commit();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(dpt, vf[k], k_major(dout, k), k > 0);
-    wgmma::commit();
+      for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::K>(dpt, vf[k], k_major_slice<kQueries>(dout, 0, k), k > 0);
+      wgmma::commit();
+    } else {
+      const int wg_row0 = kWarpgroupKeys * warpgroup;
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k)
+        wgmma::mma_ss(st, k_major_slice<kKeys>(smem + L::kK, wg_row0, k), k_major_slice<kQueries>(q, 0, k), k > 0);
+      wgmma::commit();
+#pragma unroll
+      for (int k = 0; k < D / 16; ++k)
+        wgmma::mma_ss(dpt, k_major_slice<kKeys>(smem + L::kV, wg_row0, k), k_major_slice<kQueries>(dout, 0, k), k > 0);
+      wgmma::commit();
+    }
 
     // Sᵀ's element (key, query) is the draw's (query, key).
     auto dropped_at = [&](int n, int e) {
@@ -215,7 +231,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     }
     wgmma::fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::MN>(dv, pa[k], mn_major(dout, k), true);
+    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::MN>(dv, pa[k], mn_major_slice<kQueries>(dout, k), true);
     wgmma::commit();
 
     wgmma::wait<1>();
@@ -233,24 +249,25 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // fragment register j: column block 2k + j / 2, rows + 8·(j % 2)
         const int row = row0 + lane / 4 + 8 * (j % 2);
-        *reinterpret_cast<uint32_t*>(ds_tile + swizzled(row, 2 * k + j / 2) + (lane % 4) * 4) = da[k][j];
+        *reinterpret_cast<uint32_t*>(ds_tile + swizzled::offset(row, 2 * k + j / 2) + (lane % 4) * 4) = da[k][j];
       }
     wgmma::fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::MN>(dk, da[k], mn_major(q, k), true);
+    for (int k = 0; k < 4; ++k) wgmma::mma_rs<Major::MN>(dk, da[k], mn_major_slice<kQueries>(q, k), true);
     wgmma::commit();
     mma::fence_shared_for_bulk();  // the dSᵀ stores, before the tensor cores read them
     __syncthreads();               // every warp's keys of dSᵀ are in place
     if (dq_turn) {  // the warpgroups take turns at the block's dQ share
-      float dq[8][4];  // this key tile's share of the query tile's dQ, dS·K
+      float dq[D / 8][4];  // this key tile's share of the query tile's dQ, dS·K
       wgmma::fence();
 #pragma unroll
       for (int k = 0; k < kKeys / 16; ++k)
-        wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major(ds_tile, k), mn_major(smem + L::kK, k), k > 0);
+        wgmma::mma_ss<Major::MN, Major::MN>(dq, mn_major_slice<kKeys>(ds_tile, k), mn_major_slice<kKeys>(smem + L::kK, k),
+                                            k > 0);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::pin(dq);
-      stage_dq_share<kHead>(staged_share(qt), dq);
+      stage_dq_share<D, kQueries>(staged_share(qt), dq);
     } else {
       wgmma::wait<0>();
       // The share this warpgroup staged last step, issued while the other one computes dS·K:
@@ -272,8 +289,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     }
   }
   const int64_t in_base = head_offset(p.in, p.heads);
-  store_rows<kHead>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
-  store_rows<kHead>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
+  store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
+  store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
 #else
   __trap();  // dispatched only on sm_90 (hopper_flash_available)
 #endif
@@ -283,7 +300,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
 
 bool hopper_backward_takes(const AttentionInputs& in, const void* dout, const HeadStrides& out_strides,
                            const AttentionShape& shape) {
-  return shape.head_size == kHead && hopper_forward_takes(in, shape) &&
+  return (shape.head_size == 64 || shape.head_size == 128) && hopper_forward_takes(in, shape) &&
          tensor_map_possible(head_rows_map(dout, shape, out_strides, kQueries));
 }
 
@@ -295,12 +312,14 @@ void attention_backward_hopper(const Params& params, const AttentionShape& shape
   const CUtensorMap dout_map = encode_tensor_map(head_rows_map(dout, shape, out_strides, kQueries));
   const dim3 grid(static_cast<unsigned>((shape.tokens + kKeys - 1) / kKeys),
                   static_cast<unsigned>(shape.batch * shape.heads));
-  const auto kernel = params.dropout_p > 0.0f ? attention_backward_hopper_kernel<true>
-                                              : attention_backward_hopper_kernel<false>;
-  FT_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Layout::kBytes)));
-  kernel<<<grid, 128 * kWarpgroups, Layout::kBytes, stream()>>>(params, q_map, k_map, v_map, dout_map);
-  FT_CUDA_CHECK_LAUNCH("attention_backward_hopper_kernel");
+  with_head_size_and_dropout(shape.head_size, params.dropout_p > 0.0f, [&](auto d, auto dropout) {
+    constexpr int D = decltype(d)::value;
+    const auto kernel = attention_backward_hopper_kernel<D, decltype(dropout)::value>;
+    constexpr size_t kSmem = Layout<D>::kBytes;
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    kernel<<<grid, 128 * kWarpgroups, kSmem, stream()>>>(params, q_map, k_map, v_map, dout_map);
+    FT_CUDA_CHECK_LAUNCH("attention_backward_hopper_kernel");
+  });
 }
 
 }  // namespace ft::cuda
