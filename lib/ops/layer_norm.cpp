@@ -35,10 +35,7 @@ Tensor layer_norm_act_dropout_composite(const Tensor& x, const Tensor& weight, c
 
 Tensor layer_norm_act_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                               double dropout_p, uint64_t seed, const Tensor& offset, double eps) {
-  check_norm_inputs("layer_norm_act_dropout", x, Tensor(), weight, bias, true);
-  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "layer_norm_act_dropout: dropout_p must be in [0, 1), got ",
-           dropout_p);
-  if (dropout_p > 0.0) check_philox_offset("layer_norm_act_dropout", x, offset);
+  check_norm_epilogue_inputs("layer_norm_act_dropout", x, weight, bias, dropout_p, offset);
   if (!norm_fused_ok(x)) return layer_norm_act_dropout_composite(x, weight, bias, act, dropout_p, seed, offset, eps);
   return norm_fused(NormKind::Layer, x, Tensor(), weight, bias, eps,
                     NormEpilogue{.act = act, .dropout_p = dropout_p, .seed = seed, .offset = offset, .mask = Tensor()})

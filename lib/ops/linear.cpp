@@ -92,23 +92,36 @@ LinearFusion linear_fusion_for(int64_t, int64_t, int64_t, Activation) {
   return LinearFusion::Epilogue;
 }
 
-bool linear_takes_epilogue_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+namespace {
+
+/// The one place that picks linear()'s path; linear() runs it and linear_takes_epilogue_path
+/// reports it.
+enum class LinearPath { Composite, Narrow, Epilogue, BiasAct };
+LinearPath linear_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
-  if (!use_fused(x) || !fused_dtype || x.numel() == 0) return false;
-  if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight)) return false;
+  if (!use_fused(x) || !fused_dtype || x.numel() == 0) return LinearPath::Composite;
+  if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight)) return LinearPath::Narrow;
   LinearFusion fusion = linear_fusion();
   if (fusion == LinearFusion::Auto)
     fusion = linear_fusion_for(x.numel() / x.size(-1), weight.size(1), weight.size(0), act);
-  return fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act);
+  return fusion == LinearFusion::Epilogue && fused_supported(x, weight, bias, act) ? LinearPath::Epilogue
+                                                                                  : LinearPath::BiasAct;
+}
+
+}  // namespace
+
+bool linear_takes_epilogue_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  return linear_path(x, weight, bias, act) == LinearPath::Epilogue;
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   check_linear_inputs(x, weight, bias);
-  const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
-  if (!use_fused(x) || !fused_dtype || x.numel() == 0) return linear_composite(x, weight, bias, act);
-  if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight))
-    return linear_fused(x, weight, bias, act, true);
-  if (linear_takes_epilogue_path(x, weight, bias, act)) return linear_fused(x, weight, bias, act, false);
+  switch (linear_path(x, weight, bias, act)) {
+    case LinearPath::Composite: return linear_composite(x, weight, bias, act);
+    case LinearPath::Narrow: return linear_fused(x, weight, bias, act, true);
+    case LinearPath::Epilogue: return linear_fused(x, weight, bias, act, false);
+    case LinearPath::BiasAct: break;
+  }
   return bias_act(matmul(x, weight, false, true), bias, act);
 }
 

@@ -2,7 +2,6 @@
 
 #include "lib/autograd.h"
 #include "lib/error.h"
-#include "lib/ops/dropout.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/ops/norm_dispatch.h"
@@ -31,10 +30,7 @@ Tensor linear_layer_norm_act_dropout(const Tensor& x, const Tensor& weight, cons
   const Tensor x2 = x.detach().reshape({-1, in});
   const int64_t rows = x2.size(0);
   const Tensor y = Tensor::empty({rows, out}, x.dtype(), x.device());
-  check_norm_inputs("linear_layer_norm_act_dropout", y, Tensor(), norm_weight, norm_bias, true);
-  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "linear_layer_norm_act_dropout: dropout_p must be in [0, 1), got ",
-           dropout_p);
-  if (dropout_p > 0.0) check_philox_offset("linear_layer_norm_act_dropout", y, offset);
+  check_norm_epilogue_inputs("linear_layer_norm_act_dropout", y, norm_weight, norm_bias, dropout_p, offset);
   cuda::linear_forward(x2, weight, bias, Activation::None, y, Tensor());
   const bool training = needs_grad({&x, &weight, &bias, &norm_weight, &norm_bias});
   const NormFusedForward norm = norm_fused_forward(

@@ -3,6 +3,7 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
+#include "lib/ops/dropout.h"
 #include "lib/ops/elementwise.h"
 
 namespace ft {
@@ -24,6 +25,13 @@ void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, 
     FT_CHECK(residual.shape() == x.shape() && residual.dtype() == x.dtype() && residual.device() == x.device(), op,
              ": residual ", shape_str(residual.shape()), " ", dtype_name(residual.dtype()), " must match x ",
              shape_str(x.shape()), " ", dtype_name(x.dtype()));
+}
+
+void check_norm_epilogue_inputs(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                double dropout_p, const Tensor& offset) {
+  check_norm_inputs(op, x, Tensor(), weight, bias, true);
+  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
+  if (dropout_p > 0.0) check_philox_offset(op, x, offset);
 }
 
 bool norm_fused_ok(const Tensor& x) {

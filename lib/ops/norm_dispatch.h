@@ -9,6 +9,10 @@ namespace ft {
 /// when the norm has one) are [C] of x's dtype and device.
 void check_norm_inputs(const char* op, const Tensor& x, const Tensor& residual, const Tensor& weight,
                        const Tensor& bias, bool has_bias);
+/// check_norm_inputs (with a bias), then the epilogue's dropout: p in [0, 1), and with p > 0 a
+/// valid Philox offset.
+void check_norm_epilogue_inputs(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                double dropout_p, const Tensor& offset);
 /// Fused mode, CUDA, f32/bf16, non-empty.
 bool norm_fused_ok(const Tensor& x);
 /// The fused forward's outputs and what its backward reads: the mean (the epilogue form, when
