@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
     __syncthreads();  // every warp is done with this buffer before the next prefetch refills it
   }
 #pragma unroll
-  for (int m = 0; m < kM; ++m) finish_rows<D>(p, row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
+  for (int m = 0; m < kM; ++m) finish_rows<D>(p, head_index(), row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
 }
 
 /// Δ_i = Σ_d dO[i, d]·O[i, d] for B·NH·T rows (blockIdx.y unused): D / 8 lanes per row, each

@@ -17,10 +17,14 @@
 //   registers than two blocks leave, and its producer warpgroup (setmaxnreg did not lift
 //   ptxas's 168-register cap for 384 threads); the variants and their times are in
 //   docs/performance.md.
-// Blocks take 128 query rows against 128-key tiles at HS 64, 64-key tiles at HS 128.
+// Blocks take 128 query rows against 128-key tiles at HS 64, 64-key tiles at HS 128, on a 1-D
+// grid in the order of lib/causal_order.h (the longest blocks of a group of heads first).
 // Dispatched from attention_forward when the device is sm_90 and TMA can address the inputs.
 #include <cuda.h>
 
+#include <algorithm>
+
+#include "lib/causal_order.h"
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/runtime.h"
@@ -60,10 +64,14 @@ struct Smem {
 
 // Two blocks a multiprocessor cap a thread at 128 registers; the dropout draw needs more (it
 // spilled hundreds of bytes), so with dropout one block takes a multiprocessor.
+template <bool kDropout>
+constexpr int kBlocksPerMultiprocessor = kDropout ? 1 : 2;
+
 template <int D, bool kDropout>
-__global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
+__global__ void __launch_bounds__(kHopperThreads, kBlocksPerMultiprocessor<kDropout>)
     attention_forward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
-                                    const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+                                    const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                                    int group) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kKeys = kKeysPerTile<D>;
   using S = Smem<D, kKeys>;
@@ -73,8 +81,9 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
   uint64_t* const k_full = q_full + 1;
   uint64_t* const v_full = k_full + kStages;
   int* const released = reinterpret_cast<int*>(v_full + kStages);  // per stage: warps done with it, all rounds
-  const int q0 = query_tile(p.causal) * kBlockRows, head = head_index() % p.heads, batch = head_index() / p.heads;
-  const int all_tiles = (p.tokens + kKeys - 1) / kKeys;
+  const int all_tiles = (p.tokens + kKeys - 1) / kKeys, query_tiles = (p.tokens + kBlockRows - 1) / kBlockRows;
+  const CausalTask task = causal_task(blockIdx.x, query_tiles, gridDim.x / query_tiles, group);
+  const int q0 = task.query_tile * kBlockRows, head = task.head % p.heads, batch = task.head / p.heads;
   const int key_tiles = p.causal ? min(all_tiles, (q0 + kBlockRows + kKeys - 1) / kKeys) : all_tiles;
   const int warpgroup = threadIdx.x / 128;
   auto stage_of = [](int kt) { return kt % kStages; };
@@ -142,7 +151,7 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
     online_softmax_scores(s, row_max, row_sum, rescale, p.scale_log2);
     if constexpr (kDropout)
       apply_dropout(s, p, [&](int n, int e) {
-        return probability_index(p.tokens, row0 + fragment_row(e), k0 + fragment_col(n, e));
+        return probability_index(p.tokens, task.head, row0 + fragment_row(e), k0 + fragment_col(n, e));
       });
   };
   auto to_operand = [&] {
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(kHopperThreads, kDropout ? 1 : 2)
     wgmma::wait<0>();
     values_done(kt);
   }
-  finish_rows<D>(p, row0, acc, row_max, row_sum);
+  finish_rows<D>(p, task.head, row0, acc, row_max, row_sum);
 #else
   __trap();  // dispatched only on sm_90 (hopper_flash_available)
 #endif
@@ -203,16 +212,26 @@ bool hopper_forward_takes(const AttentionInputs& in, const AttentionShape& shape
 
 void attention_forward_hopper(const Params& params, const AttentionShape& shape, const AttentionInputs& in) {
   const CUtensorMap q_map = encode_tensor_map(head_rows_map(in.q, shape, in.strides, kBlockRows));
-  const dim3 grid(static_cast<unsigned>((shape.tokens + kBlockRows - 1) / kBlockRows),
-                  static_cast<unsigned>(shape.batch * shape.heads));
+  const int64_t query_tiles = (shape.tokens + kBlockRows - 1) / kBlockRows, head_count = shape.batch * shape.heads;
+  const unsigned grid = static_cast<unsigned>(query_tiles * head_count);
   with_head_size_and_dropout(shape.head_size, params.dropout_p > 0.0f, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
-    const auto kernel = attention_forward_hopper_kernel<D, decltype(dropout)::value>;
+    constexpr bool kDropout = decltype(dropout)::value;
+    const auto kernel = attention_forward_hopper_kernel<D, kDropout>;
+    // Causal blocks start longest first in groups of heads (lib/causal_order.h), the keys and
+    // values of a group within a quarter of L2 (a group of all 192 heads at HS 64, 48 MB, ran
+    // 3% slower than the model's choice of 24).
+    const int64_t resident = int64_t{kBlocksPerMultiprocessor<kDropout>} * multiprocessor_count();
+    const int64_t head_bytes = shape.tokens * shape.head_size * 2 * static_cast<int64_t>(sizeof(bf16));
+    const int64_t max_group = std::clamp<int64_t>(l2_cache_bytes() / 4 / head_bytes, 1, head_count);
+    const int group = params.causal ? causal_group(static_cast<int>(query_tiles), static_cast<int>(head_count),
+                                                   static_cast<int>(resident), static_cast<int>(max_group))
+                                    : 1;
     const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeysPerTile<D>));
     const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeysPerTile<D>));
     constexpr size_t kSmem = Smem<D, kKeysPerTile<D>>::kBytes;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-    kernel<<<grid, kHopperThreads, kSmem, stream()>>>(params, q_map, k_map, v_map);
+    kernel<<<grid, kHopperThreads, kSmem, stream()>>>(params, q_map, k_map, v_map, group);
     FT_CUDA_CHECK_LAUNCH("attention_forward_hopper_kernel");
   });
 }

@@ -104,17 +104,24 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/// The block's (batch, head) pair, b·NH + h, in the kernels whose grid is (query tiles, B·NH);
+/// the Hopper forward orders its blocks otherwise and passes its pair to the helpers below.
 __device__ __forceinline__ int head_index() { return blockIdx.y; }
-__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
-  const int bh = head_index();
+__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads, int bh) {
   return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
 }
-/// Flat index of probability (i, j) of this head in the [B, NH, T, T] dropout draw.
+__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
+  return head_offset(s, heads, head_index());
+}
+/// Flat index of probability (i, j) of head bh in the [B, NH, T, T] dropout draw.
+__device__ __forceinline__ uint64_t probability_index(int tokens, int bh, int i, int j) {
+  return (static_cast<uint64_t>(bh) * tokens + i) * tokens + j;
+}
 __device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) {
-  return (static_cast<uint64_t>(head_index()) * tokens + i) * tokens + j;
+  return probability_index(tokens, head_index(), i, j);
 }
 
-// Blocks of the causal forward take query tiles from the last (the most key tiles) down,
+// Blocks of the mma.sync causal forward take query tiles from the last (the most key tiles) down,
 // so the longest blocks start first and the short ones fill the tail.
 __device__ __forceinline__ int query_tile(bool causal) { return causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; }
 
@@ -183,9 +190,9 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kN][4], float (&a
   rescale_rows(acc, rescale);
 }
 
-/// The warp's 16 output rows from row0, normalized, and their log-sum-exp.
+/// The warp's 16 output rows from row0 of head bh, normalized, and their log-sum-exp.
 template <int D>
-__device__ __forceinline__ void finish_rows(const Params& p, int row0, const float (&acc)[D / 8][4],
+__device__ __forceinline__ void finish_rows(const Params& p, int bh, int row0, const float (&acc)[D / 8][4],
                                             const float (&row_max)[2], const float (&row_sum)[2]) {
   float total[2], inverse[2];
 #pragma unroll
@@ -193,14 +200,14 @@ __device__ __forceinline__ void finish_rows(const Params& p, int row0, const flo
     total[h] = quad_sum(row_sum[h]);
     inverse[h] = 1.0f / total[h];
   }
-  store_rows<D>(p.out + head_offset(p.out_strides, p.heads), p.out_strides.token, row0, p.tokens, acc, inverse[0],
+  store_rows<D>(p.out + head_offset(p.out_strides, p.heads, bh), p.out_strides.token, row0, p.tokens, acc, inverse[0],
                 inverse[1]);
   if (threadIdx.x % 4 == 0)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + fragment_row(2 * h);
       if (row < p.tokens)
-        p.lse[static_cast<int64_t>(head_index()) * p.tokens + row] = (row_max[h] * p.scale_log2 + log2f(total[h])) / kLog2e;
+        p.lse[static_cast<int64_t>(bh) * p.tokens + row] = (row_max[h] * p.scale_log2 + log2f(total[h])) / kLog2e;
     }
 }
 

@@ -89,6 +89,7 @@ struct DeviceContext {
   unsigned* error_word = nullptr;
   int sms = 0;
   size_t shared_per_sm = 0;
+  int64_t l2_bytes = 0;
   int compute_capability = 0;
 
   DeviceContext() {
@@ -110,6 +111,9 @@ struct DeviceContext {
     int shared = 0;
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     shared_per_sm = static_cast<size_t>(shared);
+    int l2 = 0;
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    l2_bytes = l2;
     int major = 0, minor = 0;
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
@@ -130,6 +134,7 @@ cudaStream_t stream() { return context().stream; }
 cudaStream_t copy_stream() { return context().copy_stream; }
 int multiprocessor_count() { return context().sms; }
 size_t shared_memory_per_multiprocessor() { return context().shared_per_sm; }
+int64_t l2_cache_bytes() { return context().l2_bytes; }
 int compute_capability() { return context().compute_capability; }
 cublasLtHandle_t cublaslt_handle() { return context().lt; }
 void* cublaslt_workspace(size_t* bytes) {

@@ -4,6 +4,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "lib/cuda/launchers.h"
@@ -31,6 +32,8 @@ cudaStream_t copy_stream();
 int multiprocessor_count();
 /// Shared memory of one multiprocessor, in bytes (228 KB on the H100).
 size_t shared_memory_per_multiprocessor();
+/// The L2 cache, in bytes (50 MB on the H100).
+int64_t l2_cache_bytes();
 /// The current device's compute capability as 10·major + minor (90 on the H100 and H200).
 int compute_capability();
 cublasLtHandle_t cublaslt_handle();
