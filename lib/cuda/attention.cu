@@ -29,7 +29,7 @@
 // shared memory. Measured speed: docs/performance.md.
 #include <cuda_bf16.h>
 
-
+#include <algorithm>
 #include <cmath>
 
 #include "lib/cuda/attention_dq.cuh"
@@ -167,15 +167,17 @@ template <int D>
 constexpr int kForwardRows = 4 * 16 * kForwardTiles<D>;
 
 template <int D, bool kDropout>
-__global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const __grid_constant__ Params p, int group) {
   constexpr int kM = kForwardTiles<D>, kRows = kForwardRows<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* const base = reinterpret_cast<bf16*>(smem);
   const Tile<D> q_tile{base};
   auto k_tile = [&](int buf) { return Tile<D>{base + kRows * D + buf * kTile * D}; };
   auto v_tile = [&](int buf) { return Tile<D>{base + kRows * D + (2 + buf) * kTile * D}; };
-  const int q0 = query_tile(p.causal) * kRows, warp = threadIdx.x / 32;
-  const int64_t in_base = head_offset(p.in, p.heads);
+  const int query_tiles = (p.tokens + kRows - 1) / kRows;
+  const CausalTask task = causal_task(blockIdx.x, query_tiles, gridDim.x / query_tiles, group);
+  const int q0 = task.query_tile * kRows, warp = threadIdx.x / 32;
+  const int64_t in_base = head_offset(p.in, p.heads, task.head);
   const int all_tiles = (p.tokens + kTile - 1) / kTile;
   const int key_tiles = p.causal ? min(all_tiles, (q0 + kRows + kTile - 1) / kTile) : all_tiles;
   load_tile<D, kRows>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
@@ -200,14 +202,14 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
       online_softmax_step(s[m], acc[m], row_max[m], row_sum[m], p.scale_log2);
       if constexpr (kDropout)
         apply_dropout(s[m], p, [&](int n, int e) {
-          return probability_index(p.tokens, row0 + 16 * m + fragment_row(e), k0 + fragment_col(n, e));
+          return probability_index(p.tokens, task.head, row0 + 16 * m + fragment_row(e), k0 + fragment_col(n, e));
         });
     }
     accumulate<D, kM, kTile>(acc, s, v_tile(buf), 0);
     __syncthreads();  // every warp is done with this buffer before the next prefetch refills it
   }
 #pragma unroll
-  for (int m = 0; m < kM; ++m) finish_rows<D>(p, head_index(), row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
+  for (int m = 0; m < kM; ++m) finish_rows<D>(p, task.head, row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
 }
 
 /// Δ_i = Σ_d dO[i, d]·O[i, d] for B·NH·T rows (blockIdx.y unused): D / 8 lanes per row, each
@@ -427,6 +429,15 @@ dim3 grid_for(const AttentionShape& shape, int rows_per_block) {
 
 }  // namespace
 
+int flash::forward_block_group(const AttentionShape& shape, bool causal, int64_t query_tiles, int64_t resident) {
+  if (!causal) return 1;
+  const int64_t head_count = shape.batch * shape.heads;
+  const int64_t head_bytes = shape.tokens * shape.head_size * 2 * static_cast<int64_t>(sizeof(bf16));
+  const int64_t max_group = std::clamp<int64_t>(l2_cache_bytes() / 4 / head_bytes, 1, head_count);
+  return causal_group(static_cast<int>(query_tiles), static_cast<int>(head_count), static_cast<int>(resident),
+                      static_cast<int>(max_group));
+}
+
 bool attention_supported(int64_t head_size) { return head_size == 64 || head_size == 128; }
 
 namespace {
@@ -457,8 +468,16 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
     constexpr bool kDropout = decltype(dropout)::value;
-    launch(attention_forward_kernel<D, kDropout>, grid_for(shape, kForwardRows<D>), (kForwardRows<D> + 4 * kTile) * D * sizeof(bf16),
-           p, "attention_forward_kernel");
+    const auto kernel = attention_forward_kernel<D, kDropout>;
+    constexpr int kSmem = (kForwardRows<D> + 4 * kTile) * D * sizeof(bf16);
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    int per_multiprocessor = 1;
+    FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kAttnThreads, kSmem));
+    const int64_t query_tiles = (shape.tokens + kForwardRows<D> - 1) / kForwardRows<D>;
+    const int group = forward_block_group(shape, causal, query_tiles,
+                                          int64_t{std::max(per_multiprocessor, 1)} * multiprocessor_count());
+    kernel<<<static_cast<unsigned>(query_tiles * shape.batch * shape.heads), kAttnThreads, kSmem, stream()>>>(p, group);
+    FT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
   });
 }
 

@@ -24,7 +24,6 @@
 
 #include <algorithm>
 
-#include "lib/causal_order.h"
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/runtime.h"
@@ -212,21 +211,14 @@ bool hopper_forward_takes(const AttentionInputs& in, const AttentionShape& shape
 
 void attention_forward_hopper(const Params& params, const AttentionShape& shape, const AttentionInputs& in) {
   const CUtensorMap q_map = encode_tensor_map(head_rows_map(in.q, shape, in.strides, kBlockRows));
-  const int64_t query_tiles = (shape.tokens + kBlockRows - 1) / kBlockRows, head_count = shape.batch * shape.heads;
-  const unsigned grid = static_cast<unsigned>(query_tiles * head_count);
+  const int64_t query_tiles = (shape.tokens + kBlockRows - 1) / kBlockRows;
+  const unsigned grid = static_cast<unsigned>(query_tiles * shape.batch * shape.heads);
   with_head_size_and_dropout(shape.head_size, params.dropout_p > 0.0f, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
     constexpr bool kDropout = decltype(dropout)::value;
     const auto kernel = attention_forward_hopper_kernel<D, kDropout>;
-    // Causal blocks start longest first in groups of heads (lib/causal_order.h), the keys and
-    // values of a group within a quarter of L2 (a group of all 192 heads at HS 64, 48 MB, ran
-    // 3% slower than the model's choice of 24).
-    const int64_t resident = int64_t{kBlocksPerMultiprocessor<kDropout>} * multiprocessor_count();
-    const int64_t head_bytes = shape.tokens * shape.head_size * 2 * static_cast<int64_t>(sizeof(bf16));
-    const int64_t max_group = std::clamp<int64_t>(l2_cache_bytes() / 4 / head_bytes, 1, head_count);
-    const int group = params.causal ? causal_group(static_cast<int>(query_tiles), static_cast<int>(head_count),
-                                                   static_cast<int>(resident), static_cast<int>(max_group))
-                                    : 1;
+    const int group = forward_block_group(shape, params.causal, query_tiles,
+                                          int64_t{kBlocksPerMultiprocessor<kDropout>} * multiprocessor_count());
     const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeysPerTile<D>));
     const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeysPerTile<D>));
     constexpr size_t kSmem = Smem<D, kKeysPerTile<D>>::kBytes;
