@@ -105,8 +105,8 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/// The block's (batch, head) pair, b·NH + h, in the kernels whose grid is (query tiles, B·NH);
-/// the Hopper forward orders its blocks otherwise and passes its pair to the helpers below.
+/// The block's (batch, head) pair, b·NH + h, in the backwards, whose grid is (key tiles, B·NH);
+/// the forwards order their blocks otherwise (causal_task) and pass their pair to the helpers.
 __device__ __forceinline__ int head_index() { return blockIdx.y; }
 __device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads, int bh) {
   return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
