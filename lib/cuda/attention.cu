@@ -470,12 +470,16 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
     constexpr bool kDropout = decltype(dropout)::value;
     const auto kernel = attention_forward_kernel<D, kDropout>;
     constexpr int kSmem = (kForwardRows<D> + 4 * kTile) * D * sizeof(bf16);
-    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    int per_multiprocessor = 1;
-    FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kAttnThreads, kSmem));
+    // Once per kernel, not per step: the shared-memory opt-in and the blocks a multiprocessor holds.
+    static const int per_multiprocessor = [&] {
+      FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+      int blocks = 1;
+      FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kAttnThreads, kSmem));
+      return std::max(blocks, 1);
+    }();
     const int64_t query_tiles = (shape.tokens + kForwardRows<D> - 1) / kForwardRows<D>;
-    const int group = forward_block_group(shape, causal, query_tiles,
-                                          int64_t{std::max(per_multiprocessor, 1)} * multiprocessor_count());
+    const int group =
+        forward_block_group(shape, causal, query_tiles, int64_t{per_multiprocessor} * multiprocessor_count());
     kernel<<<static_cast<unsigned>(query_tiles * shape.batch * shape.heads), kAttnThreads, kSmem, stream()>>>(p, group);
     FT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
   });

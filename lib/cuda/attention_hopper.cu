@@ -22,8 +22,6 @@
 // Dispatched from attention_forward when the device is sm_90 and TMA can address the inputs.
 #include <cuda.h>
 
-#include <algorithm>
-
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
 #include "lib/cuda/runtime.h"

@@ -323,9 +323,9 @@ TEST(AttentionFusedTest, HopperAndMmaSyncKernelsAgree) {
     bool causal;
     double dropout;
   };
-  // The Hopper forward starts causal blocks in groups of heads (lib/causal_order.h): on an H100 the
-  // model groups 35 heads at T 1024 by 4 and, with dropout (one block a multiprocessor), 45 heads
-  // at T 512 by 23, so both leave a short last group.
+  // Both forwards start causal blocks in groups of heads (lib/causal_order.h): on an H100 the model
+  // groups the Hopper forward's 35 heads at T 1024 by 4 and, with dropout (one block a
+  // multiprocessor), 45 heads at T 512 by 23, so both leave a short last group.
   const Case cases[] = {{2, 2, 1, 64, true, 0.0},     {2, 3, 77, 64, false, 0.0},  {1, 2, 200, 64, true, 0.1},
                         {2, 12, 1024, 64, true, 0.0}, {1, 4, 300, 128, true, 0.0}, {2, 2, 130, 128, false, 0.2},
                         {1, 6, 1024, 128, true, 0.0}, {5, 7, 1024, 64, true, 0.0}, {5, 9, 512, 128, true, 0.1}};
