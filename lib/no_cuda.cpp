@@ -85,7 +85,7 @@ void put_last(const Tensor&, const Tensor&, const Tensor&) { unavailable(); }
 void softmax_forward(const Tensor&, const Tensor&, bool) { unavailable(); }
 void softmax_backward(const Tensor&, const Tensor&, const Tensor&, bool) { unavailable(); }
 void validate_ids(const Tensor&, int64_t, int64_t, unsigned) { unavailable(); }
-void philox_uniform(const Tensor&, uint64_t, const Tensor&) { unavailable(); }
+void philox_uniform(const Tensor&, uint64_t, const Tensor&, bool) { unavailable(); }
 void philox_take(const Tensor&, const Tensor&, uint64_t) { unavailable(); }
 }  // namespace cuda
 

@@ -1,10 +1,17 @@
 // Philox4x32-10 (Salmon et al., SC'11), shared by the CPU and CUDA paths so that both draw
 // identical bits.
 //
-// Counter layout: element i of a draw keyed on (seed, offset) uses the block counter
-// {(offset + i) / 4 low, high, 0, 0} and takes lane (offset + i) % 4. Offsets are reserved in
-// multiples of 4 (Generator::advance), so the mask depends only on (seed, offset, i): never on
-// grid, block size or vector width.
+// Counter layouts, both depending only on (seed, offset, i): never on grid, block size or vector
+// width.
+// - uniform (rand, normals): element i of a draw keyed on (seed, offset) uses the block counter
+//   {(offset + i) / 4 low, high, 0, 0} and takes its 32-bit lane (offset + i) % 4; the value is
+//   on a 2⁻²⁴ grid. Generator::advance reserves offsets in multiples of 4.
+// - dropout_uniform (every dropout mask): element i takes the 16-bit half-word (offset + i) % 8
+//   of block (offset + i) / 8 (lane h / 2, its low half for even h); the value is on a 2⁻¹⁶
+//   grid. One Philox call covers 8 elements instead of 4: the rounds are most of the dropout
+//   kernels' instructions (the backward was instruction-bound at 36% of HBM bandwidth), and a
+//   2⁻¹⁶ grid moves a keep probability by less than 1.6e-5. PhiloxCounter reserves dropout's
+//   offsets in multiples of 8, so a pack of 8 elements is one call.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -60,18 +67,42 @@ FT_HOST_DEVICE uint32_t lane(const Uint4& bits, unsigned index) {
 /// Uniform float in [0, 1) from the top 24 bits: exact in f32 and identical everywhere.
 FT_HOST_DEVICE float to_uniform(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
 
-/// The draw's keep test, to_uniform(bits) >= p, as one integer compare (`bits >= threshold`) for
-/// p in [0, 1): to_uniform(b) is (b >> 8)·2⁻²⁴ exactly, so it holds exactly when (b >> 8) >=
-/// ⌈p·2²⁴⌉ (an integer against a real), that is when b >= ⌈p·2²⁴⌉·2⁸. p·2²⁴ is exact in f32 and
-/// below 2²⁴ for p < 1, so the threshold fits 32 bits. The float compare costs a shift, a
-/// conversion, a multiply and a compare per element, a quarter of the dropout kernels' work
-/// besides Philox itself.
-FT_HOST_DEVICE uint32_t keep_threshold(float p) { return static_cast<uint32_t>(ceilf(p * 16777216.0f)) << 8; }
+/// Half-word `index` (0..7) of a block: the low half of lane index / 2 for even index.
+FT_HOST_DEVICE uint32_t half_word(const Uint4& bits, unsigned index) {
+  return (lane(bits, index >> 1) >> (16 * (index & 1))) & 0xffffu;
+}
+
+/// Dropout's uniform from a half-word: exact in f32 and identical everywhere.
+FT_HOST_DEVICE float to_dropout_uniform(uint32_t half) { return static_cast<float>(half) * (1.0f / 65536.0f); }
+
+/// Dropout's keep test, to_dropout_uniform(h) >= p, as one integer compare (`h >= threshold`) for
+/// p in [0, 1]: to_dropout_uniform(h) is h·2⁻¹⁶ exactly, so it holds exactly when h >= ⌈p·2¹⁶⌉ (an
+/// integer against a real); p·2¹⁶ is exact in f32. The float compare costs a conversion, a
+/// multiply and a compare per element.
+FT_HOST_DEVICE uint32_t keep_threshold(float p) { return static_cast<uint32_t>(ceilf(p * 65536.0f)); }
 
 /// The uniform number of element i of the draw keyed on (seed, offset).
 FT_HOST_DEVICE float uniform(uint64_t seed, uint64_t offset, uint64_t i) {
   uint64_t counter = offset + i;
   return to_uniform(lane(block_bits(seed, counter >> 2), static_cast<unsigned>(counter & 3)));
+}
+
+/// The number dropout compares with p for element i of the draw keyed on (seed, offset): the
+/// element is kept when it is >= p.
+FT_HOST_DEVICE float dropout_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
+  uint64_t counter = offset + i;
+  return to_dropout_uniform(half_word(block_bits(seed, counter >> 3), static_cast<unsigned>(counter & 7)));
+}
+
+/// Philox counters a dropout draw covers per call, and the multiple its offsets are reserved in.
+inline constexpr uint64_t kDropoutCountersPerBlock = 8;
+
+/// The counter value a dropout draw starts at: `counter` rounded up to a multiple of 8 (a value
+/// restored from an older checkpoint may be a multiple of 4 only; every pack would then take the
+/// kernels' per-element path).
+FT_HOST_DEVICE int64_t aligned_dropout_offset(int64_t counter) {
+  constexpr auto kMultiple = static_cast<int64_t>(kDropoutCountersPerBlock);
+  return (counter + kMultiple - 1) / kMultiple * kMultiple;
 }
 
 }  // namespace ft::philox

@@ -21,7 +21,7 @@
 //   order blocks arrive); the two-kernel form this replaced recomputed S and dP for dQ (7
 //   products).
 // - dropout on the probabilities: element (b, h, i, j) is kept when
-//   philox::uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
+//   philox::dropout_uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
 //   backward regenerates it.
 //
 // Every product is one of two shapes (scores: A·Bᵀ, A as fragments in registers and B row-major

@@ -48,7 +48,7 @@ struct Params {
 __device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
 __device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (threadIdx.x % 4) + (e % 2); }
 
-/// The dropout draw, reusing one Philox block for the (up to) 4 consecutive counters it covers.
+/// The dropout draw, reusing one Philox block for the (up to) 8 consecutive counters it covers.
 struct DropoutMask {
   uint64_t seed, offset;
   uint32_t threshold;  // philox::keep_threshold(p)
@@ -56,11 +56,11 @@ struct DropoutMask {
   philox::Uint4 bits{};
   __device__ bool keep(uint64_t index) {
     const uint64_t counter = offset + index;
-    if ((counter >> 2) != cached) {
-      cached = counter >> 2;
+    if ((counter >> 3) != cached) {
+      cached = counter >> 3;
       bits = philox::block_bits(seed, cached);
     }
-    return philox::lane(bits, static_cast<unsigned>(counter & 3)) >= threshold;
+    return philox::half_word(bits, static_cast<unsigned>(counter & 7)) >= threshold;
   }
 };
 

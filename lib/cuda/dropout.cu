@@ -1,7 +1,7 @@
 // Fused dropout and bias + dropout + residual. Forward reads x (bias, residual) once and writes
 // the output once; backward regenerates the Philox mask from (seed, offset) instead of reading
 // a stored one, writes dx and, for the bias, sums dx down the columns in the same launch.
-// Four elements share one Philox call. Replaces the twin's philox_uniform, ge, cast and mul
+// Eight elements share one Philox call (philox::dropout_uniform). Replaces the twin's philox_uniform, ge, cast and mul
 // kernels (and the add kernels of bias and residual).
 #include "lib/cuda/row_map.cuh"
 #include "lib/ops/dropout.h"
@@ -36,7 +36,7 @@ __device__ __forceinline__ float dropped(float x, float bias, float residual, bo
 }
 
 // 8 elements of a row whose width is a multiple of 8, 16-byte aligned (bf16): one access per
-// operand and two Philox calls.
+// operand and one Philox call.
 template <class T>
 struct DropoutForwardRows8 {
   const T* x;
@@ -122,7 +122,7 @@ struct DropoutBackward {
   __device__ void operator()(int64_t r, int64_t c, float (&sums)[VEC]) const { finish(r, c, load(r, c), sums); }
   __device__ void finish(int64_t r, int64_t c, const Loaded& in, float (&sums)[VEC]) const {
     const int64_t i = r * cols + c;
-    if constexpr (VEC == 8) {  // two Philox calls, one 16-byte access (bf16) per operand
+    if constexpr (VEC == 8) {  // one Philox call, one 16-byte access (bf16) per operand
       float g[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) g[k] = in.dy[k];
@@ -151,7 +151,7 @@ struct DropoutBackward {
       }
       store4(dx, i, n, g);
     } else {
-      const float g = philox::uniform(seed, base, static_cast<uint64_t>(i)) >= p ? in.dy[0] * scale : 0.0f;
+      const float g = philox::dropout_uniform(seed, base, static_cast<uint64_t>(i)) >= p ? in.dy[0] * scale : 0.0f;
       dx[i] = from_acc<T>(g);
       sums[0] = rounded<T>(g);
     }

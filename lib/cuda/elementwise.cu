@@ -286,15 +286,18 @@ __global__ void fill_kernel(void* out, DType dtype, int64_t n, double value, boo
     store_any(out, dtype, i, arange ? static_cast<double>(i) : value);
 }
 
-__global__ void philox_uniform_kernel(float* out, int64_t n, uint64_t seed, const int64_t* offset_ptr) {
+__global__ void philox_uniform_kernel(float* out, int64_t n, uint64_t seed, const int64_t* offset_ptr,
+                                      bool dropout_bits) {
   const uint64_t offset = static_cast<uint64_t>(*offset_ptr);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = philox::uniform(seed, offset, static_cast<uint64_t>(i));
+    out[i] = dropout_bits ? philox::dropout_uniform(seed, offset, static_cast<uint64_t>(i))
+                          : philox::uniform(seed, offset, static_cast<uint64_t>(i));
 }
 
 __global__ void philox_take_kernel(int64_t* counter, int64_t* used, int64_t step) {
-  *used = *counter;
-  *counter += step;
+  const int64_t at = philox::aligned_dropout_offset(*counter);
+  *used = at;
+  *counter = at + step;
 }
 
 }  // namespace
@@ -410,10 +413,10 @@ void arange(const Tensor& out) {
   FT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
-void philox_uniform(const Tensor& out, uint64_t seed, const Tensor& offset) {
+void philox_uniform(const Tensor& out, uint64_t seed, const Tensor& offset, bool dropout_bits) {
   const int64_t n = out.numel();
-  philox_uniform_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(out.data<float>(), n, seed,
-                                                                                    offset.data<int64_t>());
+  philox_uniform_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(
+      out.data<float>(), n, seed, offset.data<int64_t>(), dropout_bits);
   FT_CUDA_CHECK_LAUNCH("philox_uniform_kernel");
 }
 

@@ -52,9 +52,10 @@ void put_last(const Tensor& values, const Tensor& ids, const Tensor& dst);
 /// Flags `code` in the device error word when an id is outside [0, limit) and not `allowed`.
 void validate_ids(const Tensor& ids, int64_t limit, int64_t allowed, unsigned code);
 
-/// out[i] = philox::uniform(seed, *offset, i); offset is a one-element i64 device tensor.
-void philox_uniform(const Tensor& out, uint64_t seed, const Tensor& offset);
-/// used = *counter; *counter += step (one thread).
+/// out[i] = philox::uniform(seed, *offset, i), or philox::dropout_uniform with `dropout_bits`;
+/// offset is a one-element i64 device tensor.
+void philox_uniform(const Tensor& out, uint64_t seed, const Tensor& offset, bool dropout_bits);
+/// used = *counter rounded up to a multiple of 8; *counter = used + step (one thread).
 void philox_take(const Tensor& counter, const Tensor& used, uint64_t step);
 
 }  // namespace ft::cuda

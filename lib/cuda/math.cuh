@@ -138,33 +138,41 @@ template <class T>
 constexpr bool kFastMath = std::is_same_v<T, __nv_bfloat16>;
 
 /// Dropout's keep bits for elements [i, i + V) of the draw keyed on (seed, offset): element j is
-/// kept when philox::uniform(seed, offset, j) >= p, for p in [0, 1) (philox::keep_threshold).
-/// One Philox call per 4 elements when V is a multiple of 4 and the first counter is (packs
-/// start at multiples of V, so their counters share Philox blocks). The V / 4 calls sit in one
-/// branch-free block, so the compiler interleaves their independent round chains; with a branch
-/// per call they ran one after the other, and the dropout kernels waited on each round's
-/// multiply (about 13 cycles a warp instruction on the H100).
+/// kept when philox::dropout_uniform(seed, offset, j) >= p, for p in [0, 1] (philox::keep_threshold).
+/// One Philox call per 8 elements when V is a multiple of 8 and the first counter is one (packs
+/// start at multiples of V, and PhiloxCounter reserves offsets in multiples of 8), half a call's
+/// bits for a pack of 4 starting at a multiple of 4. The V / 8 calls sit in one branch-free block,
+/// so the compiler interleaves their independent round chains; with a branch per call they ran
+/// one after the other, and the dropout kernels waited on each round's multiply (about 13 cycles
+/// a warp instruction on the H100).
 template <int V>
 __device__ __forceinline__ void dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, float p, bool (&keep)[V]) {
-  if constexpr (V % 4 == 0) {
-    const uint64_t counter = offset + i;
+  const uint64_t counter = offset + i;
+  if constexpr (V % 8 == 0) {
+    if ((counter & 7) == 0) {
+      const uint32_t threshold = philox::keep_threshold(p);
+      philox::Uint4 bits[V / 8];
+#pragma unroll
+      for (int q = 0; q < V / 8; ++q) bits[q] = philox::block_bits(seed, (counter >> 3) + q);
+#pragma unroll
+      for (int k = 0; k < V; ++k) keep[k] = philox::half_word(bits[k / 8], k % 8) >= threshold;
+      return;
+    }
+  } else if constexpr (V == 4) {
     if ((counter & 3) == 0) {
       const uint32_t threshold = philox::keep_threshold(p);
-      philox::Uint4 bits[V / 4];
-#pragma unroll
-      for (int q = 0; q < V / 4; ++q) bits[q] = philox::block_bits(seed, (counter >> 2) + q);
-#pragma unroll
-      for (int q = 0; q < V / 4; ++q) {
-        keep[4 * q] = bits[q].x >= threshold;
-        keep[4 * q + 1] = bits[q].y >= threshold;
-        keep[4 * q + 2] = bits[q].z >= threshold;
-        keep[4 * q + 3] = bits[q].w >= threshold;
-      }
+      const philox::Uint4 bits = philox::block_bits(seed, counter >> 3);
+      const bool upper = (counter & 4) != 0;  // half-words 4..7 of the block
+      const uint32_t first = upper ? bits.z : bits.x, second = upper ? bits.w : bits.y;
+      keep[0] = (first & 0xffffu) >= threshold;
+      keep[1] = (first >> 16) >= threshold;
+      keep[2] = (second & 0xffffu) >= threshold;
+      keep[3] = (second >> 16) >= threshold;
       return;
     }
   }
 #pragma unroll
-  for (int k = 0; k < V; ++k) keep[k] = philox::uniform(seed, offset, i + k) >= p;
+  for (int k = 0; k < V; ++k) keep[k] = philox::dropout_uniform(seed, offset, i + k) >= p;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

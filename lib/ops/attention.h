@@ -7,7 +7,7 @@
 // heads side by side, ready for the output projection. The fused kernel reads and writes
 // these layouts in place; the twin splits and merges the heads with transposes.
 //
-// Dropout keeps probability (b, h, i, j) when philox::uniform(seed, offset, flat index) >= p,
+// Dropout keeps probability (b, h, i, j) when philox::dropout_uniform(seed, offset, flat index) >= p,
 // the same (seed, offset, index) scheme as lib/ops/dropout.h, the flat index running over
 // [B, NH, T, T]; offset is a one-element i64 tensor on the data's device
 // (PhiloxCounter::take(B·NH·T·T)).

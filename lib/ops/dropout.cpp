@@ -33,7 +33,7 @@ void check_philox_offset(const char* op, const Tensor& x, const Tensor& offset) 
 Tensor dropout_composite(const Tensor& x, double p, uint64_t seed, const Tensor& offset) {
   if (p == 0.0) return x;
   if (p == 1.0) return x * 0.0;
-  Tensor uniform = philox_uniform(x.shape(), seed, offset);
+  Tensor uniform = philox_uniform(x.shape(), seed, offset, UniformDraw::DropoutHalfWord);
   Tensor keep = cast(ge(uniform, scalar_like(uniform, p)), x.dtype());
   return x * keep * (1.0 / (1.0 - p));
 }

@@ -1,6 +1,7 @@
 // Dropout with a Philox mask, and the fused bias + dropout + residual of transformer blocks.
 //
-// Element i is kept when philox::uniform(seed, offset, i) >= p (compared in f32); kept values
+// Element i is kept when philox::dropout_uniform(seed, offset, i) >= p (compared in f32; the
+// uniform is on a 2⁻¹⁶ grid, 16 Philox bits an element, lib/philox.h); kept values
 // are scaled by 1/(1 - p). The mask depends only on (seed, offset, i): the fused kernel, the
 // twin and the CPU draw it bit for bit alike, for any grid or vector width. `offset` is a
 // one-element i64 tensor on the data's device (PhiloxCounter::take), so a captured graph reads
@@ -8,7 +9,7 @@
 // p = 0 returns x (plus bias and residual); p = 1 gives zeros.
 //
 // bias_dropout_add(x, bias, residual) = residual + dropout(x + bias); bias [C] or undefined,
-// residual of x's shape or undefined. Fused (CUDA, f32/bf16): forward one kernel (one Philox call per 4
+// residual of x's shape or undefined. Fused (CUDA, f32/bf16): forward one kernel (one Philox call per 8
 // elements); backward one kernel writing dx and reducing dbias (dresidual is dy itself).
 #pragma once
 #include "lib/tensor.h"

@@ -20,7 +20,7 @@
 //
 // layer_norm_act_dropout(x, w, b, act, p, seed, offset) = dropout(act(layer_norm(x, w, b)), p),
 // the MLP block's "LayerNorm, activation, Dropout" as one op. Dropout keeps element i when
-// philox::uniform(seed, offset, i) >= p, as lib/ops/dropout.h (offset: a one-element i64 tensor
+// philox::dropout_uniform(seed, offset, i) >= p, as lib/ops/dropout.h (offset: a one-element i64 tensor
 // on x's device). Fused: the norm kernels with an epilogue: forward writes only the dropped
 // activation; backward regenerates the mask, recomputes the normalized value for act', and runs
 // the LayerNorm backward on the result (one kernel each way, where the twin chain has three).

@@ -6,7 +6,7 @@
 // x: [..., IN]; W: [OUT, IN], frozen; b: [OUT] or undefined; A: [r, IN] and B: [OUT, r],
 // trainable, 1 ≤ r ≤ min(IN, OUT); s = α/r (α/√r for rsLoRA). drop is Philox dropout on the
 // adapter's input alone (lib/ops/dropout.h's mask: element i of x, flattened, is kept when
-// philox::uniform(seed, offset, i) ≥ p). act is None, ReLU or GELU, applied after the adapter's
+// philox::dropout_uniform(seed, offset, i) ≥ p). act is None, ReLU or GELU, applied after the adapter's
 // term is added (GPT-2's c_fc). Every dtype and device must match.
 //
 // Fused (CUDA, bf16/f32, W not requiring grad):

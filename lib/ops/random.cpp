@@ -29,6 +29,21 @@ void four_uniforms(uint64_t seed, uint64_t first, float out[4]) {
   for (unsigned k = 0; k < 4; ++k) out[k] = philox::to_uniform(lanes[skip + k]);
 }
 
+// p[k] = philox::dropout_uniform(seed, base, k) for k < n: one Philox block for each 8 counters.
+void fill_dropout_uniforms(float* p, int64_t n, uint64_t seed, uint64_t base) {
+  const uint64_t first_block = base >> 3, blocks = ((base + static_cast<uint64_t>(n) - 1) >> 3) - first_block + 1;
+#pragma omp parallel for if (n > 65536)
+  for (int64_t b = 0; b < static_cast<int64_t>(blocks); ++b) {
+    const uint64_t block = first_block + static_cast<uint64_t>(b);
+    const philox::Uint4 bits = philox::block_bits(seed, block);
+    for (unsigned h = 0; h < 8; ++h) {
+      const uint64_t counter = block * 8 + h;
+      if (counter >= base && counter - base < static_cast<uint64_t>(n))
+        p[counter - base] = philox::to_dropout_uniform(philox::half_word(bits, h));
+    }
+  }
+}
+
 // Elements 2j and 2j + 1 take uniforms 4j .. 4j + 3, so a pair shares its Philox block. Each
 // normal is computed in f64 and rounded once into T, as randn's f64 draw and cast always did.
 template <class T>
@@ -55,11 +70,11 @@ Tensor philox_offset(uint64_t offset, Device device) {
   return Tensor::full({1}, static_cast<double>(offset), DType::I64, device);
 }
 
-Tensor philox_uniform(const Shape& shape, uint64_t seed, uint64_t offset, Device device) {
-  return philox_uniform(shape, seed, philox_offset(offset, device));
+Tensor philox_uniform(const Shape& shape, uint64_t seed, uint64_t offset, Device device, UniformDraw draw) {
+  return philox_uniform(shape, seed, philox_offset(offset, device), draw);
 }
 
-Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset) {
+Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset, UniformDraw draw) {
   check_defined(offset, "philox_uniform", "offset");
   FT_CHECK(offset.dtype() == DType::I64 && offset.numel() == 1, "philox_uniform: offset must be one i64 element, got ",
            dtype_name(offset.dtype()), " ", shape_str(offset.shape()));
@@ -67,12 +82,16 @@ Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset) {
   Tensor out = Tensor::empty(shape, DType::F32, device);
   if (out.numel() == 0) return out;
   if (device.is_cuda()) {
-    cuda::philox_uniform(out, seed, offset);
+    cuda::philox_uniform(out, seed, offset, draw == UniformDraw::DropoutHalfWord);
     return out;
   }
   const uint64_t base = static_cast<uint64_t>(*offset.data<int64_t>());
   float* p = out.data<float>();
   const int64_t n = out.numel();
+  if (draw == UniformDraw::DropoutHalfWord) {
+    fill_dropout_uniforms(p, n, seed, base);
+    return out;
+  }
 #pragma omp parallel for if (n > 65536)
   for (int64_t g = 0; g < (n + 3) / 4; ++g) {
     float u[4];
@@ -102,13 +121,15 @@ PhiloxCounter& PhiloxCounter::on(Device device) {
 }
 
 Tensor PhiloxCounter::take(uint64_t count) {
-  const uint64_t step = (count + 3) / 4 * 4;  // keeps every offset a multiple of 4
+  constexpr uint64_t kMultiple = philox::kDropoutCountersPerBlock;
+  const uint64_t step = (count + kMultiple - 1) / kMultiple * kMultiple;
   Tensor used = Tensor::empty({1}, DType::I64, counter_.device());
   if (counter_.is_cuda()) {
     cuda::philox_take(counter_, used, step);
   } else {
-    *used.data<int64_t>() = *counter_.data<int64_t>();
-    *counter_.data<int64_t>() += static_cast<int64_t>(step);
+    const int64_t at = philox::aligned_dropout_offset(*counter_.data<int64_t>());
+    *used.data<int64_t>() = at;
+    *counter_.data<int64_t>() = at + static_cast<int64_t>(step);
   }
   return used;
 }

@@ -6,12 +6,19 @@
 
 namespace ft {
 
-/// f32 uniforms in [0, 1): element i is philox::uniform(seed, offset, i). No gradient.
+/// Which of lib/philox.h's counter layouts a uniform draw takes: a 32-bit word an element
+/// (philox::uniform, on a 2⁻²⁴ grid: rand and normals) or a 16-bit half-word
+/// (philox::dropout_uniform, on a 2⁻¹⁶ grid, 8 elements a Philox call: every dropout mask).
+enum class UniformDraw { Word, DropoutHalfWord };
+
+/// f32 uniforms in [0, 1): element i is philox::uniform(seed, offset, i), or
+/// philox::dropout_uniform with UniformDraw::DropoutHalfWord. No gradient.
 /// `offset` is a one-element i64 tensor on the result's device: kernels read it from memory, so
 /// a captured CUDA graph uses whatever value the counter holds at replay.
-Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset);
+Tensor philox_uniform(const Shape& shape, uint64_t seed, const Tensor& offset, UniformDraw draw = UniformDraw::Word);
 /// The same with a host offset (wrapped in a one-element tensor on `device`).
-Tensor philox_uniform(const Shape& shape, uint64_t seed, uint64_t offset, Device device = kCPU);
+Tensor philox_uniform(const Shape& shape, uint64_t seed, uint64_t offset, Device device = kCPU,
+                      UniformDraw draw = UniformDraw::Word);
 
 /// Host normals in `dtype` (floating): element i is Box-Muller in f64 on uniforms 2i and 2i + 1
 /// of the draw keyed on (seed, offset), rounded to dtype as a cast from f64 rounds. With `scale`,
@@ -27,8 +34,10 @@ Tensor philox_offset(uint64_t offset, Device device);
 class PhiloxCounter {
  public:
   static PhiloxCounter& on(Device device);
-  /// Reserves `count` values: returns a new one-element tensor holding the offset to use and
-  /// advances the counter in place by count rounded up to 4 (one tiny kernel on CUDA, no sync).
+  /// Reserves `count` values: returns a new one-element tensor holding the offset to use, the
+  /// counter rounded up to a multiple of 8, and advances the counter past it by count rounded up
+  /// to 8 (philox::kDropoutCountersPerBlock: a dropout pack of 8 is then one Philox call); one
+  /// tiny kernel on CUDA, no sync.
   Tensor take(uint64_t count);
   /// The current value (a synchronizing read).
   uint64_t value() const;

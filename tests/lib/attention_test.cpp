@@ -46,7 +46,7 @@ std::vector<double> reference(const Tensor& q, const Tensor& k, const Tensor& v,
         double w = p[static_cast<size_t>(j)] / total;
         if (drop > 0.0) {
           const uint64_t index = static_cast<uint64_t>((bh * t + i) * t + j);
-          w = philox::uniform(seed, offset, index) >= static_cast<float>(drop) ? w / (1.0 - drop) : 0.0;
+          w = philox::dropout_uniform(seed, offset, index) >= static_cast<float>(drop) ? w / (1.0 - drop) : 0.0;
         }
         for (int64_t d = 0; d < hs; ++d)
           out[static_cast<size_t>((bh * t + i) * hs + d)] += w * vv[static_cast<size_t>((bh * t + j) * hs + d)];

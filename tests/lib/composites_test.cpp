@@ -174,7 +174,7 @@ TEST(DropoutTest, ProbabilityOneGivesZerosAndZeroGradient) {
   EXPECT_TRUE(all_equal(x.grad(), Tensor::zeros({33, 65}, DType::F64)));
 }
 
-// The header's contract: element i is kept when philox::uniform(seed, offset, i) >= p in f32,
+// The header's contract: element i is kept when philox::dropout_uniform(seed, offset, i) >= p in f32,
 // and kept values are scaled by 1 / (1 - p).
 TEST(DropoutTest, MaskAndScaleFollowTheContract) {
   Generator gen = test_generator();
@@ -185,7 +185,7 @@ TEST(DropoutTest, MaskAndScaleFollowTheContract) {
     const std::vector<double> vx = x.to_vector(), vy = dropout(x, p, seed, offset).to_vector();
     int64_t kept = 0;
     for (size_t i = 0; i < vx.size(); ++i) {
-      const bool keep = philox::uniform(seed, offset, i) >= static_cast<float>(p);
+      const bool keep = philox::dropout_uniform(seed, offset, i) >= static_cast<float>(p);
       if (keep) {
         ++kept;
         ASSERT_NEAR(vy[i], vx[i] / (1.0 - p), 1e-14 * std::abs(vx[i] / (1.0 - p))) << i;

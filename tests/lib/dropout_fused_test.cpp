@@ -1,7 +1,7 @@
 // Dropout and bias_dropout_add with their Philox offset held in a tensor (PhiloxCounter), fused
 // on CUDA and composite elsewhere.
 //
-// The contract (lib/ops/dropout.h): element i is kept when philox::uniform(seed, offset, i) >= p
+// The contract (lib/ops/dropout.h): element i is kept when philox::dropout_uniform(seed, offset, i) >= p
 // in f32, and only (seed, offset, i) decides it. So the mask must be bit for bit the same in the
 // fused kernel, the twin on CUDA and the CPU; for tensors of any size or shape (launch
 // configurations differ, the shared elements must not); and for an offset advanced by k against
@@ -29,11 +29,13 @@ Tensor mask_of(const Tensor& y) { return ne(y, scalar_like(y, 0.0)); }
 /// The mask the header promises, from the host Philox (u8, of `shape`).
 Tensor contract_mask(const Shape& shape, double p, uint64_t seed, uint64_t offset) {
   std::vector<double> m(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < m.size(); ++i) m[i] = philox::uniform(seed, offset, i) >= static_cast<float>(p) ? 1.0 : 0.0;
+  for (size_t i = 0; i < m.size(); ++i)
+    m[i] = philox::dropout_uniform(seed, offset, i) >= static_cast<float>(p) ? 1.0 : 0.0;
   return Tensor::from_vector(m, shape, DType::U8);
 }
 
-/// Counter values for every test: 0, an ordinary multiple of 4, and one past 32 bits.
+/// Counter values for every test: 0, a multiple of 4 but not of 8 (a pack of 8 then starts
+/// mid-way through a Philox block: the kernels' general path), and one past 32 bits.
 const uint64_t kOffsets[] = {0, 12, (uint64_t{1} << 33) + 4};
 
 // ---- philox_offset and the tensor-offset philox_uniform
@@ -59,13 +61,18 @@ TEST_P(PhiloxOffsetTest, TensorOffsetMatchesHostOffset) {
   for (int64_t n : {1, 3, 4099}) {
     for (uint64_t offset : {uint64_t{0}, uint64_t{4}, uint64_t{7}, (uint64_t{1} << 33) + 4}) {
       SCOPED_TRACE(testing::Message() << "n " << n << " offset " << offset);
-      const Tensor u = philox_uniform({n}, seed, philox_offset(offset, device()));
-      EXPECT_EQ(u.device(), device());
-      EXPECT_EQ(u.dtype(), DType::F32);
-      EXPECT_TRUE(all_equal(u, philox_uniform({n}, seed, offset, device())));
-      std::vector<double> expected(static_cast<size_t>(n));
-      for (size_t i = 0; i < expected.size(); ++i) expected[i] = philox::uniform(seed, offset, i);
-      EXPECT_TRUE(all_equal(u.to(kCPU), Tensor::from_vector(expected, {n}, DType::F32)));
+      for (UniformDraw draw : {UniformDraw::Word, UniformDraw::DropoutHalfWord}) {
+        const bool dropout_bits = draw == UniformDraw::DropoutHalfWord;
+        SCOPED_TRACE(dropout_bits ? "dropout's half-words" : "words");
+        const Tensor u = philox_uniform({n}, seed, philox_offset(offset, device()), draw);
+        EXPECT_EQ(u.device(), device());
+        EXPECT_EQ(u.dtype(), DType::F32);
+        EXPECT_TRUE(all_equal(u, philox_uniform({n}, seed, offset, device(), draw)));
+        std::vector<double> expected(static_cast<size_t>(n));
+        for (size_t i = 0; i < expected.size(); ++i)
+          expected[i] = dropout_bits ? philox::dropout_uniform(seed, offset, i) : philox::uniform(seed, offset, i);
+        EXPECT_TRUE(all_equal(u.to(kCPU), Tensor::from_vector(expected, {n}, DType::F32)));
+      }
     }
   }
 }
@@ -81,7 +88,9 @@ TEST_P(PhiloxOffsetTest, OffsetMustBeOneI64Element) {
 
 // ---- PhiloxCounter
 
-TEST_P(PhiloxOffsetTest, CounterTakeAdvancesByCountRoundedUpToFour) {
+// A take starts at the counter rounded up to a multiple of 8 (a value set from elsewhere, such as
+// an older checkpoint's multiple of 4, is realigned) and advances by the count rounded up to 8.
+TEST_P(PhiloxOffsetTest, CounterTakesWholeBlocksOfEight) {
   PhiloxCounter& counter = PhiloxCounter::on(device());
   EXPECT_EQ(&counter, &PhiloxCounter::on(device()));  // one counter per device
   const uint64_t saved = counter.value();
@@ -91,18 +100,18 @@ TEST_P(PhiloxOffsetTest, CounterTakeAdvancesByCountRoundedUpToFour) {
   EXPECT_EQ(first.dtype(), DType::I64);
   EXPECT_EQ(first.numel(), 1);
   EXPECT_EQ(first.device(), device());
-  EXPECT_EQ(first.item(), 100.0);
-  EXPECT_EQ(counter.value(), 108u);  // 5 rounded up to 8
+  EXPECT_EQ(first.item(), 104.0);      // 100 rounded up to 8
+  EXPECT_EQ(counter.value(), 112u);  // and 5 rounded up to 8
   const struct {
     uint64_t count, used, after;
-  } steps[] = {{8, 108, 116}, {0, 116, 116}, {1, 116, 120}, {4, 120, 124}, {4097, 124, 4224}};
+  } steps[] = {{8, 112, 120}, {0, 120, 120}, {1, 120, 128}, {4, 128, 136}, {9, 136, 152}, {4097, 152, 4256}};
   for (const auto& s : steps) {
     const Tensor used = counter.take(s.count);
     EXPECT_EQ(static_cast<uint64_t>(used.item()), s.used) << "take(" << s.count << ")";
     EXPECT_EQ(counter.value(), s.after) << "take(" << s.count << ")";
   }
   // Each take returns a tensor of its own: later takes leave it alone.
-  EXPECT_EQ(first.item(), 100.0);
+  EXPECT_EQ(first.item(), 104.0);
   counter.set(saved);
 }
 
@@ -111,7 +120,7 @@ TEST_P(PhiloxOffsetTest, TwoTakesGiveDifferentMasks) {
   PhiloxCounter& counter = PhiloxCounter::on(device());
   const uint64_t saved = counter.value();
   counter.set(4096);
-  const int64_t n = 1001;  // not a multiple of 4: the second take starts at 4096 + 1004
+  const int64_t n = 1001;  // not a multiple of 8: the second take starts at 4096 + 1008
   const Tensor x = Tensor::full({n}, 1.0, DType::F32, device());
   for (KernelMode mode : {KernelMode::Fused, KernelMode::Unfused}) {
     SCOPED_TRACE(kernel_mode_name(mode));
@@ -120,7 +129,7 @@ TEST_P(PhiloxOffsetTest, TwoTakesGiveDifferentMasks) {
     const Tensor o1 = counter.take(static_cast<uint64_t>(n)), o2 = counter.take(static_cast<uint64_t>(n));
     const Tensor m1 = mask_of(dropout(x, 0.5, seed, o1)), m2 = mask_of(dropout(x, 0.5, seed, o2));
     EXPECT_TRUE(all_equal(m1, contract_mask({n}, 0.5, seed, base)));
-    EXPECT_TRUE(all_equal(m2, contract_mask({n}, 0.5, seed, base + 1004)));
+    EXPECT_TRUE(all_equal(m2, contract_mask({n}, 0.5, seed, base + 1008)));
     const std::vector<double> v1 = m1.to_vector(), v2 = m2.to_vector();
     int64_t same = 0;
     for (size_t i = 0; i < v1.size(); ++i) same += v1[i] == v2[i];
@@ -177,8 +186,8 @@ TEST(DropoutMaskTest, FusedTwinAndCpuDrawTheSameMask) {
 class DropoutFusedDeviceTest : public DeviceModeTest {};
 
 // Launch configurations differ with the tensor's size and shape (grid, tail, vector width); the
-// elements the tensors share must not. Offsets advanced by a multiple of 4 (what the counter
-// hands out) shift the draw, whatever shape the shifted tensor has.
+// elements the tensors share must not. Offsets advanced by a multiple of 4 (the counter hands out
+// multiples of 8) shift the draw, whatever shape the shifted tensor has.
 TEST_P(DropoutFusedDeviceTest, MaskDoesNotDependOnLaunchConfiguration) {
   const uint64_t seed = test_seed();
   const uint64_t base = 8;
@@ -209,7 +218,7 @@ TEST_P(DropoutFusedDeviceTest, MaskDoesNotDependOnLaunchConfiguration) {
   }
 }
 
-// The header allows any offset, not only the counter's multiples of 4: a draw at an unaligned
+// The header allows any offset, not only the counter's multiples of 8: a draw at an unaligned
 // offset starts mid-way through a Philox block.
 TEST_P(DropoutFusedDeviceTest, UnalignedOffsetsFollowTheContract) {
   const uint64_t seed = test_seed();

@@ -2,6 +2,7 @@
 // promises (element i of a draw depends only on seed and offset + i), the distribution, and
 // bit-identical values on the CPU and CUDA. Also the Generator's offset bookkeeping.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -43,36 +44,57 @@ TEST(PhiloxTest, MatchesRandom123KnownAnswers) {
   }
 }
 
-/// The header's counter layout, spelled out: element i of the draw keyed on (seed, offset) is
-/// lane (offset + i) % 4 of Philox on block counter {(offset + i) / 4 (64 bits), 0, 0} and key
-/// {seed low, seed high}, its top 24 bits scaled to [0, 1).
-float expected_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
-  const uint64_t counter = offset + i, block = counter / 4;
+/// Philox4x32-10 on block counter {block (64 bits), 0, 0} and key {seed low, seed high}: the
+/// four 32-bit lanes x, y, z, w.
+std::array<uint32_t, 4> block_lanes(uint64_t seed, uint64_t block) {
   const philox::Uint4 bits = philox::philox4x32_10(
       {static_cast<uint32_t>(block & 0xffffffffu), static_cast<uint32_t>(block >> 32), 0u, 0u},
       static_cast<uint32_t>(seed & 0xffffffffu), static_cast<uint32_t>(seed >> 32));
-  const uint32_t lanes[4] = {bits.x, bits.y, bits.z, bits.w};
-  return static_cast<float>(static_cast<double>(lanes[counter % 4] >> 8) / 16777216.0);
+  return {bits.x, bits.y, bits.z, bits.w};
 }
 
-// The kernels' integer keep test must agree with to_uniform(bits) >= p on every input: at the
-// boundaries (bits whose top 24 bits are exactly p·2²⁴, and one below), for p on the 2⁻²⁴ grid
-// and off it, and for random words.
+/// The header's counter layout, spelled out: element i of the draw keyed on (seed, offset) is
+/// lane (offset + i) % 4 of block (offset + i) / 4, its top 24 bits scaled to [0, 1).
+float expected_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
+  const uint64_t counter = offset + i;
+  return static_cast<float>(static_cast<double>(block_lanes(seed, counter / 4)[counter % 4] >> 8) / 16777216.0);
+}
+
+/// Dropout's layout, spelled out: element i is half-word (offset + i) % 8 of block
+/// (offset + i) / 8, counting lane x's low half, its high half, then y, z and w, scaled by 2⁻¹⁶.
+float expected_dropout_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
+  const uint64_t counter = offset + i;
+  const uint32_t lane = block_lanes(seed, counter / 8)[(counter % 8) / 2];
+  const uint32_t half = counter % 2 == 0 ? lane & 0xffffu : lane >> 16;
+  return static_cast<float>(static_cast<double>(half) / 65536.0);
+}
+
+// The kernels' integer keep test must agree with to_dropout_uniform(h) >= p for every half-word
+// h, for p on the 2⁻¹⁶ grid and off it (both sides of each grid point), 0, 1 and random p.
 TEST(PhiloxTest, KeepThresholdMatchesTheFloatCompare) {
   std::mt19937 rng(static_cast<uint32_t>(test_seed()));
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<float> ps = {0.0f, 1e-30f, 5.9604645e-8f, 0.1f, 0.25f, 0.5f, 0.9f, 0.99999994f};
-  for (int k = 0; k < 200; ++k) ps.push_back(std::min(unit(rng), 0.99999994f));
-  for (int k = 0; k < 50; ++k) ps.push_back(static_cast<float>(rng() >> 8) / 16777216.0f);
+  std::vector<float> ps = {0.0f, 1e-30f, 1.5258789e-5f, 0.1f, 0.25f, 0.5f, 0.9f, 0.99999994f, 1.0f};
+  for (int k = 0; k < 100; ++k) ps.push_back(unit(rng));
+  for (int k = 0; k < 50; ++k) {
+    const float grid = static_cast<float>(rng() >> 16) / 65536.0f;
+    ps.insert(ps.end(), {grid, std::nextafter(grid, 0.0f), std::nextafter(grid, 1.0f)});
+  }
   for (float p : ps) {
     SCOPED_TRACE(p);
     const uint32_t threshold = philox::keep_threshold(p);
-    const uint32_t top = static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
-    std::vector<uint32_t> words = {0u, 0xffffffffu, threshold, threshold - 1, threshold + 255, threshold + 256};
-    for (uint32_t t : {top, top - 1, top + 1})
-      for (uint32_t low : {0u, 1u, 255u}) words.push_back((t << 8) | low);
-    for (int k = 0; k < 2000; ++k) words.push_back(static_cast<uint32_t>(rng()));
-    for (uint32_t w : words) ASSERT_EQ(w >= threshold, philox::to_uniform(w) >= p) << std::hex << w;
+    for (uint32_t h = 0; h < 65536; ++h)
+      ASSERT_EQ(h >= threshold, philox::to_dropout_uniform(h) >= p) << "half-word " << h;
+  }
+}
+
+TEST(PhiloxTest, DropoutUniformFollowsItsLayout) {
+  for (uint64_t seed : {0ull, 1234ull, 0x123456789abcdefull}) {
+    for (uint64_t offset : {0ull, 4ull, 7ull, (1ull << 35) + 8}) {
+      for (uint64_t i = 0; i < 37; ++i)
+        ASSERT_EQ(philox::dropout_uniform(seed, offset, i), expected_dropout_uniform(seed, offset, i))
+            << "seed " << seed << " offset " << offset << " i " << i;
+    }
   }
 }
 
@@ -94,25 +116,37 @@ TEST(PhiloxUniformTest, IsF32WithoutGradient) {
   EXPECT_EQ(u.grad_fn(), nullptr);
 }
 
+// Both layouts. Dropout's two half-words of a 32-bit lane sit next to each other in the stream:
+// neighbours must be uncorrelated, and at p = 1/2 both are kept a quarter of the time.
 TEST(PhiloxUniformTest, ValuesInUnitIntervalWithUniformMoments) {
   const uint64_t seed = test_seed();
   const int64_t n = 1 << 20;
-  const std::vector<double> v = philox_uniform({n}, seed, 0).to_vector();
-  double total = 0.0, squares = 0.0;
-  for (double x : v) {
-    ASSERT_GE(x, 0.0);
-    ASSERT_LT(x, 1.0);
-    total += x;
-    squares += x * x;
+  for (UniformDraw draw : {UniformDraw::Word, UniformDraw::DropoutHalfWord}) {
+    SCOPED_TRACE(static_cast<int>(draw));
+    const std::vector<double> v = philox_uniform({n}, seed, 0, kCPU, draw).to_vector();
+    double total = 0.0, squares = 0.0, neighbours = 0.0;
+    int64_t both_kept = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_GE(v[i], 0.0);
+      ASSERT_LT(v[i], 1.0);
+      total += v[i];
+      squares += v[i] * v[i];
+      if (i + 1 < v.size()) neighbours += (v[i] - 0.5) * (v[i + 1] - 0.5);
+      if (i % 2 == 0) both_kept += v[i] >= 0.5 && v[i + 1] >= 0.5;
+    }
+    const double mean = total / static_cast<double>(n), var = squares / static_cast<double>(n) - mean * mean;
+    // Standard error of the mean is sqrt(1/12 / n) = 2.8e-4; allow about 10 of them.
+    EXPECT_NEAR(mean, 0.5, 3e-3);
+    EXPECT_NEAR(var, 1.0 / 12.0, 2e-3);
+    // Lag-1 correlation: standard error 1/sqrt(n) = 1e-3.
+    EXPECT_NEAR(neighbours / static_cast<double>(n - 1) / (1.0 / 12.0), 0.0, 5e-3);
+    // Pairs both at or above 1/2: a quarter, standard error sqrt(3/16 / (n/2)) = 6e-4.
+    EXPECT_NEAR(static_cast<double>(both_kept) / static_cast<double>(n / 2), 0.25, 4e-3);
+    // Each tenth of [0, 1) holds about a tenth of the values.
+    std::vector<int64_t> bins(10, 0);
+    for (double x : v) ++bins[static_cast<size_t>(x * 10.0)];
+    for (int64_t count : bins) EXPECT_NEAR(static_cast<double>(count) / static_cast<double>(n), 0.1, 3e-3);
   }
-  const double mean = total / static_cast<double>(n), var = squares / static_cast<double>(n) - mean * mean;
-  // Standard error of the mean is sqrt(1/12 / n) = 2.8e-4; allow about 10 of them.
-  EXPECT_NEAR(mean, 0.5, 3e-3);
-  EXPECT_NEAR(var, 1.0 / 12.0, 2e-3);
-  // Each tenth of [0, 1) holds about a tenth of the values.
-  std::vector<int64_t> bins(10, 0);
-  for (double x : v) ++bins[static_cast<size_t>(x * 10.0)];
-  for (int64_t count : bins) EXPECT_NEAR(static_cast<double>(count) / static_cast<double>(n), 0.1, 3e-3);
 }
 
 TEST(PhiloxUniformTest, DifferentOffsetsAndSeedsGiveDifferentStreams) {
@@ -156,13 +190,15 @@ TEST(PhiloxUniformTest, CudaIsBitIdenticalToCpu) {
   for (int64_t n : {1, 3, 33, 257, 4099, (1 << 20) + 3}) {
     for (uint64_t offset : {0ull, 4ull, 7ull, (1ull << 32) + 8}) {
       for (uint64_t s : std::vector<uint64_t>{seed, 0, 0xfedcba9876543210ull}) {
-        const Tensor gpu = philox_uniform({n}, s, offset, kCUDA);
-        ASSERT_TRUE(gpu.is_cuda());
-        const Tensor cpu = philox_uniform({n}, s, offset, kCPU);
-        // Compare the raw bits: the promise is the same bits, not merely close values.
-        const Tensor back = gpu.to(kCPU);
-        ASSERT_EQ(std::memcmp(back.data_ptr(), cpu.data_ptr(), cpu.nbytes()), 0)
-            << "n " << n << " offset " << offset << " seed " << s;
+        for (UniformDraw draw : {UniformDraw::Word, UniformDraw::DropoutHalfWord}) {
+          const Tensor gpu = philox_uniform({n}, s, offset, kCUDA, draw);
+          ASSERT_TRUE(gpu.is_cuda());
+          const Tensor cpu = philox_uniform({n}, s, offset, kCPU, draw);
+          // Compare the raw bits: the promise is the same bits, not merely close values.
+          const Tensor back = gpu.to(kCPU);
+          ASSERT_EQ(std::memcmp(back.data_ptr(), cpu.data_ptr(), cpu.nbytes()), 0)
+              << "n " << n << " offset " << offset << " seed " << s << " draw " << static_cast<int>(draw);
+        }
       }
     }
   }
