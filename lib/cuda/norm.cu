@@ -74,6 +74,13 @@ __device__ __forceinline__ int slice_index(int c, int group_size, int step) {
 
 constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
 
+/// The plain norms' backward keeps each column's weight, bias and 1/weight as f32 in shared
+/// memory, one slice each (slice_index's layout), written once a block. Read from memory as
+/// packed bf16, each pass took a 16-byte load and 8 unpacks a pack for each of w and b, and
+/// 1/w a reciprocal an element (six instructions with __fdividef's range check): a third of the
+/// GPT-2 backward's 1,070 instructions a row.
+constexpr int kWeightSlice = 0, kBiasSlice = 1, kInverseWeightSlice = 2, kColumnParamSlices = 3;
+
 /// This thread's words of its row group's slices (slice_index's layout): dweight, dbias, and with
 /// Epilogue::sum_dx a third for dx's column sums, `padded` words apart.
 template <int V>
@@ -93,6 +100,19 @@ struct SliceWords {
         *reinterpret_cast<float4*>(words) = a;
       } else {
         *words += v[q];
+      }
+    }
+  }
+  /// v = slice `slice`'s words of pack p (the column parameters' layout is a slice's).
+  __device__ void read(int p, int slice, float (&v)[V]) const {
+#pragma unroll
+    for (int q = 0; q < V / W; ++q) {
+      const float* words = at(p, q * W) + slice * padded;
+      if constexpr (W == 4) {
+        const float4 a = *reinterpret_cast<const float4*>(words);
+        v[4 * q] = a.x, v[4 * q + 1] = a.y, v[4 * q + 2] = a.z, v[4 * q + 3] = a.w;
+      } else {
+        v[q] = *words;
       }
     }
   }
@@ -301,11 +321,10 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
 // What the forward saved decides where x̂ comes from. Plain norms (no epilogue) saved their
 // output y = x̂·w + b, which the next op keeps anyway, so that their input can die: x̂ is
 // (y − b)/w. Then dy·w·x̂ = dy·(y − b), and dweight's Σ dy·x̂ is Σ dy·(y − b) divided by w once
-// per column (sum_partials_kernel), so only dx needs 1/w, per element. Each thread owns the
-// same columns in every row, so it takes 1/w once and holds it, except in packed bf16 rows
-// (V = 8), which already use the registers the launch bounds allow (the warp-mode kernel then
-// spills): those take 1/w per pack. With an epilogue the output is not y, so the input x was
-// saved and x̂ = (x − mean)·rstd.
+// per column (sum_partials_kernel), so only dx needs 1/w, per element: the block computes it
+// once a column, with w and b, into shared memory (kColumnParamSlices; held in registers, the
+// packed bf16 kernel spilled). With an epilogue the output is not y, so the input x was saved and
+// x̂ = (x − mean)·rstd.
 template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
     norm_backward_kernel(const T* dy, const T* saved, const T* weight, const float* mean_in, const float* rstd_in,
@@ -327,7 +346,10 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       padded};
   // Staged rows: the warp's two stages of (saved, dy) rows, after the block's slices. A lane
   // copies exactly the packs it reads back, so its own wait makes them visible: no barrier.
-  T* stages = reinterpret_cast<T*>(slices + groups * slice_rows * padded) + (threadIdx.x / 32) * 4 * padded;
+  float* column_params = slices + groups * slice_rows * padded;
+  const SliceWords<V> params{column_params + group.rank() * kSliceWidth<V>, group.size(), padded};
+  T* stages = reinterpret_cast<T*>(column_params + (kFromOutput ? kColumnParamSlices * padded : 0)) +
+              (threadIdx.x / 32) * 4 * padded;
   auto stage_row = [&](int64_t r, int stage) {
     if (r < rows) {
       T* to = stages + stage * 2 * padded;
@@ -347,23 +369,37 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 #pragma unroll
     for (int k = 0; k < V; ++k)
       for (int slice = 0; slice < slice_rows; ++slice) acc.at(p, k)[slice * padded] = 0.0f;
-  constexpr bool kHoldInverse = kFromOutput && V < 8;
-  float inv_w[kHoldInverse ? P : 1][V];
-  if constexpr (kHoldInverse) {
+  if constexpr (kFromOutput) {
+    // A pack a thread, both loads issued first: a column a thread left three loads' latency in
+    // series at the start of every block (7% of the GPT-2 backward's stall samples). Packs never
+    // straddle ncols (cols is a multiple of V), so the padding words are never read.
+    for (int c = threadIdx.x * V; c < ncols; c += blockDim.x * V) {
+      float w[V], b[V] = {};
+      load_vec<T, V>(weight + c, w);
+      if constexpr (!kRms) load_vec<T, V>(bias + c, b);
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int c = group.rank() * V + p * step;
-      if (c >= ncols) break;
-      load_vec<T, V>(weight + c, inv_w[p]);
-#pragma unroll
-      for (int k = 0; k < V; ++k) inv_w[p][k] = __frcp_rn(inv_w[p][k]);
+      for (int k = 0; k < V; ++k) {
+        const int at = slice_index<V>(c + k, group.size(), step);
+        column_params[kWeightSlice * padded + at] = w[k];
+        column_params[kBiasSlice * padded + at] = b[k];
+        column_params[kInverseWeightSlice * padded + at] = 1.0f / w[k];
+      }
     }
+    __syncthreads();
   }
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride(), stage ^= 1) {
     const float mean = kRms || kFromOutput ? 0.0f : mean_in[r], rstd = rstd_in[r];
     const float shift = -mean * rstd;  // x̂ = x·rstd + shift
-    const T* saved_row = saved + r * cols;
-    const T* dy_row = dy + r * cols;
+    Raw xs[P], gs[P];
+    auto read_row = [&](const T* saved_row, const T* dy_row) {
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int c = group.rank() * V + p * step;
+        if (c >= ncols) break;
+        xs[p] = *reinterpret_cast<const Raw*>(saved_row + c);
+        gs[p] = *reinterpret_cast<const Raw*>(dy_row + c);
+      }
+    };
     if (staged) {
       // The next row's copies go out before this row is read: a row stays in flight while
       // the warp computes (with rows loaded into registers, 16 warps an SM each waiting on its
@@ -371,16 +407,12 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       stage_row(r + group.row_stride(), stage ^ 1);
       mma::wait_copies<1>();
       __syncwarp();  // orders the reads below after the wait for the compiler
-      saved_row = stages + stage * 2 * padded;
-      dy_row = saved_row + padded;
-    }
-    Raw xs[P], gs[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int c = group.rank() * V + p * step;
-      if (c >= ncols) break;
-      xs[p] = *reinterpret_cast<const Raw*>(saved_row + c);
-      gs[p] = *reinterpret_cast<const Raw*>(dy_row + c);
+      // Read through the shared array itself: through a pointer that may also point to global
+      // memory the compiler issued generic loads, which wait on the long scoreboard (9% of the
+      // GPT-2 backward's stall samples, at the first use of each row).
+      read_row(stages + stage * 2 * padded, stages + stage * 2 * padded + padded);
+    } else {
+      read_row(saved + r * cols, dy + r * cols);
     }
     KeepBits<V, P> keep = 0;
     if (kEpilogue && epi.p > 0.0f)
@@ -393,8 +425,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       const int c = group.rank() * V + p * step;
       if (c >= ncols) break;
       float w[V], b[V] = {};
-      load_vec<T, V>(weight + c, w);
-      if ((kFromOutput && !kRms) || (kEpilogue && bias)) load_vec<T, V>(bias + c, b);
+      if constexpr (kFromOutput) {
+        params.read(p, kWeightSlice, w);
+        if constexpr (!kRms) params.read(p, kBiasSlice, b);
+      } else {
+        load_vec<T, V>(weight + c, w);
+        if (bias) load_vec<T, V>(bias + c, b);
+      }
       // v: x̂·w from the output (dweight is divided by w later), x̂ from the input.
       float g[V], v[V], gv[V];
 #pragma unroll
@@ -428,14 +465,17 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     for (int p = 0; p < P; ++p) {
       const int c = group.rank() * V + p * step;
       if (c >= ncols) break;
-      float w[V], b[V] = {}, d[V];
-      load_vec<T, V>(weight + c, w);
-      if (kFromOutput && !kRms) load_vec<T, V>(bias + c, b);
+      float w[V], b[V] = {}, inv_w[V], d[V];
+      if constexpr (kFromOutput) {
+        params.read(p, kWeightSlice, w);
+        if constexpr (!kRms) params.read(p, kBiasSlice, b);
+        params.read(p, kInverseWeightSlice, inv_w);
+      } else {
+        load_vec<T, V>(weight + c, w);
+      }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float xhat = !kFromOutput  ? fmaf(element(xs[p], k), rstd, shift)
-                           : kHoldInverse ? (element(xs[p], k) - b[k]) * inv_w[kHoldInverse ? p : 0][k]
-                                          : (element(xs[p], k) - b[k]) * __fdividef(1.0f, w[k]);
+        const float xhat = kFromOutput ? (element(xs[p], k) - b[k]) * inv_w[k] : fmaf(element(xs[p], k), rstd, shift);
         d[k] = rstd * (element(gs[p], k) * w[k] - mean_g - xhat * mean_gx);
       }
       if (addend) {  // the residual stream's gradient, added before the one rounding to T
@@ -633,17 +673,19 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         const int groups = launch.warp_rows ? launch.threads / 32 : 1;
         const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
         const size_t padded = static_cast<size_t>(padded_cols(static_cast<int>(cols), step));
-        // The slices (dweight, dbias, and dx's column sums when asked), then for staged rows each warp's 2 stages of (saved, dy),
+        // The slices (dweight, dbias, and dx's column sums when asked; the column parameters in
+        // the plain norms), then for staged rows each warp's 2 stages of (saved, dy),
         // staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP) the
         // stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
-        const size_t slices = static_cast<size_t>(groups) * sums * padded * sizeof(float);
+        const size_t slices =
+            static_cast<size_t>(groups * sums + (from_output ? kColumnParamSlices : 0)) * padded * sizeof(float);
         const size_t stages = static_cast<size_t>(groups) * 4 * padded * sizeof(T);
         const bool stage_rows =
             kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
         const size_t smem = slices + (stage_rows ? stages : 0);
-        if (smem > 48 * 1024)
-          FT_CUDA_CHECK(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        // Whatever the size: the kernel's static shared memory counts against the 48 KB default
+        // too, so dynamic sizes just under it failed to launch.
+        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         // As many blocks as fit at once (kNormBackwardBlocks per multiprocessor in warp
         // mode, bounded by the slices' shared memory); each adds one partial row.
         int resident = 0;
