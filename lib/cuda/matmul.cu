@@ -8,6 +8,7 @@
 #include "lib/cuda/cublaslt.h"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/runtime.h"
+#include "lib/ops/matmul.h"
 
 namespace ft::cuda {
 
@@ -65,6 +66,56 @@ void before_cublas_writes(const LtGemm& g) {
     before_untracked_write(g.bias, static_cast<size_t>(g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? g.n : g.m) * element);
 }
 
+bool stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FT_CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+/// Candidates the autotuner times (cuBLASLt's heuristic order; the first is its own choice).
+constexpr int kAutotuneCandidates = 8;
+
+/// The index of the fastest of `count` candidate algorithms for g: each runs twice to warm up,
+/// then five times between events. The trials write a scratch D (reading g's addend, or g's D
+/// when it is added to), so g's own D is untouched; the epilogue outputs they write (a GELU
+/// epilogue's pre-activation, a BGRAD epilogue's bias gradient) are overwritten by the real run.
+int fastest_candidate(const LtGemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                      cublasLtMatrixLayout_t ld, const cublasLtMatmulHeuristicResult_t* candidates, int count,
+                      void* workspace, size_t workspace_bytes) {
+  const int64_t d_extent = (g.batch - 1) * g.stride_d + (g.n - 1) * g.ldd + g.m;
+  void* scratch = nullptr;
+  FT_CUDA_CHECK(cudaMallocAsync(&scratch, static_cast<size_t>(d_extent) * dtype_size(g.d_dtype()), stream()));
+  const void* addend = g.c ? g.c : g.accumulate ? g.d : scratch;
+  const bool f64 = g.dtype == DType::F64;
+  const double alpha64 = g.alpha, beta64 = g.accumulate ? 1.0 : 0.0;
+  const float alpha32 = static_cast<float>(g.alpha), beta32 = g.accumulate ? 1.0f : 0.0f;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  auto run = [&](int i) {
+    return cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, addend, ld, scratch, ld,
+                          &candidates[i].algo, workspace, workspace_bytes, stream()) == CUBLAS_STATUS_SUCCESS;
+  };
+  cudaEvent_t start, stop;
+  FT_CUDA_CHECK(cudaEventCreate(&start));
+  FT_CUDA_CHECK(cudaEventCreate(&stop));
+  int best = -1;
+  float best_ms = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    if (!run(i) || !run(i)) continue;  // a candidate that cannot run is skipped
+    FT_CUDA_CHECK(cudaEventRecord(start, stream()));
+    for (int rep = 0; rep < 5; ++rep) run(i);
+    FT_CUDA_CHECK(cudaEventRecord(stop, stream()));
+    FT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  FT_CUDA_CHECK(cudaEventDestroy(start));
+  FT_CUDA_CHECK(cudaEventDestroy(stop));
+  FT_CUDA_CHECK(cudaFreeAsync(scratch, stream()));
+  return best < 0 ? 0 : best;  // none ran: the heuristic's first, whose own run reports why
+}
+
 }  // namespace
 
 void run_gemm(const LtGemm& g) {
@@ -107,8 +158,11 @@ bool try_run_gemm(const LtGemm& g) {
   static std::map<AlgoKey, cublasLtMatmulAlgo_t> cache;
   const void* addend = g.c ? g.c : g.d;
   const uint32_t alignment = common_alignment({g.a, g.b, g.d, addend});
+  // Autotuned choices are kept apart from the heuristic's, so switching it on retunes. A product
+  // first met inside graph capture cannot be timed and keeps the heuristic's choice.
+  const bool autotune = gemm_autotune(), tune = autotune && !stream_capturing();
   const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.d_dtype()), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
-                    static_cast<int>(g.epilogue), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
+                    static_cast<int>(g.epilogue) * 2 + (autotune ? 1 : 0), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -121,11 +175,17 @@ bool try_run_gemm(const LtGemm& g) {
       for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
         FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment)));
-      cublasLtMatmulHeuristicResult_t result;
+      // With autotuning on, the fastest of the heuristic's first candidates; else its first.
+      cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates];
       int found = 0;
+      const int wanted = tune ? kAutotuneCandidates : 1;
       const cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, 1, &result, &found);
+          cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, wanted, results, &found);
       cublasLtMatmulPreferenceDestroy(pref);
+      const int best = status == CUBLAS_STATUS_SUCCESS && found > 1
+                           ? fastest_candidate(g, desc, la, lb, ld, results, found, workspace, workspace_bytes)
+                           : 0;
+      cublasLtMatmulHeuristicResult_t& result = results[best];
       if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         cublasLtMatrixLayoutDestroy(la);
         cublasLtMatrixLayoutDestroy(lb);

@@ -9,6 +9,7 @@
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
 #include "lib/ops/shape_ops.h"
+#include "lib/runtime.h"
 
 namespace ft {
 
@@ -126,5 +127,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, doub
     return std::vector<Tensor>{grad_a, grad_b};
   });
 }
+
+namespace {
+bool& autotune_setting() {
+  static bool on = runtime::env_switch("FT_GEMM_AUTOTUNE");
+  return on;
+}
+}  // namespace
+
+void set_gemm_autotune(bool on) { autotune_setting() = on; }
+bool gemm_autotune() { return autotune_setting(); }
 
 }  // namespace ft

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/grad_buffer.h"
+#include "lib/ops/linear.h"
 #include "lib/ops/matmul.h"
 #include "tests/lib/test_util.h"
 
@@ -158,6 +160,40 @@ TEST_P(MatmulDeviceTest, OneOperandGradientMatchesF64Reference) {
                                       grad_tolerance(p.dtype), {false, true}))
         << "b only";
   }
+}
+
+// ---- autotuning (lib/ops/matmul.h)
+
+/// Autotuning on for a scope, then back to what it was.
+struct AutotuneScope {
+  bool before = gemm_autotune();
+  AutotuneScope() { set_gemm_autotune(true); }
+  ~AutotuneScope() { set_gemm_autotune(before); }
+};
+
+// The tuner times cuBLASLt's candidates into a scratch output. The tuned products still match the
+// f64 reference, and a weight gradient added into its f32 view (a product with beta = 1, whose
+// addend is the view itself) is added once: the second backward doubles the first.
+TEST(MatmulAutotuneTest, TunedProductsMatchAndAddOnce) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  AutotuneScope autotune;
+  Generator gen = test_generator();
+  for (const MatmulCase& c : device_cases()) {
+    SCOPED_TRACE(case_name(c));
+    EXPECT_TRUE(matches_f64_reference(matmul_fn(c), matmul_inputs(c, gen), kCUDA, DType::BF16, gen,
+                                      forward_tolerance(DType::BF16), grad_tolerance(DType::BF16)));
+  }
+  // Large enough that cuBLASLt offers several candidates.
+  const Tensor x = random_tensor({1024, 384}, DType::BF16, kCUDA, gen), dy = random_tensor({1024, 256}, DType::BF16, kCUDA, gen);
+  Tensor w = fresh_leaf(random_tensor({256, 384}, DType::F64, kCPU, gen), DType::BF16, kCUDA);
+  Tensor b = fresh_leaf(random_tensor({256}, DType::F64, kCPU, gen), DType::BF16, kCUDA);
+  GradBuffer buffer({w, b});
+  linear(x, w, b).backward(dy);
+  const Tensor once = fresh_copy(w.grad(), DType::F64, kCPU);
+  const Tensor expected = matmul(dy.to(kCPU).to(DType::F64), x.to(kCPU).to(DType::F64), true, false);
+  EXPECT_TRUE(all_close(once, expected, grad_tolerance(DType::BF16)));
+  linear(x, w, b).backward(dy);
+  EXPECT_TRUE(all_close(w.grad().to(kCPU).to(DType::F64), once * 2.0, 1e-6));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MatmulDeviceTest, ::testing::ValuesIn(device_dtypes()),
