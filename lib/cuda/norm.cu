@@ -77,7 +77,7 @@ constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
 /// The plain norms' backward keeps each column's weight, bias and 1/weight as f32 in shared
 /// memory, one slice each (slice_index's layout), written once a block. Read from memory as
 /// packed bf16, each pass took a 16-byte load and 8 unpacks a pack for each of w and b, and
-/// 1/w a reciprocal an element (six instructions with __fdividef's range check): a third of the
+/// 1/w a reciprocal an element (six instructions with __fdividef's range check): a quarter of the
 /// GPT-2 backward's 1,070 instructions a row.
 constexpr int kWeightSlice = 0, kBiasSlice = 1, kInverseWeightSlice = 2, kColumnParamSlices = 3;
 
@@ -344,8 +344,9 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   const SliceWords<V> acc{
       slices + (kWarpRows ? threadIdx.x / 32 : 0) * slice_rows * padded + group.rank() * kSliceWidth<V>, group.size(),
       padded};
-  // Staged rows: the warp's two stages of (saved, dy) rows, after the block's slices. A lane
-  // copies exactly the packs it reads back, so its own wait makes them visible: no barrier.
+  // Staged rows: the warp's two stages of (saved, dy) rows, after the block's slices and column
+  // parameters. A lane copies exactly the packs it reads back, so its own wait makes them
+  // visible: no barrier.
   float* column_params = slices + groups * slice_rows * padded;
   const SliceWords<V> params{column_params + group.rank() * kSliceWidth<V>, group.size(), padded};
   T* stages = reinterpret_cast<T*>(column_params + (kFromOutput ? kColumnParamSlices * padded : 0)) +
@@ -683,8 +684,8 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         const bool stage_rows =
             kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
         const size_t smem = slices + (stage_rows ? stages : 0);
-        // Whatever the size: the kernel's static shared memory counts against the 48 KB default
-        // too, so dynamic sizes just under it failed to launch.
+        // Whatever the size: the 48 KB default covers static and dynamic shared memory together,
+        // so a dynamic size just under it plus the kernel's static scratch would not launch.
         FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
         // As many blocks as fit at once (kNormBackwardBlocks per multiprocessor in warp
         // mode, bounded by the slices' shared memory); each adds one partial row.
