@@ -267,19 +267,6 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) out[k] = element(pack, k);
 }
-/// load_pack through the read-only path (ld.global.nc): for inputs no thread of the kernel
-/// writes, so the compiler may move the load above earlier stores and keep several in flight.
-template <class T, int N>
-__device__ __forceinline__ void load_pack_readonly(const T* p, float (&out)[N]) {
-  static_assert(sizeof(Pack<T, N>) % 16 == 0, "load_pack_readonly moves whole 16-byte words");
-  constexpr int kWords = sizeof(Pack<T, N>) / 16;
-  uint4 raw[kWords];
-#pragma unroll
-  for (int w = 0; w < kWords; ++w) raw[w] = __ldg(reinterpret_cast<const uint4*>(p) + w);
-  const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(raw);
-#pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = element(pack, k);
-}
 /// Eight floats rounded to bf16 and stored as one 16-byte access; `stored` gets the rounded
 /// values. Written as a pack (or a uint4) the compiler split the dropout backward's store into
 /// four 4-byte ones, hence the PTX store.
