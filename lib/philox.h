@@ -95,7 +95,10 @@ FT_HOST_DEVICE float dropout_uniform(uint64_t seed, uint64_t offset, uint64_t i)
 }
 
 /// Philox counters a dropout draw covers per call, and the multiple its offsets are reserved in.
+/// dropout_uniform, half_word and the kernels' packs (lib/cuda/math.cuh's dropout_keep,
+/// attention's DropoutMask) take a block as counter >> 3 and a half-word as counter & 7.
 inline constexpr uint64_t kDropoutCountersPerBlock = 8;
+static_assert(kDropoutCountersPerBlock == 8, "the dropout draw's shifts and masks assume 8 half-words a block");
 
 /// The counter value a dropout draw starts at: `counter` rounded up to a multiple of 8 (a value
 /// restored from an older checkpoint may be a multiple of 4 only; every pack would then take the

@@ -48,7 +48,9 @@ struct Params {
 __device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
 __device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (threadIdx.x % 4) + (e % 2); }
 
-/// The dropout draw, reusing one Philox block for the (up to) 8 consecutive counters it covers.
+/// The dropout draw, reusing one Philox block for the consecutive counters it covers. A thread's
+/// fragment holds 2 adjacent columns of each 8, so it uses 2 of a block's 8 half-words and the
+/// 4 lanes of a quad each draw the same block (sharing it by shuffles is not built).
 struct DropoutMask {
   uint64_t seed, offset;
   uint32_t threshold;  // philox::keep_threshold(p)

@@ -1,7 +1,8 @@
 // Fused dropout and bias + dropout + residual. Forward reads x (bias, residual) once and writes
 // the output once; backward regenerates the Philox mask from (seed, offset) instead of reading
 // a stored one, writes dx and, for the bias, sums dx down the columns in the same launch.
-// Eight elements share one Philox call (philox::dropout_uniform). Replaces the twin's philox_uniform, ge, cast and mul
+// Eight elements share one Philox call (philox::dropout_uniform) in bf16 rows of a multiple of 8
+// columns; f32 rows take packs of 4, half a call's bits each. Replaces the twin's philox_uniform, ge, cast and mul
 // kernels (and the add kernels of bias and residual).
 #include "lib/cuda/row_map.cuh"
 #include "lib/ops/dropout.h"
@@ -208,7 +209,7 @@ void dropout_backward(const Tensor& dy, double p, uint64_t seed, const Tensor& o
   const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
   dispatch_half_float(dy.dtype(), "dropout backward", [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // 16-byte packs, two Philox calls each
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // 16-byte packs, one Philox call each
       if (cols % 8 == 0 && packable<T>(cols, {dy.data_ptr(), dx.data_ptr()})) {
         const DropoutBackward<T, 8> op{dy.data<T>(), dx.data<T>(), n, cols, seed, offset.data<int64_t>(), pf, scale};
         if (dbias.defined()) launch_map_reduce_columns<8, T>(op, rows, cols, dbias.data<T>());

@@ -311,7 +311,8 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormFo
 
 // dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)); RMS drops the first mean.
 // Shared memory: one [2, padded cols] slice (dweight, dbias; [3, ..] with dx's column sums) per
-// row group of the block, laid out
+// row group of the block, then in the plain norms the block's [3, padded cols] column parameters
+// (w, b, 1/w), then the staged rows; the slices are laid out
 // column-group-major and thread-minor (slice_index): each warp access then touches 32
 // consecutive words. Indexed by column, a lane's 8 consecutive columns put lanes 0, 4, 8, ...
 // on one bank, an 8-way conflict on all four accesses per element, which bound the kernel at

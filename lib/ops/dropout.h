@@ -1,7 +1,9 @@
 // Dropout with a Philox mask, and the fused bias + dropout + residual of transformer blocks.
 //
 // Element i is kept when philox::dropout_uniform(seed, offset, i) >= p (compared in f32; the
-// uniform is on a 2⁻¹⁶ grid, 16 Philox bits an element, lib/philox.h); kept values
+// uniform is on a 2⁻¹⁶ grid, 16 Philox bits an element, lib/philox.h: the drop rate is p rounded
+// up to a multiple of 2⁻¹⁶, so for p close to 1 the kept fraction is relatively low, 0.8% at
+// p = 0.999, while the scale stays 1/(1 - p)); kept values
 // are scaled by 1/(1 - p). The mask depends only on (seed, offset, i): the fused kernel, the
 // twin and the CPU draw it bit for bit alike, for any grid or vector width. `offset` is a
 // one-element i64 tensor on the data's device (PhiloxCounter::take), so a captured graph reads
@@ -10,7 +12,7 @@
 //
 // bias_dropout_add(x, bias, residual) = residual + dropout(x + bias); bias [C] or undefined,
 // residual of x's shape or undefined. Fused (CUDA, f32/bf16): forward one kernel (one Philox call per 8
-// elements); backward one kernel writing dx and reducing dbias (dresidual is dy itself).
+// elements in bf16 rows of a multiple of 8 columns, per 4 in f32 ones); backward one kernel writing dx and reducing dbias (dresidual is dy itself).
 #pragma once
 #include "lib/tensor.h"
 

@@ -15,7 +15,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 /// Which cuBLASLt algorithm a CUDA product runs (the matmul primitive and the fused linears):
 /// off (the default), its heuristic's first choice; on (set_gemm_autotune(true), or
 /// FT_GEMM_AUTOTUNE=1 in the environment), the fastest of its first 8 candidates, timed once per
-/// product configuration when the product is first met outside graph capture. The choice then
+/// product configuration when it is first met (first met inside graph capture, where nothing can
+/// be timed, it keeps the heuristic's choice for the rest of the process). The choice then
 /// depends on timings: two processes may choose differently, and their results differ in the
 /// last bits (a run resumed in a new process is not bit-identical to the run it continues).
 void set_gemm_autotune(bool on);
