@@ -111,10 +111,13 @@ struct DropoutBackward {
   // one. A pack of 8 (bf16) stays as loaded, 16 bytes, until finish unpacks it: unpacked in
   // load, the next row's 8 floats were moved between registers every iteration (on the H100 the
   // kernel took 23.6–23.9 us that way, 21.1–21.6 this way).
-  struct Loaded {
-    float dy[VEC == 8 ? 1 : VEC];
-    uint4 raw;  // VEC == 8
+  struct Unpacked {
+    float dy[VEC];
   };
+  struct Raw {
+    uint4 raw;
+  };
+  using Loaded = std::conditional_t<VEC == 8, Raw, Unpacked>;
   __device__ Loaded load(int64_t r, int64_t c) const {
     Loaded in;
     const int64_t i = r * cols + c;

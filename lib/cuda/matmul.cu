@@ -9,6 +9,7 @@
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/matmul.h"
+#include "lib/runtime.h"
 
 namespace ft::cuda {
 
@@ -48,15 +49,33 @@ uint32_t common_alignment(std::initializer_list<const void*> pointers) {
   return alignment;
 }
 
+/// Bytes from D's first element to its last: what a product writes into D.
+size_t d_bytes(const LtGemm& g) {
+  const int64_t extent = (g.batch - 1) * g.stride_d + (g.n - 1) * g.ldd + g.m;
+  return static_cast<size_t>(extent) * dtype_size(g.d_dtype());
+}
+
+/// cuBLASLt's alpha and beta for g, in its compute type (f64 for f64 products, else f32).
+struct Scalars {
+  bool f64;
+  double alpha64, beta64;
+  float alpha32, beta32;
+  explicit Scalars(const LtGemm& g)
+      : f64(g.dtype == DType::F64),
+        alpha64(g.alpha),
+        beta64(g.accumulate ? 1.0 : 0.0),
+        alpha32(static_cast<float>(g.alpha)),
+        beta32(g.accumulate ? 1.0f : 0.0f) {}
+  const void* alpha() const { return f64 ? static_cast<const void*>(&alpha64) : &alpha32; }
+  const void* beta() const { return f64 ? static_cast<const void*>(&beta64) : &beta32; }
+};
+
 // What a product writes (D, a GELU/ReLU epilogue's saved pre-activation, a BGRAD epilogue's bias
 // gradient), which cuBLAS's Hopper kernels store through TMA. D is left alone when the product
 // is added to it.
 void before_cublas_writes(const LtGemm& g) {
   const size_t element = dtype_size(g.d_dtype());
-  if (!(g.accumulate && !g.c)) {
-    const int64_t d_extent = (g.batch - 1) * g.stride_d + (g.n - 1) * g.ldd + g.m;
-    before_untracked_write(g.d, static_cast<size_t>(d_extent) * element);
-  }
+  if (!(g.accumulate && !g.c)) before_untracked_write(g.d, d_bytes(g));
   const bool writes_aux = g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
                           g.epilogue == CUBLASLT_EPILOGUE_RELU_AUX || g.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
   if (g.aux && writes_aux) before_untracked_write(g.aux, static_cast<size_t>((g.n - 1) * g.ld_aux + g.m) * element);
@@ -66,12 +85,6 @@ void before_cublas_writes(const LtGemm& g) {
     before_untracked_write(g.bias, static_cast<size_t>(g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? g.n : g.m) * element);
 }
 
-bool stream_capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  FT_CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 /// Candidates the autotuner times (cuBLASLt's heuristic order; the first is its own choice).
 constexpr int kAutotuneCandidates = 8;
 
@@ -79,21 +92,23 @@ constexpr int kAutotuneCandidates = 8;
 /// then five times between events. The trials write a scratch D (reading g's addend, or g's D
 /// when it is added to), so g's own D is untouched; the epilogue outputs they write (a GELU
 /// epilogue's pre-activation, a BGRAD epilogue's bias gradient) are overwritten by the real run.
+/// Without memory for the scratch D it returns 0, the heuristic's own first choice.
 int fastest_candidate(const LtGemm& g, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                       cublasLtMatrixLayout_t ld, const cublasLtMatmulHeuristicResult_t* candidates, int count,
                       void* workspace, size_t workspace_bytes) {
-  const int64_t d_extent = (g.batch - 1) * g.stride_d + (g.n - 1) * g.ldd + g.m;
   void* scratch = nullptr;
-  FT_CUDA_CHECK(cudaMallocAsync(&scratch, static_cast<size_t>(d_extent) * dtype_size(g.d_dtype()), stream()));
+  if (cudaMallocAsync(&scratch, d_bytes(g), stream()) != cudaSuccess) {
+    (void)cudaGetLastError();  // no room to time the candidates
+    return 0;
+  }
+  // The trials write the workspace (split-K partials) through TMA too, as the real run does.
+  before_untracked_write(workspace, workspace_bytes);
   const void* addend = g.c ? g.c : g.accumulate ? g.d : scratch;
-  const bool f64 = g.dtype == DType::F64;
-  const double alpha64 = g.alpha, beta64 = g.accumulate ? 1.0 : 0.0;
-  const float alpha32 = static_cast<float>(g.alpha), beta32 = g.accumulate ? 1.0f : 0.0f;
-  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
-  const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  const Scalars scalars(g);
   auto run = [&](int i) {
-    return cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, addend, ld, scratch, ld,
-                          &candidates[i].algo, workspace, workspace_bytes, stream()) == CUBLAS_STATUS_SUCCESS;
+    return cublasLtMatmul(cublaslt_handle(), desc, scalars.alpha(), g.a, la, g.b, lb, scalars.beta(), addend, ld,
+                          scratch, ld, &candidates[i].algo, workspace, workspace_bytes,
+                          stream()) == CUBLAS_STATUS_SUCCESS;
   };
   cudaEvent_t start, stop;
   FT_CUDA_CHECK(cudaEventCreate(&start));
@@ -160,7 +175,7 @@ bool try_run_gemm(const LtGemm& g) {
   const uint32_t alignment = common_alignment({g.a, g.b, g.d, addend});
   // Autotuned choices are kept apart from the heuristic's, so switching it on retunes. A product
   // first met inside graph capture cannot be timed and keeps the heuristic's choice.
-  const bool autotune = gemm_autotune(), tune = autotune && !stream_capturing();
+  const bool autotune = gemm_autotune(), tune = autotune && !capturing();
   const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.d_dtype()), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
                     static_cast<int>(g.epilogue) * 2 + (autotune ? 1 : 0), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
   cublasLtMatmulAlgo_t algo;
@@ -197,17 +212,14 @@ bool try_run_gemm(const LtGemm& g) {
     }
     algo = it->second;
   }
-  const double alpha64 = g.alpha, beta64 = g.accumulate ? 1.0 : 0.0;
-  const float alpha32 = static_cast<float>(g.alpha), beta32 = g.accumulate ? 1.0f : 0.0f;
-  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
-  const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  const Scalars scalars(g);
   before_cublas_writes(g);
   // A split-K algorithm's partial sums go to the workspace through TMA too, and its reduce kernel
   // reads them: initcheck took each of those reads for uninitialized (millions, in
   // LinearCrossEntropyMemoryTest).
   before_untracked_write(workspace, workspace_bytes);
-  FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, alpha, g.a, la, g.b, lb, beta, addend, ld, g.d, ld, &algo,
-                                 workspace, workspace_bytes, stream()));
+  FT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc, scalars.alpha(), g.a, la, g.b, lb, scalars.beta(), addend,
+                                 ld, g.d, ld, &algo, workspace, workspace_bytes, stream()));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);

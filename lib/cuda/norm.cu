@@ -649,6 +649,8 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
                    const GradOutput& dx_column_sums) {
   const int64_t cols = saved.size(-1), rows = saved.numel() / cols;
   const bool from_output = !epilogue.active();
+  // The RMS kernels have no epilogue form (with_norm_config runs the plain ones).
+  FT_CHECK(kind == NormKind::Layer || !epilogue.active(), "norm backward: RMSNorm has no activation or dropout form");
   // Only the LayerNorm epilogue kernels have the third slice (RMS has no epilogue form).
   FT_CHECK(!dx_column_sums.defined() || (kind == NormKind::Layer && epilogue.active()),
            "norm backward: dx's column sums come only with LayerNorm's epilogue (activation or dropout)");
@@ -679,8 +681,10 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         // the plain norms), then for staged rows each warp's 2 stages of (saved, dy),
         // staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP) the
         // stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
+        // The kernel's own notion of a plain norm, so the column parameters it writes have room.
+        constexpr bool kPlain = !decltype(epi)::value;
         const size_t slices =
-            static_cast<size_t>(groups * sums + (from_output ? kColumnParamSlices : 0)) * padded * sizeof(float);
+            static_cast<size_t>(groups * sums + (kPlain ? kColumnParamSlices : 0)) * padded * sizeof(float);
         const size_t stages = static_cast<size_t>(groups) * 4 * padded * sizeof(T);
         const bool stage_rows =
             kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
@@ -702,7 +706,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined() || dx_column_sums.defined()) {
           sum_partials_kernel<T><<<static_cast<unsigned>((sums * cols + 31) / 32), kSumWarps * 32, 0, stream()>>>(
-              scratch.partials, static_cast<int>(blocks), sums, cols, from_output ? weight.data<T>() : nullptr,
+              scratch.partials, static_cast<int>(blocks), sums, cols, kPlain ? weight.data<T>() : nullptr,
               grad_sink<T>(dweight), grad_sink<T>(dbias), grad_sink<T>(dx_column_sums));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
         }

@@ -1,6 +1,7 @@
 #include "lib/ops/matmul.h"
 
 #include <Eigen/Core>
+#include <atomic>
 
 #include "lib/autograd.h"
 #include "lib/cuda/launchers.h"
@@ -129,8 +130,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, doub
 }
 
 namespace {
-bool& autotune_setting() {
-  static bool on = runtime::env_switch("FT_GEMM_AUTOTUNE");
+std::atomic<bool>& autotune_setting() {
+  static std::atomic<bool> on{runtime::env_switch("FT_GEMM_AUTOTUNE")};
   return on;
 }
 }  // namespace
