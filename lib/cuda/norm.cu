@@ -681,7 +681,8 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         // the plain norms), then for staged rows each warp's 2 stages of (saved, dy),
         // staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP) the
         // stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
-        // The kernel's own notion of a plain norm, so the column parameters it writes have room.
+        // The kernel's own notion of a plain norm (RMS always runs the plain kernels), so the
+        // column parameters it writes always have their room.
         constexpr bool kPlain = !decltype(epi)::value;
         const size_t slices =
             static_cast<size_t>(groups * sums + (kPlain ? kColumnParamSlices : 0)) * padded * sizeof(float);
@@ -690,8 +691,13 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
             kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
         const size_t smem = slices + (stage_rows ? stages : 0);
         // Whatever the size: the 48 KB default covers static and dynamic shared memory together,
-        // so a dynamic size just under it plus the kernel's static scratch would not launch.
-        FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        // so a dynamic size just under it plus the kernel's static scratch would not launch. Set
+        // once per kernel and size reached (it was a host call every backward).
+        static int opted_in_bytes = -1;
+        if (static_cast<int>(smem) > opted_in_bytes) {
+          FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+          opted_in_bytes = static_cast<int>(smem);
+        }
         // As many blocks as fit at once (kNormBackwardBlocks per multiprocessor in warp
         // mode, bounded by the slices' shared memory); each adds one partial row.
         int resident = 0;

@@ -35,8 +35,9 @@ Tensor contract_mask(const Shape& shape, double p, uint64_t seed, uint64_t offse
 }
 
 /// Counter values for every test: 0, a multiple of 4 but not of 8 (a pack of 8 then starts
-/// mid-way through a Philox block: the kernels' general path), and one past 32 bits.
-const uint64_t kOffsets[] = {0, 12, (uint64_t{1} << 33) + 4};
+/// mid-way through a Philox block: the kernels' general path), one past 32 bits, and a multiple
+/// of 8 whose Philox block number is past 32 bits (the block counter's high word).
+const uint64_t kOffsets[] = {0, 12, (uint64_t{1} << 33) + 4, (uint64_t{1} << 36) + 8};
 
 // ---- philox_offset and the tensor-offset philox_uniform
 

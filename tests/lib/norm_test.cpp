@@ -339,15 +339,19 @@ TEST_P(NormDeviceTest, AddNormGradientsFlowThroughBothOutputs) {
 
 // layer_norm_act_dropout: the norm with an activation and Philox dropout after it. The mask is
 // keyed on (seed, offset, element), so the CPU f64 reference draws the same one.
+// Offsets: a multiple of 8 (what PhiloxCounter hands out: a pack of 8 is one Philox call) and a
+// multiple of 4 only (the kernels' general path).
 struct Epilogue {
   Activation act;
   double p;
+  uint64_t offset;
 };
-const Epilogue kEpilogues[] = {{Activation::GELU, 0.1}, {Activation::None, 0.3}, {Activation::ReLU, 0.0}};
+const Epilogue kEpilogues[] = {
+    {Activation::GELU, 0.1, 8 * 99}, {Activation::None, 0.3, 4 * 99}, {Activation::ReLU, 0.0, 8 * 99}};
 
 TensorFn norm_act_dropout(const Epilogue& e) {
   return [e](const std::vector<Tensor>& in) {
-    return layer_norm_act_dropout(in[0], in[1], in[2], e.act, e.p, 17, philox_offset(4 * 99, in[0].device()));
+    return layer_norm_act_dropout(in[0], in[1], in[2], e.act, e.p, 17, philox_offset(e.offset, in[0].device()));
   };
 }
 
@@ -496,7 +500,7 @@ TEST(NormFusedTest, EpilogueBackwardSumsTheColumnsOfDx) {
       const Tensor x = random_tensor(shape, dtype, kCUDA, gen), dy = random_tensor(shape, dtype, kCUDA, gen);
       const Tensor w = uniform_tensor({cols}, dtype, kCUDA, gen, 0.5, 1.5), b = random_tensor({cols}, dtype, kCUDA, gen);
       const NormEpilogue epilogue{.act = Activation::GELU, .dropout_p = 0.1, .seed = 17,
-                                  .offset = philox_offset(4 * 99, kCUDA), .mask = Tensor()};
+                                  .offset = philox_offset(8 * 99, kCUDA), .mask = Tensor()};
       const Tensor out = Tensor::empty(shape, dtype, kCUDA), mean = Tensor::empty({rows}, DType::F32, kCUDA),
                    rstd = Tensor::empty({rows}, DType::F32, kCUDA);
       cuda::norm_forward(NormKind::Layer, x, Tensor(), w, b, 1e-5, Tensor(), out, mean, rstd, epilogue);

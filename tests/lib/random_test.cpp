@@ -188,7 +188,7 @@ TEST(PhiloxUniformTest, CudaIsBitIdenticalToCpu) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   const uint64_t seed = test_seed();
   for (int64_t n : {1, 3, 33, 257, 4099, (1 << 20) + 3}) {
-    for (uint64_t offset : {0ull, 4ull, 7ull, (1ull << 32) + 8}) {
+    for (uint64_t offset : {0ull, 4ull, 7ull, (1ull << 32) + 8, (1ull << 36) + 8}) {
       for (uint64_t s : std::vector<uint64_t>{seed, 0, 0xfedcba9876543210ull}) {
         for (UniformDraw draw : {UniformDraw::Word, UniformDraw::DropoutHalfWord}) {
           const Tensor gpu = philox_uniform({n}, s, offset, kCUDA, draw);
