@@ -8,6 +8,7 @@
 #include "lib/ops/elementwise.h"
 #include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
+#include "lib/ops/linear_norm.h"
 #include "lib/ops/linear_cross_entropy.h"
 #include "lib/ops/matmul.h"
 
@@ -53,7 +54,14 @@ GPTBlock::GPTBlock(const GPTConfig& config, Generator& gen) : config_(config) {
 Tensor GPTBlock::attend(const Tensor& x) {
   // The fused kernel reads the heads straight out of the [B, T, 3C] projection and writes
   // [B, T, C] for the output projection: no split or merge copies.
-  return attn_proj_->forward(attention_qkv(qkv_->forward(x), config_.heads, /*causal=*/true));
+  return attention_qkv(qkv_->forward(x), config_.heads, /*causal=*/true);
+}
+
+AddNormResult project_add_layer_norm(const PendingProjection& pending, const Tensor& residual, const Tensor& weight,
+                                     const Tensor& bias) {
+  if (const auto* linear = dynamic_cast<const Linear*>(pending.proj); linear && linear->activation() == Activation::None)
+    return linear_add_layer_norm(pending.input, linear->weight(), linear->bias(), residual, weight, bias);
+  return add_layer_norm(pending.proj->forward(pending.input), residual, weight, bias);
 }
 
 const std::vector<std::pair<std::string, std::string>>& GPT::lora_targets() {
@@ -102,17 +110,18 @@ std::map<std::string, Tensor> GPT::lora_state_dict() const {
   return out;
 }
 
-std::pair<Tensor, Tensor> GPTBlock::forward_block(const Tensor& residual, const Tensor& pending) {
+std::pair<Tensor, PendingProjection> GPTBlock::forward_block(const Tensor& residual,
+                                                            const PendingProjection& pending) {
   Tensor stream = residual, normed;
-  if (pending.defined()) {
-    AddNormResult r = add_layer_norm(pending, residual, ln1_w_, ln1_b_);
+  if (pending.proj) {
+    AddNormResult r = project_add_layer_norm(pending, residual, ln1_w_, ln1_b_);
     stream = r.sum;
     normed = r.out;
   } else {
     normed = layer_norm(residual, ln1_w_, ln1_b_);
   }
-  AddNormResult r2 = add_layer_norm(attend(normed), stream, ln2_w_, ln2_b_);
-  return {r2.sum, mlp_proj_->forward(fc_->forward(r2.out))};
+  AddNormResult r2 = project_add_layer_norm({attn_proj_.get(), attend(normed)}, stream, ln2_w_, ln2_b_);
+  return {r2.sum, {mlp_proj_.get(), fc_->forward(r2.out)}};
 }
 
 GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
@@ -130,9 +139,10 @@ Tensor GPT::hidden(const Tensor& ids) {
   const int64_t t = ids.size(1);
   FT_CHECK(t <= config_.block_size, "GPT: sequence length ", t, " exceeds block_size ", config_.block_size);
   Tensor residual = token_position_embedding(ids, wte_->weight(), wpe_->weight());
-  Tensor pending;
+  PendingProjection pending;
   for (auto& block : blocks_) std::tie(residual, pending) = block->forward_block(residual, pending);
-  return add_layer_norm(pending, residual, lnf_w_, lnf_b_).out;
+  if (!pending.proj) return layer_norm(residual, lnf_w_, lnf_b_);  // no blocks
+  return project_add_layer_norm(pending, residual, lnf_w_, lnf_b_).out;
 }
 
 Tensor GPT::logits(const Tensor& ids) { return matmul(hidden(ids), wte_->weight(), false, true); }

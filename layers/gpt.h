@@ -17,6 +17,7 @@
 #include "layers/linear.h"
 #include "layers/lora.h"
 #include "layers/module.h"
+#include "lib/ops/layer_norm.h"
 
 namespace ft {
 
@@ -28,17 +29,29 @@ struct GPTConfig {
   int64_t channels = 768;
 };
 
+/// A sub-layer's output projection not yet run. The add-and-norm after it runs it, so that the
+/// projection, the residual add and the LayerNorm are one op (linear_add_layer_norm, whose
+/// norm backward gives the projection its bias gradient).
+struct PendingProjection {
+  Module* proj = nullptr;  // a Linear, or a LoRALinear wrapping one; null: nothing pending
+  Tensor input;
+};
+
+/// add_layer_norm(proj(input), residual, w, b), one op where proj is a plain Linear.
+AddNormResult project_add_layer_norm(const PendingProjection& pending, const Tensor& residual, const Tensor& weight,
+                                     const Tensor& bias);
+
 class GPTBlock : public Module {
  public:
   GPTBlock(const GPTConfig& config, Generator& gen);
-  /// Runs the block on residual + pending (pending: the previous sub-layer's output not yet
-  /// added; undefined for the first block). Returns {new residual, this block's MLP output}.
-  std::pair<Tensor, Tensor> forward_block(const Tensor& residual, const Tensor& pending);
+  /// Runs the block on residual + pending (the previous block's MLP projection, run here; none
+  /// for the first block). Returns {new residual, this block's MLP projection, not yet run}.
+  std::pair<Tensor, PendingProjection> forward_block(const Tensor& residual, const PendingProjection& pending);
   /// Wraps the named linears (qkv, attn_proj, fc, mlp_proj) in LoRA adapters.
   void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen);
 
  private:
-  Tensor attend(const Tensor& x);  // [B, T, C] -> [B, T, C]
+  Tensor attend(const Tensor& x);  // [B, T, C] -> [B, T, C], before the output projection
   GPTConfig config_;
   Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;
   // Linears, or LoRALinears wrapping them once add_lora ran.

@@ -74,6 +74,16 @@ __device__ __forceinline__ int slice_index(int c, int group_size, int step) {
 
 constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
 
+/// Whether the backward keeps dx's column sums in registers (a float per column a thread owns)
+/// instead of adding each pack into a third shared-memory slice: the plain warp-row kernels
+/// (GPT-2's, 96 registers without the sums, 127 with; 128 fit their 2 blocks of 8 warps). Their
+/// third slice did not fit beside the staged rows: 8 staged warps an SM became 6 (2 blocks of 3
+/// slices and stages), and the backward took 48.0 us where it took 41.6 without the sums (ncu,
+/// the gpt2-124M step on the H100). The epilogue kernels (128 registers already) and the block-
+/// row ones (a row a block: P = 8 packs a thread, 208 registers with them) keep the slice.
+template <bool kWarpRows, bool kEpilogue>
+constexpr bool kDxSumsInRegisters = kWarpRows && !kEpilogue;
+
 /// The plain norms' backward keeps each column's weight, bias and 1/weight as f32 in shared
 /// memory, one slice each (slice_index's layout), written once a block. Read from memory as
 /// packed bf16, each pass took a 16-byte load and 8 unpacks a pack for each of w and b, and
@@ -89,7 +99,7 @@ struct SliceWords {
   float* own;  // the slice's first row, offset to this thread's words
   int group_size, padded;
   __device__ float* at(int p, int k) const { return own + slice_word<V>(p, k, 0, group_size); }
-  /// Slice `slice`'s words of pack p (0: dweight, 1: dbias, 2: the epilogue form's dx sums) += v.
+  /// Slice `slice`'s words of pack p (0: dweight, 1: dbias, 2: dx's column sums) += v.
   __device__ void add_one(int p, int slice, const float (&v)[V]) const {
 #pragma unroll
     for (int q = 0; q < V / W; ++q) {
@@ -100,6 +110,18 @@ struct SliceWords {
         *reinterpret_cast<float4*>(words) = a;
       } else {
         *words += v[q];
+      }
+    }
+  }
+  /// Slice `slice`'s words of pack p = v.
+  __device__ void write(int p, int slice, const float (&v)[V]) const {
+#pragma unroll
+    for (int q = 0; q < V / W; ++q) {
+      float* words = at(p, q * W) + slice * padded;
+      if constexpr (W == 4) {
+        *reinterpret_cast<float4*>(words) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+      } else {
+        *words = v[q];
       }
     }
   }
@@ -223,7 +245,8 @@ struct Epilogue {
   uint8_t* mask = nullptr;  // keep bits: the forward writes them (V % 8 == 0), the backward reads
   // The backward also sums dx's columns, as stored (rounded to T), into a third slice: the bias
   // gradient of the linear layer whose output this norm normalizes, read from registers instead
-  // of from dx again (cuBLASLt's BGRADB kernel: 6.9 us a layer for the MLP's 4096 × 1024).
+  // of from dx again (cuBLASLt's BGRADB kernel: 6.9 us a layer for the MLP's 4096 × 1024, 16.5
+  // us for each of GPT-2's projections). Both forms; the plain one takes it in GPT-2.
   bool sum_dx = false;
 };
 
@@ -340,8 +363,12 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   const int groups = kWarpRows ? blockDim.x / 32 : 1;
   // Column indices in 32 bits (cols <= 8192, norm_supported) to spare registers.
   const int step = group.size() * V, ncols = static_cast<int>(cols), padded = padded_cols(ncols, step);
-  const bool sum_dx = kEpilogue && epi.sum_dx;
-  const int slice_rows = sum_dx ? 3 : 2;  // dweight, dbias (and dx's column sums)
+  const bool sum_dx = epi.sum_dx;
+  // dx's column sums: in registers in the plain warp-row kernels (kDxSumsInRegisters), which
+  // write them at the end into their stages' memory when staged (else into a third slice); in
+  // a third slice, added to per pack, elsewhere.
+  const bool dx_sums_in_stages = kDxSumsInRegisters<kWarpRows, kEpilogue> && staged;
+  const int slice_rows = sum_dx && !dx_sums_in_stages ? 3 : 2;  // dweight, dbias (and dx's column sums)
   const SliceWords<V> acc{
       slices + (kWarpRows ? threadIdx.x / 32 : 0) * slice_rows * padded + group.rank() * kSliceWidth<V>, group.size(),
       padded};
@@ -350,8 +377,8 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   // visible: no barrier.
   float* column_params = slices + groups * slice_rows * padded;
   const SliceWords<V> params{column_params + group.rank() * kSliceWidth<V>, group.size(), padded};
-  T* stages = reinterpret_cast<T*>(column_params + (kFromOutput ? kColumnParamSlices * padded : 0)) +
-              (threadIdx.x / 32) * 4 * padded;
+  T* const stages_base = reinterpret_cast<T*>(column_params + (kFromOutput ? kColumnParamSlices * padded : 0));
+  T* stages = stages_base + (threadIdx.x / 32) * 4 * padded;
   auto stage_row = [&](int64_t r, int stage) {
     if (r < rows) {
       T* to = stages + stage * 2 * padded;
@@ -366,6 +393,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     mma::commit_copies();  // an empty group past the last row keeps the wait count uniform
   };
   int stage = 0;
+  float dx_sums[kDxSumsInRegisters<kWarpRows, kEpilogue> ? P : 1][V] = {};
   if (staged) stage_row(group.first_row(), 0);
   for (int p = 0; p < padded / step; ++p)
 #pragma unroll
@@ -489,9 +517,30 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (sum_dx) {  // as stored: rounded to T (storing a rounded value rounds nothing more)
 #pragma unroll
         for (int k = 0; k < V; ++k) d[k] = rounded<T>(d[k]);
-        acc.add_one(p, kDxSumSlice, d);
+        if constexpr (kDxSumsInRegisters<kWarpRows, kEpilogue>) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) dx_sums[p][k] += d[k];
+        } else {
+          acc.add_one(p, kDxSumSlice, d);
+        }
       }
       store_vec<T, V>(dx + r * cols + c, d);
+    }
+  }
+  // The row group's dx sums, where the block's sum below reads them: the first words of the
+  // warp's stages (its copies all landed; the loop's last wait left only an empty group), or
+  // the third slice.
+  auto dx_sum_words = [&](int g) {
+    return dx_sums_in_stages ? reinterpret_cast<float*>(stages_base) + g * (4 * padded * sizeof(T) / sizeof(float))
+                             : slices + (g * slice_rows + kDxSumSlice) * padded;
+  };
+  if constexpr (kDxSumsInRegisters<kWarpRows, kEpilogue>) {
+    if (sum_dx) {
+      if (dx_sums_in_stages) mma::wait_copies<0>();
+      const SliceWords<V> words{dx_sum_words(threadIdx.x / 32) + group.rank() * kSliceWidth<V>, group.size(), padded};
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (group.rank() * V + p * step < ncols) words.write(p, 0, dx_sums[p]);
     }
   }
   __syncthreads();
@@ -502,11 +551,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     for (int g = 0; g < groups; ++g) {
       dweight += slices[g * slice_rows * padded + at];
       dbias += slices[g * slice_rows * padded + padded + at];
-      if (sum_dx) dx_sum += slices[g * slice_rows * padded + 2 * padded + at];
+      if (sum_dx) dx_sum += dx_sum_words(g)[at];
     }
-    partials[blockIdx.x * slice_rows * cols + j] = dweight;
-    partials[blockIdx.x * slice_rows * cols + cols + j] = dbias;
-    if (sum_dx) partials[blockIdx.x * slice_rows * cols + 2 * cols + j] = dx_sum;
+    // A partial row per block: dweight, dbias (and dx's sums), whatever shared memory held them.
+    float* partial = partials + blockIdx.x * (sum_dx ? 3 : 2) * cols;
+    partial[j] = dweight;
+    partial[cols + j] = dbias;
+    if (sum_dx) partial[2 * cols + j] = dx_sum;
     // A zero weight erased x̂ from the output: dx and dweight are NaN there, and the caller
     // learns why at its next synchronizing read.
     if (kFromOutput && blockIdx.x == 0 && to_acc(weight[j]) == 0.0f) atomicOr(error_word, kNormZeroWeight);
@@ -514,7 +565,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 }
 
 // out[j] = Σ_b partials[b, j] over j in [sums, cols] (dweight, dbias, and with sums = 3 the
-// epilogue form's dx column sums), dweight divided by weight_divisor[j] when given (the backward
+// dx column sums), dweight divided by weight_divisor[j] when given (the backward
 // summed dy·x̂·w). A block takes 32 columns; its kSumWarps warps split the row blocks (warp w takes b ≡ w mod kSumWarps, 8 loads in flight),
 // and warp 0 adds their results in warp order: deterministic. The sum runs after the backward
 // with the GPU otherwise idle, so its time is latency: 8 warps a block left each warp 4 rounds
@@ -651,9 +702,6 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
   const bool from_output = !epilogue.active();
   // The RMS kernels have no epilogue form (with_norm_config runs the plain ones).
   FT_CHECK(kind == NormKind::Layer || !epilogue.active(), "norm backward: RMSNorm has no activation or dropout form");
-  // Only the LayerNorm epilogue kernels have the third slice (RMS has no epilogue form).
-  FT_CHECK(!dx_column_sums.defined() || (kind == NormKind::Layer && epilogue.active()),
-           "norm backward: dx's column sums come only with LayerNorm's epilogue (activation or dropout)");
   FT_CHECK(!dx_column_sums.defined() || dx_column_sums.tensor.numel() == cols,
            "norm backward: dx's column sums need ", cols, " elements, got ", dx_column_sums.tensor.numel());
   Epilogue device_epi = device_epilogue(epilogue);
@@ -674,22 +722,27 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
         constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
         auto kernel = norm_backward_kernel<T, V, P, kR, kW, decltype(epi)::value>;
-        const int groups = launch.warp_rows ? launch.threads / 32 : 1;
         const int step = (launch.warp_rows ? 32 : launch.threads) * decltype(vec)::value;
         const size_t padded = static_cast<size_t>(padded_cols(static_cast<int>(cols), step));
-        // The slices (dweight, dbias, and dx's column sums when asked; the column parameters in
-        // the plain norms), then for staged rows each warp's 2 stages of (saved, dy),
-        // staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP) the
-        // stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
         // The kernel's own notion of a plain norm (RMS always runs the plain kernels), so the
         // column parameters it writes always have their room.
         constexpr bool kPlain = !decltype(epi)::value;
-        const size_t slices =
-            static_cast<size_t>(groups * sums + (kPlain ? kColumnParamSlices : 0)) * padded * sizeof(float);
-        const size_t stages = static_cast<size_t>(groups) * 4 * padded * sizeof(T);
-        const bool stage_rows =
-            kStagedRows<T, V, kW, decltype(epi)::value> && kNormBackwardBlocks * (slices + stages + 1024) <= shared_memory_per_multiprocessor();
-        const size_t smem = slices + (stage_rows ? stages : 0);
+        // The slices (dweight, dbias, and dx's column sums when asked and not kept in the staged
+        // rows' memory; the column parameters in the plain norms), then for staged rows each
+        // warp's 2 stages of (saved, dy).
+        constexpr bool kInRegisters = kDxSumsInRegisters<kW, decltype(epi)::value>;
+        auto shared_bytes = [&](bool staged) {
+          const size_t groups = launch.warp_rows ? launch.threads / 32 : 1;
+          const size_t slice_rows = device_epi.sum_dx && !(kInRegisters && staged) ? 3 : 2;
+          const size_t slices = (groups * slice_rows + (kPlain ? kColumnParamSlices : 0)) * padded * sizeof(float);
+          return slices + (staged ? groups * 4 * padded * sizeof(T) : 0);
+        };
+        static_assert(4 * sizeof(T) >= sizeof(float), "a warp's stages hold its dx sums (padded floats)");
+        // Rows are staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP)
+        // the stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
+        const bool stage_rows = kStagedRows<T, V, kW, decltype(epi)::value> &&
+                                kNormBackwardBlocks * (shared_bytes(true) + 1024) <= shared_memory_per_multiprocessor();
+        const size_t smem = shared_bytes(stage_rows);
         // Whatever the size: the 48 KB default covers static and dynamic shared memory together,
         // so a dynamic size just under it plus the kernel's static scratch would not launch. Set
         // once per kernel and size reached (it was a host call every backward).

@@ -81,9 +81,9 @@ bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
 /// mean, x̂ = (x − mean)·rstd, dy is the gradient of the epilogue's output, and `bias` (the
 /// norm's, or undefined) recomputes act's input. A defined `addend` (saved's shape and dtype) is
 /// added into dx in the same pass: the gradient that x's other uses (the residual stream) have
-/// already contributed. With an epilogue, a defined `dx_column_sums` [C] gets the column sums of
-/// dx as stored (rounded to its dtype), overwritten or added into an f32 view: the bias gradient
-/// of a linear layer whose output is this norm's input, without a pass over dx of its own.
+/// already contributed. A defined `dx_column_sums` [C] gets the column sums of dx as stored
+/// (rounded to its dtype), overwritten or added into an f32 view: the bias gradient of a linear
+/// layer whose output is this norm's input, without a pass over dx of its own.
 void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const Tensor& weight, const Tensor& mean,
                    const Tensor& rstd, const Tensor& dx, const GradOutput& dweight, const GradOutput& dbias,
                    const NormEpilogue& epilogue = {}, const Tensor& bias = Tensor(), const Tensor& addend = Tensor(),

@@ -1,7 +1,10 @@
 #include "lib/ops/linear_norm.h"
 
+#include <memory>
+
 #include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/ops/elementwise.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/ops/norm_dispatch.h"
@@ -61,6 +64,60 @@ Tensor linear_layer_norm_act_dropout(const Tensor& x, const Tensor& weight, cons
                   return std::vector<Tensor>{want_x ? dx.reshape(x_shape) : Tensor(), dw.tensor, db.tensor,
                                              dnw.tensor, dnb.tensor};
                 });
+}
+
+AddNormResult linear_add_layer_norm_composite(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                              const Tensor& residual, const Tensor& norm_weight,
+                                              const Tensor& norm_bias, double eps) {
+  const Tensor sum = linear_composite(x, weight, bias, Activation::None) + residual;
+  return {sum, layer_norm_composite(sum, norm_weight, norm_bias, eps)};
+}
+
+AddNormResult linear_add_layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
+                                    const Tensor& norm_weight, const Tensor& norm_bias, double eps) {
+  check_linear_inputs(x, weight, bias);
+  const bool fused = linear_takes_epilogue_path(x, weight, bias, Activation::None) &&
+                     cuda::norm_supported(weight.size(0));
+  if (!fused) return add_layer_norm(linear(x, weight, bias), residual, norm_weight, norm_bias, eps);
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const Tensor x2 = x.detach().reshape({-1, in});
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  const Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  check_norm_inputs("linear_add_layer_norm", y, residual, norm_weight, norm_bias, true);
+  cuda::linear_forward(x2, weight, bias, Activation::None, y.reshape({-1, out}), Tensor());
+  const bool training = needs_grad({&x, &weight, &bias, &residual, &norm_weight, &norm_bias});
+  NormFusedForward norm = norm_fused_forward(NormKind::Layer, y, residual, norm_weight, norm_bias, eps, {}, training);
+  if (!training) return norm.result;
+  // Two nodes, as linear then add_layer_norm record: the sum's (here with the linear's backward
+  // in it) and the norm's, which adds the sum's other gradient (the residual stream's) itself
+  // and sums the columns of the dx it writes into `dx_sums`.
+  auto dx_sums = std::make_shared<NormDxColumnSums>();
+  const bool want_x = x.requires_grad(), want_w = weight.requires_grad(), want_b = bias.requires_grad();
+  norm.result.sum = record(
+      "linear_add", norm.result.sum, {x, weight, bias, residual},
+      [x2, w = weight.detach(), dx_sums, want_x, want_w, want_b, x_shape = x.shape()](const Tensor& g) {
+        const Tensor dy = g.reshape({x2.size(0), w.size(0)});
+        const GradOutput dw = grad_output(1, want_w, w.shape(), w.dtype(), w.device());
+        // The norm's column sums are b's gradient only if g is the dx they were summed from.
+        const bool summed = dx_sums->sums.defined() && g.impl() == dx_sums->dx.impl();
+        const Tensor sums = summed ? dx_sums->sums : Tensor();
+        *dx_sums = NormDxColumnSums{};
+        const GradOutput db = want_b && !summed ? grad_output(2, want_b, {w.size(0)}, w.dtype(), w.device())
+                                                : GradOutput();
+        Tensor dx = want_x ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
+        cuda::linear_backward(dy, x2, w, Activation::None, Tensor(), dx, dw, db);
+        // The sums are f32: an f32 gradient view takes them as they are (autograd adds them in,
+        // one small kernel), anything else in b's dtype.
+        const Tensor dbias = !want_b  ? Tensor()
+                             : !summed ? db.tensor
+                             : grad_target(2).view.defined() ? sums
+                                                             : sums.to(w.dtype());
+        return std::vector<Tensor>{want_x ? dx.reshape(x_shape) : Tensor(), dw.tensor, dbias, g};
+      });
+  norm.result.out = record_fused_norm(norm, NormKind::Layer, norm.result.sum, norm_weight, norm_bias,
+                                      want_b ? dx_sums : nullptr);
+  return norm.result;
 }
 
 }  // namespace ft

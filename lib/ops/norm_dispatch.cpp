@@ -57,21 +57,10 @@ NormFusedForward norm_fused_forward(NormKind kind, const Tensor& x, const Tensor
   return f;
 }
 
-AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
-                         const Tensor& bias, double eps, const NormEpilogue& requested) {
-  const bool training = needs_grad({&x, &residual, &weight, &bias});
-  NormFusedForward forward = norm_fused_forward(kind, x, residual, weight, bias, eps, requested, training);
-  AddNormResult& result = forward.result;
+Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const Tensor& input, const Tensor& weight,
+                         const Tensor& bias, const std::shared_ptr<NormDxColumnSums>& dx_sums) {
   const NormEpilogue& epilogue = forward.epilogue;
   const Tensor &mean = forward.mean, &rstd = forward.rstd;
-  if (!training) return result;
-  // The sum is an add node (its gradient reaches x and residual unchanged); the norm reads the
-  // sum, so gradients from both outputs meet there.
-  Tensor normalized_input = x;
-  if (residual.defined()) {
-    result.sum = record("add", result.sum, {x, residual}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
-    normalized_input = result.sum;
-  }
   const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
   const char* name = epilogue.active() ? "layer_norm_act_dropout" : kind == NormKind::Layer ? "layer_norm" : "rms_norm";
   // The plain forms save their output, not their input: the next op (a linear) keeps the output
@@ -79,24 +68,45 @@ AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual,
   // one [.., C] tensor per norm less at the forward's peak. x̂ = (y − b)/w in backward, which
   // a zero weight element makes unrecoverable (layer_norm.h). The epilogue's output is not y,
   // so that form saves its input and the mean.
-  const Tensor saved = epilogue.active() ? normalized_input.detach() : result.out.detach();
+  const Tensor saved = epilogue.active() ? input.detach() : forward.result.out.detach();
   const Tensor saved_bias = bias.defined() ? bias.detach() : Tensor();
   // The input's gradient from its other uses (the residual stream's, in a transformer) is added
   // in the backward kernel: the add kernel that would sum the two moved 3 tensors (75 MB per
   // GPT-2 layer norm, 50 us on the H100) where the kernel reads one more.
-  result.out = record_adding(name, result.out, {normalized_input, weight, bias},
-                             [kind, saved, sw = weight.detach(), sb = saved_bias, mean, rstd, want_w, want_b,
-                              epilogue](const Tensor& g, const Tensor& pending) {
-                               Tensor dx = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
-                               const GradOutput dw = grad_output(1, want_w, sw.shape(), sw.dtype(), sw.device());
-                               const GradOutput db = grad_output(2, want_b, sw.shape(), sw.dtype(), sw.device());
-                               const bool fits = pending.defined() && pending.dtype() == saved.dtype();
-                               cuda::norm_backward(kind, g, saved, sw, mean, rstd, dx, dw, db, epilogue, sb,
-                                                   fits ? pending : Tensor());
-                               if (pending.defined() && !fits) dx = add(dx, pending.to(saved.dtype()));
-                               return std::vector<Tensor>{dx, dw.tensor, db.tensor};
-                             });
-  return result;
+  return record_adding(name, forward.result.out, {input, weight, bias},
+                       [kind, saved, sw = weight.detach(), sb = saved_bias, mean, rstd, want_w, want_b, epilogue,
+                        dx_sums](const Tensor& g, const Tensor& pending) {
+                         Tensor dx = Tensor::empty(saved.shape(), saved.dtype(), saved.device());
+                         const GradOutput dw = grad_output(1, want_w, sw.shape(), sw.dtype(), sw.device());
+                         const GradOutput db = grad_output(2, want_b, sw.shape(), sw.dtype(), sw.device());
+                         const bool fits = pending.defined() && pending.dtype() == saved.dtype();
+                         // Summed only where this dx is the whole gradient of the input (nothing
+                         // left to add outside the kernel).
+                         const bool sum_dx = dx_sums && (!pending.defined() || fits);
+                         if (sum_dx) dx_sums->sums = Tensor::empty({saved.size(-1)}, DType::F32, saved.device());
+                         cuda::norm_backward(kind, g, saved, sw, mean, rstd, dx, dw, db, epilogue, sb,
+                                             fits ? pending : Tensor(), sum_dx ? GradOutput(dx_sums->sums) : GradOutput());
+                         if (pending.defined() && !fits) dx = add(dx, pending.to(saved.dtype()));
+                         if (sum_dx) dx_sums->dx = dx;
+                         return std::vector<Tensor>{dx, dw.tensor, db.tensor};
+                       });
+}
+
+AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                         const Tensor& bias, double eps, const NormEpilogue& requested) {
+  const bool training = needs_grad({&x, &residual, &weight, &bias});
+  NormFusedForward forward = norm_fused_forward(kind, x, residual, weight, bias, eps, requested, training);
+  if (!training) return forward.result;
+  // The sum is an add node (its gradient reaches x and residual unchanged); the norm reads the
+  // sum, so gradients from both outputs meet there.
+  Tensor normalized_input = x;
+  if (residual.defined()) {
+    forward.result.sum =
+        record("add", forward.result.sum, {x, residual}, [](const Tensor& g) { return std::vector<Tensor>{g, g}; });
+    normalized_input = forward.result.sum;
+  }
+  forward.result.out = record_fused_norm(forward, kind, normalized_input, weight, bias);
+  return forward.result;
 }
 
 }  // namespace ft

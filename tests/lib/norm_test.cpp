@@ -344,7 +344,7 @@ TEST_P(NormDeviceTest, AddNormGradientsFlowThroughBothOutputs) {
 struct Epilogue {
   Activation act;
   double p;
-  uint64_t offset;
+  uint64_t offset = 8 * 99;  // a multiple of 8, as PhiloxCounter hands out
 };
 const Epilogue kEpilogues[] = {
     {Activation::GELU, 0.1, 8 * 99}, {Activation::None, 0.3, 4 * 99}, {Activation::ReLU, 0.0, 8 * 99}};
@@ -482,63 +482,71 @@ TEST(NormFusedVsTwinTest, ActDropoutAgreesOnCudaInOneNode) {
     }
 }
 
-// The epilogue backward's optional third output: dx's column sums as stored (a linear layer's
-// bias gradient). Asking for it changes nothing else (dx, dweight, dbias bitwise), and it is the
-// f64 column sum of the dx it wrote, within f32 summation and the output's rounding; into an f32
-// view it is added (f32 summation error only). Widths reach warp rows of packs (768, 1024),
-// unpacked rows (13), block rows of packs (3000) and unpacked ones (3001); 4096 and 600 rows give
-// the blocks several rows each (the slices accumulate) and more row blocks than the sum kernel's
-// warps take in one round.
-TEST(NormFusedTest, EpilogueBackwardSumsTheColumnsOfDx) {
+// The backward's optional third output: dx's column sums as stored (a linear layer's bias
+// gradient), in the epilogue form (the MLP's) and the plain one with the residual stream's
+// addend (GPT-2's projections). Asking for it changes nothing else (dx, dweight, dbias bitwise).
+// The sums are the f64 column sums of the dx written, within f32 summation and the output's
+// rounding; into an f32 view they are added (f32 summation error only). Widths reach warp rows
+// of packs (768: the plain form's staged rows, whose sums go through registers into the stages'
+// memory; 1024: its unstaged rows, registers into a third slice), unpacked rows (13), block rows
+// of packs (3000) and unpacked ones (3001); 4096 and 600 rows give the blocks several rows each
+// (the slices accumulate) and more row blocks than the sum kernel's warps take in one round.
+TEST(NormFusedTest, BackwardSumsTheColumnsOfDx) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
-  for (DType dtype : {DType::BF16, DType::F32})
-    for (const Shape& shape :
-         {Shape{300, 768}, Shape{4096, 1024}, Shape{37, 13}, Shape{600, 3000}, Shape{600, 3001}}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape_str(shape));
-      const int64_t rows = shape[0], cols = shape[1];
-      const Tensor x = random_tensor(shape, dtype, kCUDA, gen), dy = random_tensor(shape, dtype, kCUDA, gen);
-      const Tensor w = uniform_tensor({cols}, dtype, kCUDA, gen, 0.5, 1.5), b = random_tensor({cols}, dtype, kCUDA, gen);
-      const NormEpilogue epilogue{.act = Activation::GELU, .dropout_p = 0.1, .seed = 17,
-                                  .offset = philox_offset(8 * 99, kCUDA), .mask = Tensor()};
-      const Tensor out = Tensor::empty(shape, dtype, kCUDA), mean = Tensor::empty({rows}, DType::F32, kCUDA),
-                   rstd = Tensor::empty({rows}, DType::F32, kCUDA);
-      cuda::norm_forward(NormKind::Layer, x, Tensor(), w, b, 1e-5, Tensor(), out, mean, rstd, epilogue);
-      auto backward = [&](const GradOutput& dx_sums) {
-        std::vector<Tensor> grads{Tensor::empty(shape, dtype, kCUDA), Tensor::empty({cols}, dtype, kCUDA),
-                                  Tensor::empty({cols}, dtype, kCUDA)};
-        cuda::norm_backward(NormKind::Layer, dy, x, w, mean, rstd, grads[0], grads[1], grads[2], epilogue, b, Tensor(),
-                            dx_sums);
-        return grads;
-      };
-      const std::vector<Tensor> plain = backward(GradOutput());
-      const Tensor sums = Tensor::empty({cols}, dtype, kCUDA);
-      const std::vector<Tensor> with_sums = backward(GradOutput(sums));
-      for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(all_equal(with_sums[i], plain[i])) << "gradient " << i;
-      const std::vector<double> dx = with_sums[0].to_vector();
-      std::vector<double> expected(static_cast<size_t>(cols), 0.0), magnitude(static_cast<size_t>(cols), 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-          expected[static_cast<size_t>(c)] += dx[static_cast<size_t>(r * cols + c)];
-          magnitude[static_cast<size_t>(c)] += std::abs(dx[static_cast<size_t>(r * cols + c)]);
-        }
-      const double rounding = dtype == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
-      // f32 summation of `rows` terms, then (into a tensor of dtype) one rounding.
-      auto check = [&](const std::vector<double>& got, const std::vector<double>& base, double output_rounding,
-                       const char* what) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const size_t i = static_cast<size_t>(c);
-          const double want = base[i] + expected[i];
-          const double summation = static_cast<double>(rows) * std::ldexp(1.0, -24) * (magnitude[i] + std::abs(base[i]));
-          ASSERT_NEAR(got[i], want, output_rounding * std::abs(want) + summation + 1e-7) << what << ", column " << c;
-        }
-      };
-      check(sums.to_vector(), std::vector<double>(static_cast<size_t>(cols), 0.0), rounding, "overwritten");
-      // Into an f32 view that already holds a gradient: added.
-      const Tensor base = random_tensor({cols}, DType::F32, kCUDA, gen), view = fresh_copy(base, DType::F32, kCUDA);
-      backward(GradOutput(view, true, true));
-      check(view.to_vector(), base.to_vector(), std::ldexp(1.0, -24), "added into an f32 view");
-    }
+  for (const bool plain : {false, true})
+    for (DType dtype : {DType::BF16, DType::F32})
+      for (const Shape& shape :
+           {Shape{300, 768}, Shape{4096, 1024}, Shape{37, 13}, Shape{600, 3000}, Shape{600, 3001}}) {
+        SCOPED_TRACE(std::string(plain ? "plain " : "epilogue ") + dtype_name(dtype) + " " + shape_str(shape));
+        const int64_t rows = shape[0], cols = shape[1];
+        const Tensor x = random_tensor(shape, dtype, kCUDA, gen), dy = random_tensor(shape, dtype, kCUDA, gen);
+        const Tensor w = uniform_tensor({cols}, dtype, kCUDA, gen, 0.5, 1.5),
+                     b = random_tensor({cols}, dtype, kCUDA, gen);
+        const NormEpilogue epilogue =
+            plain ? NormEpilogue{}
+                  : NormEpilogue{.act = Activation::GELU, .dropout_p = 0.1, .seed = 17,
+                                 .offset = philox_offset(8 * 99, kCUDA), .mask = Tensor()};
+        const Tensor out = Tensor::empty(shape, dtype, kCUDA), rstd = Tensor::empty({rows}, DType::F32, kCUDA);
+        const Tensor mean = plain ? Tensor() : Tensor::empty({rows}, DType::F32, kCUDA);
+        const Tensor addend = plain ? random_tensor(shape, dtype, kCUDA, gen) : Tensor();
+        cuda::norm_forward(NormKind::Layer, x, Tensor(), w, b, 1e-5, Tensor(), out, mean, rstd, epilogue);
+        auto backward = [&](const GradOutput& dx_sums) {
+          std::vector<Tensor> grads{Tensor::empty(shape, dtype, kCUDA), Tensor::empty({cols}, dtype, kCUDA),
+                                    Tensor::empty({cols}, dtype, kCUDA)};
+          cuda::norm_backward(NormKind::Layer, dy, plain ? out : x, w, mean, rstd, grads[0], grads[1], grads[2],
+                              epilogue, b, addend, dx_sums);
+          return grads;
+        };
+        const std::vector<Tensor> without = backward(GradOutput());
+        const Tensor sums = Tensor::empty({cols}, dtype, kCUDA);
+        const std::vector<Tensor> with_sums = backward(GradOutput(sums));
+        for (size_t i = 0; i < without.size(); ++i) EXPECT_TRUE(all_equal(with_sums[i], without[i])) << "gradient " << i;
+        const std::vector<double> dx = with_sums[0].to_vector();
+        std::vector<double> expected(static_cast<size_t>(cols), 0.0), magnitude(static_cast<size_t>(cols), 0.0);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            expected[static_cast<size_t>(c)] += dx[static_cast<size_t>(r * cols + c)];
+            magnitude[static_cast<size_t>(c)] += std::abs(dx[static_cast<size_t>(r * cols + c)]);
+          }
+        const double rounding = dtype == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -23);
+        // f32 summation of `rows` terms, then (into a tensor of dtype) one rounding.
+        auto check = [&](const std::vector<double>& got, const std::vector<double>& base, double output_rounding,
+                         const char* what) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t i = static_cast<size_t>(c);
+            const double want = base[i] + expected[i];
+            const double summation =
+                static_cast<double>(rows) * std::ldexp(1.0, -24) * (magnitude[i] + std::abs(base[i]));
+            ASSERT_NEAR(got[i], want, output_rounding * std::abs(want) + summation + 1e-7) << what << ", column " << c;
+          }
+        };
+        check(sums.to_vector(), std::vector<double>(static_cast<size_t>(cols), 0.0), rounding, "overwritten");
+        // Into an f32 view that already holds a gradient: added.
+        const Tensor base = random_tensor({cols}, DType::F32, kCUDA, gen), view = fresh_copy(base, DType::F32, kCUDA);
+        backward(GradOutput(view, true, true));
+        check(view.to_vector(), base.to_vector(), std::ldexp(1.0, -24), "added into an f32 view");
+      }
 }
 
 TEST(NormTest, ActDropoutGradCheckF64) {
