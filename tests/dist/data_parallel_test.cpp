@@ -154,7 +154,9 @@ TEST_P(DataParallelTest, OnlyTheLastMicroBatchReduces) {
     dp.before_backward(micro == 2);
     loss.backward();
     // The micro-batches before the last start nothing (trace() is the last reducing backward's).
-    if (micro < 2) EXPECT_TRUE(dp.trace().empty()) << "micro-batch " << micro;
+    if (micro < 2) {
+      EXPECT_TRUE(dp.trace().empty()) << "micro-batch " << micro;
+    }
   }
   dp.after_backward();
   const std::vector<std::string>& trace = dp.trace();

@@ -50,7 +50,7 @@ TEST(DeviceWritesTest, CopiesIntoPinnedHostMemory) {
   const Tensor x = Tensor::randn({5}, gen, DType::F32, kCUDA);
   void* pinned = runtime::allocate_pinned(64);
   std::memset(pinned, 0xff, 64);
-  runtime::write_on_device(DeviceWrites{.copies = {{pinned, x.data_ptr(), x.nbytes()}}});
+  runtime::write_on_device(DeviceWrites{.copies = {{pinned, x.data_ptr(), x.nbytes()}}, .scalars = {}});
   StreamEvent done;
   done.record(StreamEvent::Stream::Compute);
   done.synchronize();
