@@ -153,10 +153,11 @@ void attention_forward(const AttentionShape&, const AttentionInputs&, void*, Hea
                        uint64_t, const Tensor&) {
   unavailable();
 }
-void attention_backward(const AttentionShape&, const AttentionInputs&, const void*, const void*, HeadStrides,
+bool attention_backward(const AttentionShape&, const AttentionInputs&, const void*, const void*, HeadStrides,
                         const Tensor&, const AttentionGrads&, bool, double, uint64_t, const Tensor&) {
   unavailable();
 }
+int64_t qkv_bias_partial_rows(const AttentionShape&) { unavailable(); }
 }  // namespace cuda
 
 }  // namespace ft

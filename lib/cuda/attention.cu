@@ -274,23 +274,44 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
   }
 }
 
-/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows): D / 8
-/// threads per row, 8 columns each.
+/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows). A block
+/// takes kQkvBiasRows tokens of one head (blockIdx.y = b·NH + h): D / 8 lanes a row, 8 columns
+/// each, its row lanes taking every kRowLanes-th token. With Params::qkv_bias_partials it also
+/// writes the chunk's column sums of dQ as stored, the row lanes' sums added in lane order.
 template <int D, int kRows>
-__global__ void attention_dq_finish_kernel(const __grid_constant__ Params p, int64_t rows) {
-  constexpr int kLanes = D / 8;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, row = i / kLanes;
-  if (row >= rows) return;
-  const int lane = static_cast<int>(i % kLanes);
-  const int64_t bh = row / p.tokens;
-  const int t = static_cast<int>(row % p.tokens), query_tiles = (p.tokens + kRows - 1) / kRows;
-  const float* sum = p.dq_sum + ((bh * query_tiles + t / kRows) * kRows + t % kRows) * kDqStride<D> + lane * 8;
-  float v[8];
-  const float4 lo = __ldcs(reinterpret_cast<const float4*>(sum)), hi = __ldcs(reinterpret_cast<const float4*>(sum) + 1);
-  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+__global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const __grid_constant__ Params p) {
+  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
+  const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
+  const int64_t bh = blockIdx.y;
+  const int query_tiles = (p.tokens + kRows - 1) / kRows;
+  const int t0 = blockIdx.x * kQkvBiasRows, t1 = min(p.tokens, t0 + kQkvBiasRows);
+  const float* const sums = p.dq_sum + bh * query_tiles * kRows * kDqStride<D> + lane * 8;
+  bf16* const dq = p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + lane * 8;
+  float column[8] = {};
+#pragma unroll 4
+  for (int t = t0 + row_lane; t < t1; t += kRowLanes) {
+    const float* sum = sums + static_cast<int64_t>(t) * kDqStride<D>;  // tiles of kRows rows, back to back
+    const float4 lo = __ldcs(reinterpret_cast<const float4*>(sum)), hi = __ldcs(reinterpret_cast<const float4*>(sum) + 1);
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] *= p.scale;
-  store_pack<bf16, 8>(p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + t * p.in.token + lane * 8, v);
+    for (int k = 0; k < 8; ++k) {
+      v[k] = bf16_rounded(v[k] * p.scale);
+      column[k] += v[k];
+    }
+    store_pack<bf16, 8>(dq + t * p.in.token, v);
+  }
+  if (p.qkv_bias_partials == nullptr) return;
+  __shared__ float lane_sums[kRowLanes][D];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) lane_sums[row_lane][lane * 8 + k] = column[k];
+  __syncthreads();
+  if (threadIdx.x >= D) return;
+  float total = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
+  const int64_t chunks = gridDim.x, channels = static_cast<int64_t>(p.heads) * D;
+  p.qkv_bias_partials[((bh / p.heads) * chunks + blockIdx.x) * 3 * channels + (bh % p.heads) * D + threadIdx.x] =
+      total;  // Q's columns
 }
 
 template <int D, bool kDropout>
@@ -485,7 +506,11 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   });
 }
 
-void attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
+int64_t qkv_bias_partial_rows(const AttentionShape& shape) {
+  return shape.batch * ((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows);
+}
+
+bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
                         HeadStrides out_strides, const Tensor& lse, const AttentionGrads& grads, bool causal,
                         double dropout_p, uint64_t seed, const Tensor& offset) {
   Params p = make_params(shape, causal, dropout_p, seed, offset);
@@ -501,6 +526,7 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   p.dk = static_cast<bf16*>(grads.dk);
   p.dv = static_cast<bf16*>(grads.dv);
   const bool hopper = prefer_hopper() && hopper_backward_takes(in, dout, out_strides, shape);
+  p.qkv_bias_partials = hopper ? grads.qkv_bias_partials : nullptr;  // only its blocks sum dk, dv
   // The Hopper backward copies a query tile's row statistics with one bulk copy: tiles of
   // kStatTileRows rows, padded.
   const int64_t padded_tokens =
@@ -534,14 +560,15 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
                             (4 * kSyncRows + 2 * kDqShareFloats<D>) * sizeof(float);
         launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
       }
-      const int64_t dq_rows = shape.batch * shape.heads * shape.tokens;
-      const unsigned finish_blocks = static_cast<unsigned>((dq_rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
-      attention_dq_finish_kernel<D, kRows><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, dq_rows);
+      const dim3 finish_grid(static_cast<unsigned>((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows),
+                             static_cast<unsigned>(shape.batch * shape.heads));
+      attention_dq_finish_kernel<D, kRows><<<finish_grid, kAttnThreads, 0, stream()>>>(p);
       FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
     };
     if (hopper) with_share_rows(std::integral_constant<int, kHopperBackwardQueryRows>{});
     else with_share_rows(std::integral_constant<int, kBackwardQueryRows<D>>{});
   });
+  return p.qkv_bias_partials != nullptr;
 }
 
 }  // namespace ft::cuda

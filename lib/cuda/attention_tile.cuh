@@ -36,6 +36,10 @@ struct Params {
   float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
   int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
   float* row_stats;       // Hopper backward: [B·NH, T / kStatTileRows rounded up, {lse·log2(e), Δ}, kStatTileRows]
+  // The QKV projection's bias gradient by parts (lib/ops/attention.h): [B, T / kQkvBiasRows
+  // rounded up, 3·NH·HS], the column sums of dQ, dK and dV as stored over each chunk of
+  // kQkvBiasRows tokens; null when not wanted.
+  float* qkv_bias_partials;
   int heads, tokens;
   bool causal;
   float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
@@ -43,6 +47,13 @@ struct Params {
   uint64_t seed;
   const int64_t* offset;
 };
+
+/// Tokens a row of the QKV bias partials covers: the Hopper backward's key tile (a block's dK and
+/// dV), and the dQ finish kernel's chunk.
+constexpr int kQkvBiasRows = 128;
+
+/// x as bf16 stores it (round to nearest even), back in f32.
+__device__ __forceinline__ float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 /// Row and column of element e of accumulator tile n, relative to the warp's 16 × 8n tile.
 __device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }

@@ -58,7 +58,7 @@ NormFusedForward norm_fused_forward(NormKind kind, const Tensor& x, const Tensor
 }
 
 Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const Tensor& input, const Tensor& weight,
-                         const Tensor& bias, const std::shared_ptr<NormDxColumnSums>& dx_sums) {
+                         const Tensor& bias, const std::shared_ptr<BiasGradHandoff>& dx_sums) {
   const NormEpilogue& epilogue = forward.epilogue;
   const Tensor &mean = forward.mean, &rstd = forward.rstd;
   const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
@@ -87,7 +87,7 @@ Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const T
                          cuda::norm_backward(kind, g, saved, sw, mean, rstd, dx, dw, db, epilogue, sb,
                                              fits ? pending : Tensor(), sum_dx ? GradOutput(dx_sums->sums) : GradOutput());
                          if (pending.defined() && !fits) dx = add(dx, pending.to(saved.dtype()));
-                         if (sum_dx) dx_sums->dx = dx;
+                         if (sum_dx) dx_sums->grad = dx;
                          return std::vector<Tensor>{dx, dw.tensor, db.tensor};
                        });
 }
