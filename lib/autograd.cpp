@@ -105,8 +105,10 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
 
 using LeafSink = std::function<void(TensorImpl& leaf, const Tensor& grad)>;
 
-// The node whose backward run_backward is calling, for grad_target (null elsewhere).
+// The node whose backward run_backward is calling, for grad_target (null elsewhere), and the
+// walk's count of each node's users still to run, for completes_input_gradient.
 thread_local const Node* node_in_backward = nullptr;
+thread_local const std::unordered_map<Node*, int>* users_to_run = nullptr;
 
 class NodeInBackward {
  public:
@@ -150,6 +152,13 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
   }
+  struct UsersToRun {  // published for completes_input_gradient while this walk runs
+    const std::unordered_map<Node*, int>* previous;
+    explicit UsersToRun(const std::unordered_map<Node*, int>* now) : previous(users_to_run) { users_to_run = now; }
+    ~UsersToRun() { users_to_run = previous; }
+    UsersToRun(const UsersToRun&) = delete;
+    UsersToRun& operator=(const UsersToRun&) = delete;
+  } published(with_targets ? &pending_users : nullptr);
   auto leaf_edge_done = [&](TensorImpl& leaf) {
     if (--pending_leaf_edges[&leaf] == 0 && with_targets) fire_grad_ready(leaf);
   };
@@ -270,6 +279,25 @@ GradTarget grad_target(size_t input) {
   int uses = 0;
   for (const Edge& e : node->edges) uses += e.leaf.get() == leaf;
   return {leaf->grad, leaf->grad_zeroed && uses == 1};
+}
+
+bool completes_input_gradient(size_t input) {
+  const Node* node = node_in_backward;
+  if (!node || !users_to_run || input >= node->edges.size() || !node->edges[input].node) return false;
+  Node* const maker = node->edges[input].node.get();
+  int own = 0;  // this node's edges into it, all still counted
+  for (const Edge& e : node->edges) own += e.node.get() == maker;
+  const auto it = users_to_run->find(maker);
+  return it != users_to_run->end() && it->second == own;
+}
+
+GradOutput claim_leaf_grad_view(const Tensor& leaf) {
+  if (!node_in_backward || !leaf.defined()) return {};
+  TensorImpl* impl = leaf.impl();
+  if (impl->grad_fn || !impl->grad_is_view || impl->grad.dtype() != DType::F32 || !impl->grad.is_cuda()) return {};
+  const GradOutput out(impl->grad, /*add=*/!impl->grad_zeroed, /*is_view=*/true);
+  impl->grad_zeroed = impl->grad_stale = false;
+  return out;
 }
 
 GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device, bool dense) {

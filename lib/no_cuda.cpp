@@ -72,6 +72,7 @@ void arange(const Tensor&) { unavailable(); }
 void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
 void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
 void column_sums(const Tensor&, int64_t, int64_t, const GradOutput&) { unavailable(); }
+void partial_row_sums(const Tensor&, const GradOutput&) { unavailable(); }
 void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, double,
             const Tensor&) {
   unavailable();

@@ -47,7 +47,6 @@ constexpr int kWarpgroups = 2;                       // a block's: 128 keys
 constexpr int kKeys = kWarpgroupKeys * kWarpgroups;
 constexpr int kQueries = kHopperBackwardQueryRows;   // query rows a step
 static_assert(kQueries == kStatTileRows && kQueries == 64, "a step's statistics are one tile");
-static_assert(kKeys == kQkvBiasRows, "a block's dK and dV sums are one row of the QKV bias partials");
 constexpr uint32_t kStatBytes = 2 * kStatTileRows * sizeof(float);
 using swizzled::k_major_slice;
 using swizzled::load_rows;
@@ -76,7 +75,6 @@ struct Layout {
                             kBarriers = kShares + 2 * kShareBytes;
   static constexpr size_t kBytes = kBarriers + (1 + kStages) * sizeof(uint64_t) + 1024;  // + slack for the alignment
   static_assert(kStats % 1024 == 0 && kBytes <= 227 * 1024, "tiles 1024-aligned, within an SM's shared memory");
-  static_assert(kKeyTileBytes >= 4 * kWarpgroups * 2 * D * sizeof(float), "K's tile holds the warps' column sums");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the helpers of the kernel body below
@@ -87,41 +85,6 @@ __device__ __forceinline__ void read_query_pairs(float2 (&pairs)[8], const float
   for (int n = 0; n < 8; ++n) pairs[n] = *reinterpret_cast<const float2*>(statistic + fragment_col(n, 0));
 }
 __device__ __forceinline__ float pair_element(const float2& pair, int e) { return e % 2 ? pair.y : pair.x; }
-
-/// The block's column sums of dK and dV as stored (scaled, rounded to bf16; keys past T left
-/// out) into its row of the QKV bias partials (Params::qkv_bias_partials), in fixed order: a
-/// warp's 16 keys by shuffles, then its 8 warps' sums in warp order through `scratch` [8][2·HS]
-/// (the K tile's shared memory, dead by then). The caller's last barrier follows every read of it.
-template <int D>
-__device__ void store_key_column_sums(const Params& p, float* scratch, int key0, int kt, int key_tiles,
-                                      const float (&dk)[D / 8][4], const float (&dv)[D / 8][4]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool low = key0 + fragment_row(0) < p.tokens, high = key0 + fragment_row(2) < p.tokens;
-  float* const own = scratch + warp * 2 * D;
-  auto column_pairs = [&](const float (&acc)[D / 8][4], float scale, float* to) {
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float sum = (low ? bf16_rounded(acc[n][e] * scale) : 0.0f) + (high ? bf16_rounded(acc[n][e + 2] * scale) : 0.0f);
-#pragma unroll
-        for (int width = 4; width < 32; width *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-        if (lane < 4) to[fragment_col(n, e)] = sum;
-      }
-  };
-  column_pairs(dk, p.scale, own);
-  column_pairs(dv, 1.0f, own + D);
-  __syncthreads();
-  const int head = head_index() % p.heads, batch = head_index() / p.heads;
-  const int64_t channels = static_cast<int64_t>(p.heads) * D;
-  float* const row = p.qkv_bias_partials + (static_cast<int64_t>(batch) * key_tiles + kt) * 3 * channels;
-  for (int c = threadIdx.x; c < 2 * D; c += blockDim.x) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4 * kWarpgroups; ++w) sum += scratch[w * 2 * D + c];
-    row[(1 + c / D) * channels + head * D + c % D] = sum;  // K's columns, then V's
-  }
-}
 
 /// The warp's accumulators of a keys × queries tile as the A fragments of the next product.
 __device__ __forceinline__ void to_operand(uint32_t (&a)[4][4], const float (&c)[8][4]) {
@@ -328,9 +291,6 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   const int64_t in_base = head_offset(p.in, p.heads);
   store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
   store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
-  // After the loop's last barrier nothing reads K's tile again.
-  if (p.qkv_bias_partials != nullptr)
-    store_key_column_sums<D>(p, reinterpret_cast<float*>(smem + L::kK), key0, kt, key_tiles, dk, dv);
 #else
   __trap();  // dispatched only on sm_90 (hopper_flash_available)
 #endif

@@ -37,8 +37,9 @@ struct Params {
   int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
   float* row_stats;       // Hopper backward: [B·NH, T / kStatTileRows rounded up, {lse·log2(e), Δ}, kStatTileRows]
   // The QKV projection's bias gradient by parts (lib/ops/attention.h): [B, T / kQkvBiasRows
-  // rounded up, 3·NH·HS], the column sums of dQ, dK and dV as stored over each chunk of
-  // kQkvBiasRows tokens; null when not wanted.
+  // rounded up, 3·NH·HS], over each chunk of kQkvBiasRows tokens the column sums of dQ as stored,
+  // 0 for K's and dO's column sums for V's (attention_delta_kernel says why); null when not
+  // wanted, and always without dropout.
   float* qkv_bias_partials;
   int heads, tokens;
   bool causal;
@@ -48,9 +49,11 @@ struct Params {
   const int64_t* offset;
 };
 
-/// Tokens a row of the QKV bias partials covers: the Hopper backward's key tile (a block's dK and
-/// dV), and the dQ finish kernel's chunk.
+/// Tokens a row of the QKV bias partials covers: a block of the delta kernel (dO's column sums,
+/// the bias's V part) and of the dQ finish kernel (dQ's). The delta kernel's chunks of padded
+/// rows must be as many as the finish kernel's chunks of tokens.
 constexpr int kQkvBiasRows = 128;
+static_assert(kQkvBiasRows % kStatTileRows == 0, "rows padded to whole statistics tiles add no chunk");
 
 /// x as bf16 stores it (round to nearest even), back in f32.
 __device__ __forceinline__ float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }

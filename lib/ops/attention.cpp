@@ -78,9 +78,8 @@ Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const 
                       shape, args, saved_out.data_ptr(), g.data_ptr(), out_strides, lse,
                       cuda::AttentionGrads{d[0], d[1], d[2], bias_sums ? partials.data<float>() : nullptr}, causal,
                       dropout_p, seed, offset);
-                  if (summed) {  // the chunks' rows added in order into the bias gradient's f32 sums
-                    bias_sums->sums = Tensor::empty({3 * thirds}, DType::F32, device);
-                    cuda::column_sums(partials, partial_rows, 3 * thirds, GradOutput(bias_sums->sums));
+                  if (summed) {  // the chunks' rows added in order into the bias's gradient
+                    cuda::partial_row_sums(partials, bias_sums_target(*bias_sums, 3 * thirds, device));
                     bias_sums->grad = grads[0];
                   }
                   return grads;
@@ -165,6 +164,7 @@ Tensor qkv_attention(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   // Two nodes, as linear then attention_qkv record: the projection's, whose bias gradient the
   // attention's backward hands over.
   auto handoff = std::make_shared<BiasGradHandoff>();
+  handoff->bias = bias;
   const bool want_x = x.requires_grad(), want_w = weight.requires_grad(), want_b = bias.requires_grad();
   if (needs_grad({&x, &weight, &bias}))
     qkv = record("linear", qkv, {x, weight, bias},

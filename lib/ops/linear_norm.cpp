@@ -93,6 +93,7 @@ AddNormResult linear_add_layer_norm(const Tensor& x, const Tensor& weight, const
   // in it) and the norm's, which adds the sum's other gradient (the residual stream's) itself
   // and hands the column sums of the dx it writes to the sum's node.
   auto handoff = std::make_shared<BiasGradHandoff>();
+  handoff->bias = bias;
   const bool want_x = x.requires_grad(), want_w = weight.requires_grad(), want_b = bias.requires_grad();
   norm.result.sum = record("linear_add", norm.result.sum, {x, weight, bias, residual},
                            [x2, w = weight.detach(), handoff, want_x, want_w, want_b, x_shape = x.shape()](const Tensor& g) {

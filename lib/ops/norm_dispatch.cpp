@@ -83,9 +83,10 @@ Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const T
                          // Summed only where this dx is the whole gradient of the input (nothing
                          // left to add outside the kernel).
                          const bool sum_dx = dx_sums && (!pending.defined() || fits);
-                         if (sum_dx) dx_sums->sums = Tensor::empty({saved.size(-1)}, DType::F32, saved.device());
+                         const GradOutput sums =
+                             sum_dx ? bias_sums_target(*dx_sums, saved.size(-1), saved.device()) : GradOutput();
                          cuda::norm_backward(kind, g, saved, sw, mean, rstd, dx, dw, db, epilogue, sb,
-                                             fits ? pending : Tensor(), sum_dx ? GradOutput(dx_sums->sums) : GradOutput());
+                                             fits ? pending : Tensor(), sums);
                          if (pending.defined() && !fits) dx = add(dx, pending.to(saved.dtype()));
                          if (sum_dx) dx_sums->grad = dx;
                          return std::vector<Tensor>{dx, dw.tensor, db.tensor};

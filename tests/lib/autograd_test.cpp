@@ -1,6 +1,7 @@
 // The define-by-run autograd: shared subexpressions, accumulation into leaves across backward
 // calls, NoGradGuard, a tensor used twice by one op, freeing the graph (and retain_graph),
-// which tensors may require grad, and KernelModeGuard / parse_kernel_mode.
+// which tensors may require grad, completes_input_gradient, and KernelModeGuard /
+// parse_kernel_mode.
 // Expected gradients here are derived by hand from the expressions, in doubles.
 #include <cmath>
 #include <vector>
@@ -247,6 +248,42 @@ TEST(AutogradTest, AddingBackwardTakesOverThePendingGradient) {
   sum_all(doubled_adding(z * 3.0, pending_seen)).backward();
   EXPECT_EQ(pending_seen, 1);
   EXPECT_TRUE(all_equal(z.grad(), Tensor::full({5}, 6.0, DType::F64)));
+}
+
+/// 2·h as an op whose backward notes whether it completes h's gradient.
+Tensor doubled_noting(const Tensor& h, std::vector<bool>& completes) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = h * 2.0;
+  }
+  return record("noting", out, {h}, [&completes](const Tensor& g) {
+    completes.push_back(completes_input_gradient(0));
+    return std::vector<Tensor>{g * 2.0};
+  });
+}
+
+// completes_input_gradient: true for the last user of a non-leaf input to run, false for an
+// earlier one, for a leaf input, and outside backward (and in ft::gradients, which offers no
+// targets).
+TEST(AutogradTest, CompletesInputGradientOnlyForTheLastUserToRun) {
+  Generator gen = test_generator();
+  Tensor x = random_tensor({4}, DType::F64, kCPU, gen).requires_grad_();
+  EXPECT_FALSE(completes_input_gradient(0));
+  std::vector<bool> completes;
+  sum_all(doubled_noting(x * 3.0, completes)).backward();
+  EXPECT_EQ(completes, std::vector<bool>{true});
+  completes.clear();
+  const Tensor h = x * 3.0;  // two users: the one recorded last runs first
+  sum_all(doubled_noting(h, completes) + doubled_noting(h, completes)).backward();
+  EXPECT_EQ(completes, (std::vector<bool>{false, true}));
+  completes.clear();
+  sum_all(doubled_noting(x, completes)).backward();  // a leaf
+  EXPECT_EQ(completes, std::vector<bool>{false});
+  completes.clear();
+  gradients(sum_all(doubled_noting(x * 3.0, completes)), Tensor(), {x});
+  EXPECT_EQ(completes, std::vector<bool>{false});
+  EXPECT_TRUE(all_close(x.grad(), Tensor::full({4}, 6.0 + 6.0 + 6.0 + 2.0, DType::F64), 1e-14));
 }
 
 TEST(AutogradTest, DeviceMovesKeepTheGraph) {
