@@ -212,6 +212,32 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
   for (int m = 0; m < kM; ++m) finish_rows<D>(p, task.head, row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
 }
 
+/// The QKV bias partials of a chunk kernel's block (blockIdx.x: the chunk of kQkvBiasRows tokens,
+/// blockIdx.y = b·NH + h), at its head's columns of Q's part (K's and V's are NH·HS and 2·NH·HS
+/// further).
+template <int D>
+__device__ __forceinline__ float* chunk_bias_partials(const Params& p) {
+  const int64_t bh = blockIdx.y, chunks = gridDim.x;
+  return p.qkv_bias_partials + ((bh / p.heads) * chunks + blockIdx.x) * 3 * p.heads * D + (bh % p.heads) * D;
+}
+
+/// A chunk kernel's column sums: each thread holds 8 columns' sums of its row lane (thread t:
+/// columns 8·(t mod D/8) .. +8, row lane t / (D/8)); the row lanes' sums are added in lane order
+/// through shared memory. Thread c < D gets column c's; every thread of the block must call it.
+template <int D>
+__device__ __forceinline__ float chunk_column_sum(const float (&column)[8]) {
+  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
+  __shared__ float lane_sums[kRowLanes][D];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) lane_sums[threadIdx.x / kLanes][(threadIdx.x % kLanes) * 8 + k] = column[k];
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < D)
+#pragma unroll
+    for (int r = 0; r < kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
+  return total;
+}
+
 /// Δ_i = Σ_d dO[i, d]·O[i, d] for each head's rows. A block takes kQkvBiasRows rows of one head
 /// (blockIdx.y = b·NH + h): D / 8 lanes a row, each reading 16 bytes of O and dO (one warp per
 /// row, reading 4 bytes a lane, ran at half the bandwidth: 33 us on the H100 for the GPT-2
@@ -260,18 +286,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_delta_kernel(const __g
     tile[kStatTileRows + row % kStatTileRows] = sum;
   }
   if (p.qkv_bias_partials == nullptr) return;
-  __shared__ float lane_sums[kRowLanes][D];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) lane_sums[row_lane][lane * 8 + k] = column[k];
-  __syncthreads();
+  float* const row = chunk_bias_partials<D>(p);
+  const float total = chunk_column_sum<D>(column);
   if (threadIdx.x >= D) return;
-  float total = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
-  const int64_t chunks = gridDim.x, channels = static_cast<int64_t>(p.heads) * D;
-  float* const row = p.qkv_bias_partials + ((bh / p.heads) * chunks + blockIdx.x) * 3 * channels + (bh % p.heads) * D;
-  row[channels + threadIdx.x] = 0.0f;        // K's columns
-  row[2 * channels + threadIdx.x] = total;   // V's
+  row[p.heads * D + threadIdx.x] = 0.0f;       // K's columns
+  row[2 * p.heads * D + threadIdx.x] = total;  // V's
 }
 
 /// Whether the backward kernel keeps its two fixed A operands (K and V) in registers across the
@@ -329,17 +348,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
     store_pack<bf16, 8>(dq + t * p.in.token, v);
   }
   if (p.qkv_bias_partials == nullptr) return;
-  __shared__ float lane_sums[kRowLanes][D];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) lane_sums[row_lane][lane * 8 + k] = column[k];
-  __syncthreads();
-  if (threadIdx.x >= D) return;
-  float total = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
-  const int64_t chunks = gridDim.x, channels = static_cast<int64_t>(p.heads) * D;
-  p.qkv_bias_partials[((bh / p.heads) * chunks + blockIdx.x) * 3 * channels + (bh % p.heads) * D + threadIdx.x] =
-      total;  // Q's columns
+  float* const row = chunk_bias_partials<D>(p);
+  const float total = chunk_column_sum<D>(column);
+  if (threadIdx.x < D) row[threadIdx.x] = total;  // Q's columns
 }
 
 template <int D, bool kDropout>
