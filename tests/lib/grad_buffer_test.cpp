@@ -1,8 +1,8 @@
 // Flat gradient storage: the layout and its shards, GradBuffer views that backward adds into,
 // the gradient-ready hooks (once per backward, after the last contribution, tied weights
 // counted), claimed views (claim_leaf_grad_view), and on CUDA the fused ops that write their
-// parameter gradients straight into the f32 views (grad_target) against the same ops handing
-// bf16 gradients to autograd.
+// parameter gradients straight into the f32 views (grad_target, or a consumer's claim) against
+// the same ops handing bf16 gradients to autograd.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,10 +15,12 @@
 #include "lib/ops/elementwise.h"
 #include "lib/ops/reduce.h"
 #include "lib/ops/activation.h"
+#include "lib/ops/attention.h"
 #include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/ops/linear_cross_entropy.h"
+#include "lib/ops/linear_norm.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/random.h"
 #include "tests/lib/test_util.h"
@@ -369,6 +371,29 @@ TEST_F(FusedGradViewTest, LayerNormAddLayerNormAndTheActDropoutForm) {
   expect_views_match_fresh_gradients(values, [&](const std::vector<Tensor>& p) {
     return sum_all(cast(layer_norm_act_dropout(x, p[0], p[1], Activation::GELU, 0.1, 7, offset) * up, DType::F32));
   });
+}
+
+// The ops whose consumer hands the linear its bias gradient: the norm's backward
+// (linear_add_layer_norm) and the attention's (qkv_attention) claim the bias's view and write
+// the column sums there, overwriting it on the first backward and adding on the second.
+TEST_F(FusedGradViewTest, BiasGradientsHandedOverIntoTheViews) {
+  Generator gen = test_generator();
+  const Tensor x = random_tensor({2, 40, 64}, DType::BF16, kCUDA, gen);
+  const Tensor residual = random_tensor({2, 40, 96}, DType::BF16, kCUDA, gen);
+  const Tensor up = random_tensor({2, 40, 96}, DType::BF16, kCUDA, gen);
+  expect_views_match_fresh_gradients(
+      {random_tensor({96, 64}, DType::F32, kCPU, gen), random_tensor({96}, DType::F32, kCPU, gen),
+       test::uniform_tensor({96}, DType::F32, kCPU, gen, 0.5, 1.5), random_tensor({96}, DType::F32, kCPU, gen)},
+      [&](const std::vector<Tensor>& p) {
+        const AddNormResult r = linear_add_layer_norm(x, p[0], p[1], residual, p[2], p[3]);
+        return sum_all(cast(r.out * up + r.sum * up, DType::F32));
+      });
+  const Tensor attended_up = random_tensor({2, 40, 128}, DType::BF16, kCUDA, gen);
+  expect_views_match_fresh_gradients(
+      {test::uniform_tensor({3 * 128, 64}, DType::F32, kCPU, gen, -0.2, 0.2), random_tensor({3 * 128}, DType::F32, kCPU, gen)},
+      [&](const std::vector<Tensor>& p) {
+        return sum_all(cast(qkv_attention(x, p[0], p[1], 2, true) * attended_up, DType::F32));
+      });
 }
 
 TEST_F(FusedGradViewTest, TiedEmbeddingAndLinearCrossEntropy) {
