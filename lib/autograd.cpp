@@ -109,6 +109,7 @@ using LeafSink = std::function<void(TensorImpl& leaf, const Tensor& grad)>;
 // walk's count of each node's users still to run, for completes_input_gradient.
 thread_local const Node* node_in_backward = nullptr;
 thread_local const std::unordered_map<Node*, int>* users_to_run = nullptr;
+thread_local const std::unordered_map<Node*, Tensor>* waiting_grads = nullptr;
 
 class NodeInBackward {
  public:
@@ -152,17 +153,25 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
   }
-  struct UsersToRun {  // published for completes_input_gradient while this walk runs
-    const std::unordered_map<Node*, int>* previous;
-    explicit UsersToRun(const std::unordered_map<Node*, int>* now) : previous(users_to_run) { users_to_run = now; }
-    ~UsersToRun() { users_to_run = previous; }
-    UsersToRun(const UsersToRun&) = delete;
-    UsersToRun& operator=(const UsersToRun&) = delete;
-  } published(with_targets ? &pending_users : nullptr);
   auto leaf_edge_done = [&](TensorImpl& leaf) {
     if (--pending_leaf_edges[&leaf] == 0 && with_targets) fire_grad_ready(leaf);
   };
   std::unordered_map<Node*, Tensor> grads;
+  struct Published {  // for completes_input_gradient while this walk runs
+    const std::unordered_map<Node*, int>* users;
+    const std::unordered_map<Node*, Tensor>* grads;
+    Published(const std::unordered_map<Node*, int>* u, const std::unordered_map<Node*, Tensor>* g)
+        : users(users_to_run), grads(waiting_grads) {
+      users_to_run = u;
+      waiting_grads = g;
+    }
+    ~Published() {
+      users_to_run = users;
+      waiting_grads = grads;
+    }
+    Published(const Published&) = delete;
+    Published& operator=(const Published&) = delete;
+  } published(with_targets ? &pending_users : nullptr, with_targets ? &grads : nullptr);
   grads[root.grad_fn().get()] = grad;
   std::vector<std::shared_ptr<Node>> ready{root.grad_fn()};
   while (!ready.empty()) {
@@ -283,12 +292,17 @@ GradTarget grad_target(size_t input) {
 
 bool completes_input_gradient(size_t input) {
   const Node* node = node_in_backward;
-  if (!node || !users_to_run || input >= node->edges.size() || !node->edges[input].node) return false;
+  if (!node || !users_to_run || !waiting_grads || input >= node->edges.size() || !node->edges[input].node)
+    return false;
   Node* const maker = node->edges[input].node.get();
   int own = 0;  // this node's edges into it, all still counted
   for (const Edge& e : node->edges) own += e.node.get() == maker;
-  const auto it = users_to_run->find(maker);
-  return it != users_to_run->end() && it->second == own;
+  const auto users = users_to_run->find(maker);
+  // A gradient already waiting there (from a user that ran before, not taken over by an adding
+  // node) would be added to what this node returns.
+  const auto waiting = waiting_grads->find(maker);
+  const bool nothing_waiting = waiting == waiting_grads->end() || !waiting->second.defined();
+  return users != users_to_run->end() && users->second == own && nothing_waiting;
 }
 
 GradOutput claim_leaf_grad_view(const Tensor& leaf) {

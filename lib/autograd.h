@@ -117,10 +117,11 @@ struct GradOutput {
 /// zeroed for it first.
 GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device, bool dense = true);
 
-/// Inside a backward that run_backward is calling: whether this node is the last of its input
-/// `input`'s users still to run, so that the gradient it returns for that input is the whole of
-/// it (the node that made the input receives that very tensor, nothing added). False for a leaf
-/// input, outside a run_backward, or with users still to come.
+/// Inside a backward that run_backward is calling: whether the gradient this node returns for
+/// its input `input` is the whole of that input's gradient (the node that made the input
+/// receives that very tensor, nothing added): no other user is still to run, and none that ran
+/// left a gradient waiting (one an adding node took over does not wait). False for a leaf
+/// input, outside a run_backward, or otherwise.
 bool completes_input_gradient(size_t input);
 /// Inside a backward that run_backward is calling: the f32 CUDA gradient view of `leaf`, which
 /// need not be an input of the running node (an op that hands a gradient to the node before it,

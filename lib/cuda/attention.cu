@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      v[k] = bf16_rounded(v[k] * p.scale);
+      v[k] = rounded<bf16>(v[k] * p.scale);  // as stored
       column[k] += v[k];
     }
     store_pack<bf16, 8>(dq + t * p.in.token, v);

@@ -55,9 +55,6 @@ struct Params {
 constexpr int kQkvBiasRows = 128;
 static_assert(kQkvBiasRows % kStatTileRows == 0, "rows padded to whole statistics tiles add no chunk");
 
-/// x as bf16 stores it (round to nearest even), back in f32.
-__device__ __forceinline__ float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
 /// Row and column of element e of accumulator tile n, relative to the warp's 16 × 8n tile.
 __device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }
 __device__ __forceinline__ int fragment_col(int n, int e) { return n * 8 + 2 * (threadIdx.x % 4) + (e % 2); }

@@ -71,12 +71,14 @@ Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const 
                   std::vector<Tensor> grads;
                   for (const Tensor& t : saved) grads.push_back(Tensor::empty(t.shape(), DType::BF16, t.device()));
                   const auto d = views(grads);
-                  const int64_t partial_rows = bias_sums ? cuda::qkv_bias_partial_rows(shape) : 0;
+                  // The kernels sum only without dropout (cuda::AttentionGrads).
+                  const bool sums_wanted = bias_sums && dropout_p == 0.0;
+                  const int64_t partial_rows = sums_wanted ? cuda::qkv_bias_partial_rows(shape) : 0;
                   const Tensor partials =
-                      bias_sums ? Tensor::empty({partial_rows, 3 * thirds}, DType::F32, device) : Tensor();
+                      sums_wanted ? Tensor::empty({partial_rows, 3 * thirds}, DType::F32, device) : Tensor();
                   const bool summed = cuda::attention_backward(
                       shape, args, saved_out.data_ptr(), g.data_ptr(), out_strides, lse,
-                      cuda::AttentionGrads{d[0], d[1], d[2], bias_sums ? partials.data<float>() : nullptr}, causal,
+                      cuda::AttentionGrads{d[0], d[1], d[2], sums_wanted ? partials.data<float>() : nullptr}, causal,
                       dropout_p, seed, offset);
                   if (summed) {  // the chunks' rows added in order into the bias's gradient
                     cuda::partial_row_sums(partials, bias_sums_target(*bias_sums, 3 * thirds, device));

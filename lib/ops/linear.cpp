@@ -137,7 +137,9 @@ std::vector<Tensor> linear_backward_with_handoff(const Tensor& g, const Tensor& 
            "gradient that later contributions changed");
   const bool summed = want_b && (handoff.sums.defined() || handoff.written.defined()) && identical;
   const Tensor sums = summed ? handoff.sums : Tensor(), written = summed ? handoff.written : Tensor();
+  const Tensor bias = handoff.bias;  // kept for a backward of a retained graph
   handoff = BiasGradHandoff{};
+  handoff.bias = bias;
   const GradOutput db = want_b && !summed ? grad_output(2, true, {w.size(0)}, w.dtype(), w.device()) : GradOutput();
   Tensor dx = want_x ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
   cuda::linear_backward(dy, x2, w, Activation::None, Tensor(), dx, dw, db);

@@ -58,7 +58,8 @@ GradOutput bias_sums_target(BiasGradHandoff& handoff, int64_t out, Device device
 /// cuBLASLt epilogue path without an activation, from g = its output's gradient (x2 [N, IN] the
 /// saved input): b's gradient is the handoff's (the view written, or the sums) when g is
 /// handoff.grad itself (nothing was added to it after the consumer summed it), else cuBLASLt's
-/// BGRADB. Empties the handoff. Returns {dx (x_shape), dW, db}, each undefined where not wanted.
+/// BGRADB. Empties the handoff but for its bias. Returns {dx (x_shape), dW, db}, each undefined
+/// where not wanted.
 std::vector<Tensor> linear_backward_with_handoff(const Tensor& g, const Tensor& x2, const Tensor& w,
                                                  BiasGradHandoff& handoff, bool want_x, bool want_w, bool want_b,
                                                  const Shape& x_shape);
