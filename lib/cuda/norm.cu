@@ -96,47 +96,43 @@ constexpr int kWeightSlice = 0, kBiasSlice = 1, kInverseWeightSlice = 2, kColumn
 template <int V>
 struct SliceWords {
   static constexpr int W = kSliceWidth<V>;
+  /// W consecutive words of a row, one shared-memory access.
+  using Words = std::conditional_t<W == 4, float4, float>;
   float* own;  // the slice's first row, offset to this thread's words
   int group_size, padded;
   __device__ float* at(int p, int k) const { return own + slice_word<V>(p, k, 0, group_size); }
-  /// Slice `slice`'s words of pack p (0: dweight, 1: dbias, 2: dx's column sums) += v.
+  /// Slice `slice`'s words for elements q·W .. q·W + W − 1 of pack p (slice 0: dweight, 1: dbias,
+  /// 2: dx's column sums; or a column parameter's).
+  __device__ Words* words(int p, int q, int slice) const {
+    return reinterpret_cast<Words*>(at(p, q * W) + slice * padded);
+  }
+  /// Elements q·W .. q·W + W − 1 of v as Words, and back.
+  static __device__ Words pack(const float (&v)[V], int q) {
+    if constexpr (W == 4) return make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    else return v[q];
+  }
+  static __device__ void unpack(const Words& w, float (&v)[V], int q) {
+    if constexpr (W == 4) v[4 * q] = w.x, v[4 * q + 1] = w.y, v[4 * q + 2] = w.z, v[4 * q + 3] = w.w;
+    else v[q] = w;
+  }
+  static __device__ Words plus(const Words& a, const Words& b) {
+    if constexpr (W == 4) return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    else return a + b;
+  }
+  /// Slice `slice`'s words of pack p += v.
   __device__ void add_one(int p, int slice, const float (&v)[V]) const {
 #pragma unroll
-    for (int q = 0; q < V / W; ++q) {
-      float* words = at(p, q * W) + slice * padded;
-      if constexpr (W == 4) {
-        float4 a = *reinterpret_cast<float4*>(words);
-        a.x += v[4 * q], a.y += v[4 * q + 1], a.z += v[4 * q + 2], a.w += v[4 * q + 3];
-        *reinterpret_cast<float4*>(words) = a;
-      } else {
-        *words += v[q];
-      }
-    }
+    for (int q = 0; q < V / W; ++q) *words(p, q, slice) = plus(*words(p, q, slice), pack(v, q));
   }
   /// Slice `slice`'s words of pack p = v.
   __device__ void write(int p, int slice, const float (&v)[V]) const {
 #pragma unroll
-    for (int q = 0; q < V / W; ++q) {
-      float* words = at(p, q * W) + slice * padded;
-      if constexpr (W == 4) {
-        *reinterpret_cast<float4*>(words) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-      } else {
-        *words = v[q];
-      }
-    }
+    for (int q = 0; q < V / W; ++q) *words(p, q, slice) = pack(v, q);
   }
   /// v = slice `slice`'s words of pack p (the column parameters' layout is a slice's).
   __device__ void read(int p, int slice, float (&v)[V]) const {
 #pragma unroll
-    for (int q = 0; q < V / W; ++q) {
-      const float* words = at(p, q * W) + slice * padded;
-      if constexpr (W == 4) {
-        const float4 a = *reinterpret_cast<const float4*>(words);
-        v[4 * q] = a.x, v[4 * q + 1] = a.y, v[4 * q + 2] = a.z, v[4 * q + 3] = a.w;
-      } else {
-        v[q] = *words;
-      }
-    }
+    for (int q = 0; q < V / W; ++q) unpack(*words(p, q, slice), v, q);
   }
   /// dweight[k] += gv[k] and dbias[k] += g[k] over pack p's V words: all loads issued before
   /// the adds (one add per element waiting on its own load left the warp's shared-memory
@@ -144,19 +140,9 @@ struct SliceWords {
   __device__ void add(int p, const float (&gv)[V], const float (&g)[V]) const {
 #pragma unroll
     for (int q = 0; q < V / W; ++q) {
-      float* dw = at(p, q * W);
-      float* db = dw + padded;
-      if constexpr (W == 4) {
-        float4 a = *reinterpret_cast<float4*>(dw), b = *reinterpret_cast<float4*>(db);
-        a.x += gv[4 * q], a.y += gv[4 * q + 1], a.z += gv[4 * q + 2], a.w += gv[4 * q + 3];
-        b.x += g[4 * q], b.y += g[4 * q + 1], b.z += g[4 * q + 2], b.w += g[4 * q + 3];
-        *reinterpret_cast<float4*>(dw) = a;
-        *reinterpret_cast<float4*>(db) = b;
-      } else {
-        const float a = *dw, b = *db;
-        *dw = a + gv[q];
-        *db = b + g[q];
-      }
+      const Words dweight = *words(p, q, 0), dbias = *words(p, q, 1);
+      *words(p, q, 0) = plus(dweight, pack(gv, q));
+      *words(p, q, 1) = plus(dbias, pack(g, q));
     }
   }
 };
