@@ -84,6 +84,15 @@ constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
 template <bool kWarpRows, bool kEpilogue>
 constexpr bool kDxSumsInRegisters = kWarpRows && !kEpilogue;
 
+/// Shared-memory slices a row group adds into: dweight, dbias, and dx's column sums unless the
+/// warps keep those in registers and write them into their staged rows' memory at the end. The
+/// kernel lays them out and the launch sizes them by this one rule.
+__host__ __device__ constexpr int group_slice_rows(bool sum_dx, bool dx_sums_in_stages) {
+  return sum_dx && !dx_sums_in_stages ? 3 : 2;
+}
+/// Words of a block's partial row: dweight, dbias (and dx's column sums), each cols wide.
+__host__ __device__ constexpr int partial_sums(bool sum_dx) { return sum_dx ? 3 : 2; }
+
 /// The plain norms' backward keeps each column's weight, bias and 1/weight as f32 in shared
 /// memory, one slice each (slice_index's layout), written once a block. Read from memory as
 /// packed bf16, each pass took a 16-byte load and 8 unpacks a pack for each of w and b, and
@@ -354,7 +363,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   // write them at the end into their stages' memory when staged (else into a third slice); in
   // a third slice, added to per pack, elsewhere.
   const bool dx_sums_in_stages = kDxSumsInRegisters<kWarpRows, kEpilogue> && staged;
-  const int slice_rows = sum_dx && !dx_sums_in_stages ? 3 : 2;  // dweight, dbias (and dx's column sums)
+  const int slice_rows = group_slice_rows(sum_dx, dx_sums_in_stages);
   const SliceWords<V> acc{
       slices + (kWarpRows ? threadIdx.x / 32 : 0) * slice_rows * padded + group.rank() * kSliceWidth<V>, group.size(),
       padded};
@@ -540,7 +549,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (sum_dx) dx_sum += dx_sum_words(g)[at];
     }
     // A partial row per block: dweight, dbias (and dx's sums), whatever shared memory held them.
-    float* partial = partials + blockIdx.x * (sum_dx ? 3 : 2) * cols;
+    float* partial = partials + blockIdx.x * partial_sums(sum_dx) * cols;
     partial[j] = dweight;
     partial[cols + j] = dbias;
     if (sum_dx) partial[2 * cols + j] = dx_sum;
@@ -692,7 +701,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
            "norm backward: dx's column sums need ", cols, " elements, got ", dx_column_sums.tensor.numel());
   Epilogue device_epi = device_epilogue(epilogue);
   device_epi.sum_dx = dx_column_sums.defined();
-  const int sums = device_epi.sum_dx ? 3 : 2;
+  const int sums = partial_sums(device_epi.sum_dx);
   FT_CHECK(!addend.defined() || (addend.shape() == saved.shape() && addend.dtype() == saved.dtype()),
            "norm backward: the addend must be ", shape_str(saved.shape()), " ", dtype_name(saved.dtype()), ", got ",
            shape_str(addend.shape()), " ", dtype_name(addend.dtype()));
@@ -719,7 +728,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         constexpr bool kInRegisters = kDxSumsInRegisters<kW, decltype(epi)::value>;
         auto shared_bytes = [&](bool staged) {
           const size_t groups = launch.warp_rows ? launch.threads / 32 : 1;
-          const size_t slice_rows = device_epi.sum_dx && !(kInRegisters && staged) ? 3 : 2;
+          const size_t slice_rows = group_slice_rows(device_epi.sum_dx, kInRegisters && staged);
           const size_t slices = (groups * slice_rows + (kPlain ? kColumnParamSlices : 0)) * padded * sizeof(float);
           return slices + (staged ? groups * 4 * padded * sizeof(T) : 0);
         };
