@@ -53,7 +53,10 @@ GPTBlock::GPTBlock(const GPTConfig& config, Generator& gen) : config_(config) {
 
 Tensor GPTBlock::attend(const Tensor& x) {
   // The fused kernel reads the heads straight out of the [B, T, 3C] projection and writes
-  // [B, T, C] for the output projection: no split or merge copies.
+  // [B, T, C] for the output projection: no split or merge copies. A plain Linear projection
+  // runs with it as one op, whose attention backward gives the projection its bias gradient.
+  if (const auto* linear = dynamic_cast<const Linear*>(qkv_.get()); linear && linear->activation() == Activation::None)
+    return qkv_attention(x, linear->weight(), linear->bias(), config_.heads, /*causal=*/true);
   return attention_qkv(qkv_->forward(x), config_.heads, /*causal=*/true);
 }
 

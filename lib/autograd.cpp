@@ -105,8 +105,11 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
 
 using LeafSink = std::function<void(TensorImpl& leaf, const Tensor& grad)>;
 
-// The node whose backward run_backward is calling, for grad_target (null elsewhere).
+// The node whose backward run_backward is calling, for grad_target (null elsewhere), and the
+// walk's count of each node's users still to run, for completes_input_gradient.
 thread_local const Node* node_in_backward = nullptr;
+thread_local const std::unordered_map<Node*, int>* users_to_run = nullptr;
+thread_local const std::unordered_map<Node*, Tensor>* waiting_grads = nullptr;
 
 class NodeInBackward {
  public:
@@ -154,6 +157,21 @@ void walk_backward(const Tensor& root, const Tensor& grad, bool retain_graph, co
     if (--pending_leaf_edges[&leaf] == 0 && with_targets) fire_grad_ready(leaf);
   };
   std::unordered_map<Node*, Tensor> grads;
+  struct Published {  // for completes_input_gradient while this walk runs
+    const std::unordered_map<Node*, int>* users;
+    const std::unordered_map<Node*, Tensor>* grads;
+    Published(const std::unordered_map<Node*, int>* u, const std::unordered_map<Node*, Tensor>* g)
+        : users(users_to_run), grads(waiting_grads) {
+      users_to_run = u;
+      waiting_grads = g;
+    }
+    ~Published() {
+      users_to_run = users;
+      waiting_grads = grads;
+    }
+    Published(const Published&) = delete;
+    Published& operator=(const Published&) = delete;
+  } published(with_targets ? &pending_users : nullptr, with_targets ? &grads : nullptr);
   grads[root.grad_fn().get()] = grad;
   std::vector<std::shared_ptr<Node>> ready{root.grad_fn()};
   while (!ready.empty()) {
@@ -270,6 +288,30 @@ GradTarget grad_target(size_t input) {
   int uses = 0;
   for (const Edge& e : node->edges) uses += e.leaf.get() == leaf;
   return {leaf->grad, leaf->grad_zeroed && uses == 1};
+}
+
+bool completes_input_gradient(size_t input) {
+  const Node* node = node_in_backward;
+  if (!node || !users_to_run || !waiting_grads || input >= node->edges.size() || !node->edges[input].node)
+    return false;
+  Node* const maker = node->edges[input].node.get();
+  int own = 0;  // this node's edges into it, all still counted
+  for (const Edge& e : node->edges) own += e.node.get() == maker;
+  const auto users = users_to_run->find(maker);
+  // A gradient already waiting there (from a user that ran before, not taken over by an adding
+  // node) would be added to what this node returns.
+  const auto waiting = waiting_grads->find(maker);
+  const bool nothing_waiting = waiting == waiting_grads->end() || !waiting->second.defined();
+  return users != users_to_run->end() && users->second == own && nothing_waiting;
+}
+
+GradOutput claim_leaf_grad_view(const Tensor& leaf) {
+  if (!node_in_backward || !leaf.defined()) return {};
+  TensorImpl* impl = leaf.impl();
+  if (impl->grad_fn || !impl->grad_is_view || impl->grad.dtype() != DType::F32 || !impl->grad.is_cuda()) return {};
+  const GradOutput out(impl->grad, /*add=*/!impl->grad_zeroed, /*is_view=*/true);
+  impl->grad_zeroed = impl->grad_stale = false;
+  return out;
 }
 
 GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device, bool dense) {

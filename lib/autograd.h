@@ -117,6 +117,20 @@ struct GradOutput {
 /// zeroed for it first.
 GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtype, Device device, bool dense = true);
 
+/// Inside a backward that run_backward is calling: whether the gradient this node returns for
+/// its input `input` is the whole of that input's gradient (the node that made the input
+/// receives that very tensor, nothing added): no other user is still to run, and none that ran
+/// left a gradient waiting (one an adding node took over does not wait). False for a leaf
+/// input, outside a run_backward, or otherwise.
+bool completes_input_gradient(size_t input);
+/// Inside a backward that run_backward is calling: the f32 CUDA gradient view of `leaf`, which
+/// need not be an input of the running node (an op that hands a gradient to the node before it,
+/// lib/ops/linear.h's BiasGradHandoff), for the caller to write all of it now (overwritten while
+/// the view is logically zero, else added into); the view then counts as written. Undefined
+/// when the leaf has no such view. The node whose input the leaf is must return the view itself
+/// as that input's gradient (autograd then adds nothing more).
+GradOutput claim_leaf_grad_view(const Tensor& leaf);
+
 /// Makes `view` (same shape as leaf, a floating dtype, same device) the persistent gradient of
 /// leaf: backward adds into it in place from now on. The view is assumed to hold zeros.
 void attach_grad_view(const Tensor& leaf, const Tensor& view);

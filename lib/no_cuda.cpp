@@ -72,6 +72,7 @@ void arange(const Tensor&) { unavailable(); }
 void reduce_last(ReduceOp, const Tensor&, const Tensor&, int64_t, int64_t) { unavailable(); }
 void reduce_middle(const Tensor&, const Tensor&, int64_t, int64_t, int64_t) { unavailable(); }
 void column_sums(const Tensor&, int64_t, int64_t, const GradOutput&) { unavailable(); }
+void partial_row_sums(const Tensor&, const GradOutput&) { unavailable(); }
 void matmul(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, double,
             const Tensor&) {
   unavailable();
@@ -153,10 +154,11 @@ void attention_forward(const AttentionShape&, const AttentionInputs&, void*, Hea
                        uint64_t, const Tensor&) {
   unavailable();
 }
-void attention_backward(const AttentionShape&, const AttentionInputs&, const void*, const void*, HeadStrides,
+bool attention_backward(const AttentionShape&, const AttentionInputs&, const void*, const void*, HeadStrides,
                         const Tensor&, const AttentionGrads&, bool, double, uint64_t, const Tensor&) {
   unavailable();
 }
+int64_t qkv_bias_partial_rows(const AttentionShape&) { unavailable(); }
 }  // namespace cuda
 
 }  // namespace ft

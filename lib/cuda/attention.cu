@@ -212,38 +212,85 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
   for (int m = 0; m < kM; ++m) finish_rows<D>(p, task.head, row0 + 16 * m, acc[m], row_max[m], row_sum[m]);
 }
 
-/// Δ_i = Σ_d dO[i, d]·O[i, d] for B·NH·T rows (blockIdx.y unused): D / 8 lanes per row, each
-/// reading 16 bytes of both (one warp per row, reading 4 bytes a lane, ran at half the
-/// bandwidth: 33 us on the H100 for the GPT-2 shape). Into p.delta ([B·NH, T]), or, for the
+/// The QKV bias partials of a chunk kernel's block (blockIdx.x: the chunk of kQkvBiasRows tokens,
+/// blockIdx.y = b·NH + h), at its head's columns of Q's part (K's and V's are NH·HS and 2·NH·HS
+/// further).
+template <int D>
+__device__ __forceinline__ float* chunk_bias_partials(const Params& p) {
+  const int64_t bh = blockIdx.y, chunks = gridDim.x;
+  return p.qkv_bias_partials + ((bh / p.heads) * chunks + blockIdx.x) * 3 * p.heads * D + (bh % p.heads) * D;
+}
+
+/// A chunk kernel's column sums: each thread holds 8 columns' sums of its row lane (thread t:
+/// columns 8·(t mod D/8) .. +8, row lane t / (D/8)); the row lanes' sums are added in lane order
+/// through shared memory. Thread c < D gets column c's; every thread of the block must call it.
+template <int D>
+__device__ __forceinline__ float chunk_column_sum(const float (&column)[8]) {
+  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
+  __shared__ float lane_sums[kRowLanes][D];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) lane_sums[threadIdx.x / kLanes][(threadIdx.x % kLanes) * 8 + k] = column[k];
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < D)
+#pragma unroll
+    for (int r = 0; r < kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
+  return total;
+}
+
+/// Δ_i = Σ_d dO[i, d]·O[i, d] for each head's rows. A block takes kQkvBiasRows rows of one head
+/// (blockIdx.y = b·NH + h): D / 8 lanes a row, each reading 16 bytes of O and dO (one warp per
+/// row, reading 4 bytes a lane, ran at half the bandwidth: 33 us on the H100 for the GPT-2
+/// shape), its row lanes taking every kRowLanes-th row. Into p.delta ([B·NH, T]), or, for the
 /// Hopper backward, into p.row_stats next to lse·log2(e) in tiles of kStatTileRows rows (rows
 /// per head padded to whole tiles: Δ 0 and an infinite log-sum-exp there, probability 0).
+/// With Params::qkv_bias_partials (no dropout) it also writes the chunk's rows of the QKV
+/// bias's K and V parts: Σ_keys dV_j = Σ_i (Σ_j P_ij) dO_i = Σ_i dO_i, the probabilities of a
+/// row summing to 1, so V's part is the column sums of dO, read here anyway; and Σ_keys dK_j =
+/// scale·Σ_i (Σ_j dS_ij) Q_i = 0, a softmax's gradient summing to 0 along its row (adding one
+/// vector to every key moves a query's scores by one constant), so K's part is 0.
 template <int D>
-__global__ void attention_delta_kernel(const __grid_constant__ Params p, int padded_tokens, int64_t rows) {
-  constexpr int kLanes = D / 8, kRowsPerBlock = kAttnThreads / kLanes;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kLanes;
-  const int lane = threadIdx.x % kLanes;
-  const int64_t bh = row / padded_tokens;
-  const int t = static_cast<int>(row % padded_tokens);
-  float sum = 0.0f;
-  if (row < rows && t < p.tokens) {
-    const int64_t at =
-        (bh / p.heads) * p.out_strides.batch + (bh % p.heads) * p.out_strides.head + t * p.out_strides.token + lane * 8;
-    float o[8], g[8];
-    load_pack<bf16, 8>(p.o + at, o);
-    load_pack<bf16, 8>(p.dout + at, g);
+__global__ void __launch_bounds__(kAttnThreads) attention_delta_kernel(const __grid_constant__ Params p,
+                                                                       int padded_tokens) {
+  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
+  const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
+  const int64_t bh = blockIdx.y;
+  const int t0 = blockIdx.x * kQkvBiasRows, t1 = min(padded_tokens, t0 + kQkvBiasRows);
+  const int64_t head_at = (bh / p.heads) * p.out_strides.batch + (bh % p.heads) * p.out_strides.head + lane * 8;
+  float column[8] = {};
+  // The same trip count in every thread: the lanes of a row add their products by shuffles.
+#pragma unroll 4
+  for (int base = t0; base < t1; base += kRowLanes) {
+    const int t = base + row_lane;
+    float sum = 0.0f;
+    if (t < min(t1, p.tokens)) {
+      float o[8], g[8];
+      load_pack<bf16, 8>(p.o + head_at + t * p.out_strides.token, o);
+      load_pack<bf16, 8>(p.dout + head_at + t * p.out_strides.token, g);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) sum += o[k] * g[k];
-  }
+      for (int k = 0; k < 8; ++k) {
+        sum += o[k] * g[k];
+        column[k] += g[k];
+      }
+    }
 #pragma unroll
-  for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-  if (row >= rows || lane != 0) return;
-  if (p.row_stats == nullptr) {
-    p.delta[row] = sum;
-    return;
+    for (int width = kLanes / 2; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
+    if (t >= t1 || lane != 0) continue;
+    const int64_t row = bh * padded_tokens + t;
+    if (p.row_stats == nullptr) {
+      p.delta[row] = sum;
+      continue;
+    }
+    float* const tile = p.row_stats + (row / kStatTileRows) * 2 * kStatTileRows;
+    tile[row % kStatTileRows] = t < p.tokens ? p.lse[bh * p.tokens + t] * kLog2e : INFINITY;
+    tile[kStatTileRows + row % kStatTileRows] = sum;
   }
-  float* const tile = p.row_stats + (row / kStatTileRows) * 2 * kStatTileRows;
-  tile[row % kStatTileRows] = t < p.tokens ? p.lse[bh * p.tokens + t] * kLog2e : INFINITY;
-  tile[kStatTileRows + row % kStatTileRows] = sum;
+  if (p.qkv_bias_partials == nullptr) return;
+  float* const row = chunk_bias_partials<D>(p);
+  const float total = chunk_column_sum<D>(column);
+  if (threadIdx.x >= D) return;
+  row[p.heads * D + threadIdx.x] = 0.0f;       // K's columns
+  row[2 * p.heads * D + threadIdx.x] = total;  // V's
 }
 
 /// Whether the backward kernel keeps its two fixed A operands (K and V) in registers across the
@@ -274,23 +321,36 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
   }
 }
 
-/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows): D / 8
-/// threads per row, 8 columns each.
+/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows). A block
+/// takes kQkvBiasRows tokens of one head (blockIdx.y = b·NH + h): D / 8 lanes a row, 8 columns
+/// each, its row lanes taking every kRowLanes-th token. With Params::qkv_bias_partials it also
+/// writes the chunk's column sums of dQ as stored, the row lanes' sums added in lane order.
 template <int D, int kRows>
-__global__ void attention_dq_finish_kernel(const __grid_constant__ Params p, int64_t rows) {
-  constexpr int kLanes = D / 8;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, row = i / kLanes;
-  if (row >= rows) return;
-  const int lane = static_cast<int>(i % kLanes);
-  const int64_t bh = row / p.tokens;
-  const int t = static_cast<int>(row % p.tokens), query_tiles = (p.tokens + kRows - 1) / kRows;
-  const float* sum = p.dq_sum + ((bh * query_tiles + t / kRows) * kRows + t % kRows) * kDqStride<D> + lane * 8;
-  float v[8];
-  const float4 lo = __ldcs(reinterpret_cast<const float4*>(sum)), hi = __ldcs(reinterpret_cast<const float4*>(sum) + 1);
-  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+__global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const __grid_constant__ Params p) {
+  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
+  const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
+  const int64_t bh = blockIdx.y;
+  const int query_tiles = (p.tokens + kRows - 1) / kRows;
+  const int t0 = blockIdx.x * kQkvBiasRows, t1 = min(p.tokens, t0 + kQkvBiasRows);
+  const float* const sums = p.dq_sum + bh * query_tiles * kRows * kDqStride<D> + lane * 8;
+  bf16* const dq = p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + lane * 8;
+  float column[8] = {};
+#pragma unroll 4
+  for (int t = t0 + row_lane; t < t1; t += kRowLanes) {
+    const float* sum = sums + static_cast<int64_t>(t) * kDqStride<D>;  // tiles of kRows rows, back to back
+    const float4 lo = __ldcs(reinterpret_cast<const float4*>(sum)), hi = __ldcs(reinterpret_cast<const float4*>(sum) + 1);
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] *= p.scale;
-  store_pack<bf16, 8>(p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + t * p.in.token + lane * 8, v);
+    for (int k = 0; k < 8; ++k) {
+      v[k] = rounded<bf16>(v[k] * p.scale);  // as stored
+      column[k] += v[k];
+    }
+    store_pack<bf16, 8>(dq + t * p.in.token, v);
+  }
+  if (p.qkv_bias_partials == nullptr) return;
+  float* const row = chunk_bias_partials<D>(p);
+  const float total = chunk_column_sum<D>(column);
+  if (threadIdx.x < D) row[threadIdx.x] = total;  // Q's columns
 }
 
 template <int D, bool kDropout>
@@ -485,7 +545,11 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   });
 }
 
-void attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
+int64_t qkv_bias_partial_rows(const AttentionShape& shape) {
+  return shape.batch * ((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows);
+}
+
+bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
                         HeadStrides out_strides, const Tensor& lse, const AttentionGrads& grads, bool causal,
                         double dropout_p, uint64_t seed, const Tensor& offset) {
   Params p = make_params(shape, causal, dropout_p, seed, offset);
@@ -501,6 +565,9 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   p.dk = static_cast<bf16*>(grads.dk);
   p.dv = static_cast<bf16*>(grads.dv);
   const bool hopper = prefer_hopper() && hopper_backward_takes(in, dout, out_strides, shape);
+  // The delta kernel's K and V parts hold only without dropout (the kept probabilities of a row
+  // do not sum to 1).
+  p.qkv_bias_partials = dropout_p == 0.0 ? grads.qkv_bias_partials : nullptr;
   // The Hopper backward copies a query tile's row statistics with one bulk copy: tiles of
   // kStatTileRows rows, padded.
   const int64_t padded_tokens =
@@ -511,9 +578,10 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   with_head_size_and_dropout(shape.head_size, dropout_p > 0.0, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
     constexpr bool kDropout = decltype(dropout)::value;
-    constexpr int64_t kDeltaRows = kAttnThreads / (D / 8);
-    const unsigned delta_blocks = static_cast<unsigned>((rows + kDeltaRows - 1) / kDeltaRows);
-    attention_delta_kernel<D><<<delta_blocks, kAttnThreads, 0, stream()>>>(p, static_cast<int>(padded_tokens), rows);
+    // Chunks of the padded rows, as many as of the tokens: padding is under kStatTileRows.
+    const dim3 delta_grid(static_cast<unsigned>((padded_tokens + kQkvBiasRows - 1) / kQkvBiasRows),
+                          static_cast<unsigned>(shape.batch * shape.heads));
+    attention_delta_kernel<D><<<delta_grid, kAttnThreads, 0, stream()>>>(p, static_cast<int>(padded_tokens));
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     // The dQ shares' f32 sums and turn counters, per head and query tile (a step's rows); the
     // sums need no clearing (the first share is stored), the counters start at zero.
@@ -534,14 +602,15 @@ void attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
                             (4 * kSyncRows + 2 * kDqShareFloats<D>) * sizeof(float);
         launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
       }
-      const int64_t dq_rows = shape.batch * shape.heads * shape.tokens;
-      const unsigned finish_blocks = static_cast<unsigned>((dq_rows * (D / 8) + kAttnThreads - 1) / kAttnThreads);
-      attention_dq_finish_kernel<D, kRows><<<finish_blocks, kAttnThreads, 0, stream()>>>(p, dq_rows);
+      const dim3 finish_grid(static_cast<unsigned>((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows),
+                             static_cast<unsigned>(shape.batch * shape.heads));
+      attention_dq_finish_kernel<D, kRows><<<finish_grid, kAttnThreads, 0, stream()>>>(p);
       FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
     };
     if (hopper) with_share_rows(std::integral_constant<int, kHopperBackwardQueryRows>{});
     else with_share_rows(std::integral_constant<int, kBackwardQueryRows<D>>{});
   });
+  return p.qkv_bias_partials != nullptr;
 }
 
 }  // namespace ft::cuda

@@ -36,6 +36,11 @@ struct Params {
   float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
   int* dq_turns;          // [B·NH, query tiles]: how many shares are in dq_sum (zeroed per launch)
   float* row_stats;       // Hopper backward: [B·NH, T / kStatTileRows rounded up, {lse·log2(e), Δ}, kStatTileRows]
+  // The QKV projection's bias gradient by parts (lib/ops/attention.h): [B, T / kQkvBiasRows
+  // rounded up, 3·NH·HS], over each chunk of kQkvBiasRows tokens the column sums of dQ as stored,
+  // 0 for K's and dO's column sums for V's (attention_delta_kernel says why); null when not
+  // wanted, and always without dropout.
+  float* qkv_bias_partials;
   int heads, tokens;
   bool causal;
   float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
@@ -43,6 +48,12 @@ struct Params {
   uint64_t seed;
   const int64_t* offset;
 };
+
+/// Tokens a row of the QKV bias partials covers: a block of the delta kernel (dO's column sums,
+/// the bias's V part) and of the dQ finish kernel (dQ's). The delta kernel's chunks of padded
+/// rows must be as many as the finish kernel's chunks of tokens.
+constexpr int kQkvBiasRows = 128;
+static_assert(kQkvBiasRows % kStatTileRows == 0, "rows padded to whole statistics tiles add no chunk");
 
 /// Row and column of element e of accumulator tile n, relative to the warp's 16 × 8n tile.
 __device__ __forceinline__ int fragment_row(int e) { return (threadIdx.x % 32) / 4 + (e / 2) * 8; }

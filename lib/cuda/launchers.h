@@ -30,6 +30,9 @@ void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, 
 void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mid, int64_t inner);
 /// out (f32/bf16 [cols], or an f32 view added into) = column sums of x [rows, cols] (f32/bf16).
 void column_sums(const Tensor& x, int64_t rows, int64_t cols, const GradOutput& out);
+/// out ([cols], overwritten or an f32 view added into) = Σ over rows of f32 partials
+/// [rows, cols], in row order: for a few rows of per-block partials over many columns.
+void partial_row_sums(const Tensor& partials, const GradOutput& out);
 
 /// C[b] = alpha · op(A[b]) @ op(B[b]) for `batch` row-major matrices (b_batched false: one shared
 /// B); C[b] += ... when accumulate; C[b] = ... + addend[b] when addend (shaped as C) is given.

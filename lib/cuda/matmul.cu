@@ -2,12 +2,16 @@
 // Cᵀ = op(B)ᵀ op(A)ᵀ, which needs no data movement: a row-major matrix is its transpose in
 // column-major order.
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "lib/cuda/cublaslt.h"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/runtime.h"
+#include "lib/gemm_tuning.h"
 #include "lib/ops/matmul.h"
 #include "lib/runtime.h"
 
@@ -87,6 +91,38 @@ void before_cublas_writes(const LtGemm& g) {
 
 /// Candidates the autotuner times (cuBLASLt's heuristic order; the first is its own choice).
 constexpr int kAutotuneCandidates = 8;
+
+/// The key as the tuning file writes it: the fields joined by commas.
+std::string key_text(const AlgoKey& key) {
+  std::string text;
+  std::apply([&](const auto&... field) { ((text += (text.empty() ? "" : ",") + std::to_string(field)), ...); }, key);
+  return text;
+}
+
+/// What tuned choices hold for: the device (compute capability and name) and cuBLASLt's version.
+std::string tuning_validator() {
+  std::string name = device_name();
+  for (char& c : name)
+    if (c == ' ') c = '_';
+  return "device=" + std::to_string(compute_capability()) + ":" + name +
+         " cublasLt=" + std::to_string(cublasLtGetVersion());
+}
+
+/// The tuning file named now (gemm_tuning_file()), read again whenever it is named; null when
+/// none is.
+/// Called with try_run_gemm's lock held.
+GemmTuningFile* tuning_file() {
+  static std::unique_ptr<GemmTuningFile> file;
+  static uint64_t loaded_generation = 0;
+  const std::string path = gemm_tuning_file();
+  if (path.empty()) return nullptr;
+  const uint64_t generation = gemm_tuning_file_generation();
+  if (!file || file->path() != path || generation != loaded_generation) {
+    file = std::make_unique<GemmTuningFile>(path, tuning_validator());
+    loaded_generation = generation;
+  }
+  return file.get();
+}
 
 /// The index of the fastest of `count` candidate algorithms for g: each runs twice to warm up,
 /// then five times between events. The trials write a scratch D (reading g's addend, or g's D
@@ -174,8 +210,9 @@ bool try_run_gemm(const LtGemm& g) {
   const void* addend = g.c ? g.c : g.d;
   const uint32_t alignment = common_alignment({g.a, g.b, g.d, addend});
   // Autotuned choices are kept apart from the heuristic's, so switching it on retunes. A product
-  // first met inside graph capture cannot be timed and keeps the heuristic's choice.
-  const bool autotune = gemm_autotune(), tune = autotune && !capturing();
+  // first met inside graph capture cannot be timed: it takes the tuning file's choice, or the
+  // heuristic's.
+  const bool autotune = gemm_autotune();
   const AlgoKey key{static_cast<int>(g.dtype) * 16 + static_cast<int>(g.d_dtype()), g.m, g.n, g.k, g.lda, g.ldb, g.ldd, g.batch, g.trans_a, g.trans_b,
                     static_cast<int>(g.epilogue) * 2 + (autotune ? 1 : 0), g.stride_b == 0 ? 0 : 1, g.ld_aux, alignment};
   cublasLtMatmulAlgo_t algo;
@@ -190,16 +227,26 @@ bool try_run_gemm(const LtGemm& g) {
       for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
         FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment)));
-      // With autotuning on, the fastest of the heuristic's first candidates; else its first.
+      // With autotuning on, the fastest of the heuristic's first candidates (as recorded in the
+      // tuning file, or timed now and recorded there); else its first.
       cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates];
       int found = 0;
-      const int wanted = tune ? kAutotuneCandidates : 1;
+      const int wanted = autotune ? kAutotuneCandidates : 1;
       const cublasStatus_t status =
           cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc, la, lb, ld, ld, pref, wanted, results, &found);
       cublasLtMatmulPreferenceDestroy(pref);
-      const int best = status == CUBLAS_STATUS_SUCCESS && found > 1
-                           ? fastest_candidate(g, desc, la, lb, ld, results, found, workspace, workspace_bytes)
-                           : 0;
+      int best = 0;
+      if (status == CUBLAS_STATUS_SUCCESS && found > 1) {
+        GemmTuningFile* const file = tuning_file();
+        const std::string text = file ? key_text(key) : std::string();
+        const std::optional<int> recorded = file ? file->find(text) : std::nullopt;
+        if (recorded && *recorded < found) {
+          best = *recorded;
+        } else if (!capturing()) {
+          best = fastest_candidate(g, desc, la, lb, ld, results, found, workspace, workspace_bytes);
+          if (file) file->record(text, best);
+        }
+      }
       cublasLtMatmulHeuristicResult_t& result = results[best];
       if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         cublasLtMatrixLayoutDestroy(la);

@@ -84,6 +84,15 @@ constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
 template <bool kWarpRows, bool kEpilogue>
 constexpr bool kDxSumsInRegisters = kWarpRows && !kEpilogue;
 
+/// Shared-memory slices a row group adds into: dweight, dbias, and dx's column sums unless the
+/// warps keep those in registers and write them into their staged rows' memory at the end. The
+/// kernel lays them out and the launch sizes them by this one rule.
+__host__ __device__ constexpr int group_slice_rows(bool sum_dx, bool dx_sums_in_stages) {
+  return sum_dx && !dx_sums_in_stages ? 3 : 2;
+}
+/// Words of a block's partial row: dweight, dbias (and dx's column sums), each cols wide.
+__host__ __device__ constexpr int partial_sums(bool sum_dx) { return sum_dx ? 3 : 2; }
+
 /// The plain norms' backward keeps each column's weight, bias and 1/weight as f32 in shared
 /// memory, one slice each (slice_index's layout), written once a block. Read from memory as
 /// packed bf16, each pass took a 16-byte load and 8 unpacks a pack for each of w and b, and
@@ -96,47 +105,43 @@ constexpr int kWeightSlice = 0, kBiasSlice = 1, kInverseWeightSlice = 2, kColumn
 template <int V>
 struct SliceWords {
   static constexpr int W = kSliceWidth<V>;
+  /// W consecutive words of a row, one shared-memory access.
+  using Words = std::conditional_t<W == 4, float4, float>;
   float* own;  // the slice's first row, offset to this thread's words
   int group_size, padded;
   __device__ float* at(int p, int k) const { return own + slice_word<V>(p, k, 0, group_size); }
-  /// Slice `slice`'s words of pack p (0: dweight, 1: dbias, 2: dx's column sums) += v.
+  /// Slice `slice`'s words for elements q·W .. q·W + W − 1 of pack p (slice 0: dweight, 1: dbias,
+  /// 2: dx's column sums; or a column parameter's).
+  __device__ Words* words(int p, int q, int slice) const {
+    return reinterpret_cast<Words*>(at(p, q * W) + slice * padded);
+  }
+  /// Elements q·W .. q·W + W − 1 of v as Words, and back.
+  static __device__ Words pack(const float (&v)[V], int q) {
+    if constexpr (W == 4) return make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    else return v[q];
+  }
+  static __device__ void unpack(const Words& w, float (&v)[V], int q) {
+    if constexpr (W == 4) v[4 * q] = w.x, v[4 * q + 1] = w.y, v[4 * q + 2] = w.z, v[4 * q + 3] = w.w;
+    else v[q] = w;
+  }
+  static __device__ Words plus(const Words& a, const Words& b) {
+    if constexpr (W == 4) return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    else return a + b;
+  }
+  /// Slice `slice`'s words of pack p += v.
   __device__ void add_one(int p, int slice, const float (&v)[V]) const {
 #pragma unroll
-    for (int q = 0; q < V / W; ++q) {
-      float* words = at(p, q * W) + slice * padded;
-      if constexpr (W == 4) {
-        float4 a = *reinterpret_cast<float4*>(words);
-        a.x += v[4 * q], a.y += v[4 * q + 1], a.z += v[4 * q + 2], a.w += v[4 * q + 3];
-        *reinterpret_cast<float4*>(words) = a;
-      } else {
-        *words += v[q];
-      }
-    }
+    for (int q = 0; q < V / W; ++q) *words(p, q, slice) = plus(*words(p, q, slice), pack(v, q));
   }
   /// Slice `slice`'s words of pack p = v.
   __device__ void write(int p, int slice, const float (&v)[V]) const {
 #pragma unroll
-    for (int q = 0; q < V / W; ++q) {
-      float* words = at(p, q * W) + slice * padded;
-      if constexpr (W == 4) {
-        *reinterpret_cast<float4*>(words) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
-      } else {
-        *words = v[q];
-      }
-    }
+    for (int q = 0; q < V / W; ++q) *words(p, q, slice) = pack(v, q);
   }
   /// v = slice `slice`'s words of pack p (the column parameters' layout is a slice's).
   __device__ void read(int p, int slice, float (&v)[V]) const {
 #pragma unroll
-    for (int q = 0; q < V / W; ++q) {
-      const float* words = at(p, q * W) + slice * padded;
-      if constexpr (W == 4) {
-        const float4 a = *reinterpret_cast<const float4*>(words);
-        v[4 * q] = a.x, v[4 * q + 1] = a.y, v[4 * q + 2] = a.z, v[4 * q + 3] = a.w;
-      } else {
-        v[q] = *words;
-      }
-    }
+    for (int q = 0; q < V / W; ++q) unpack(*words(p, q, slice), v, q);
   }
   /// dweight[k] += gv[k] and dbias[k] += g[k] over pack p's V words: all loads issued before
   /// the adds (one add per element waiting on its own load left the warp's shared-memory
@@ -144,19 +149,9 @@ struct SliceWords {
   __device__ void add(int p, const float (&gv)[V], const float (&g)[V]) const {
 #pragma unroll
     for (int q = 0; q < V / W; ++q) {
-      float* dw = at(p, q * W);
-      float* db = dw + padded;
-      if constexpr (W == 4) {
-        float4 a = *reinterpret_cast<float4*>(dw), b = *reinterpret_cast<float4*>(db);
-        a.x += gv[4 * q], a.y += gv[4 * q + 1], a.z += gv[4 * q + 2], a.w += gv[4 * q + 3];
-        b.x += g[4 * q], b.y += g[4 * q + 1], b.z += g[4 * q + 2], b.w += g[4 * q + 3];
-        *reinterpret_cast<float4*>(dw) = a;
-        *reinterpret_cast<float4*>(db) = b;
-      } else {
-        const float a = *dw, b = *db;
-        *dw = a + gv[q];
-        *db = b + g[q];
-      }
+      const Words dweight = *words(p, q, 0), dbias = *words(p, q, 1);
+      *words(p, q, 0) = plus(dweight, pack(gv, q));
+      *words(p, q, 1) = plus(dbias, pack(g, q));
     }
   }
 };
@@ -368,7 +363,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   // write them at the end into their stages' memory when staged (else into a third slice); in
   // a third slice, added to per pack, elsewhere.
   const bool dx_sums_in_stages = kDxSumsInRegisters<kWarpRows, kEpilogue> && staged;
-  const int slice_rows = sum_dx && !dx_sums_in_stages ? 3 : 2;  // dweight, dbias (and dx's column sums)
+  const int slice_rows = group_slice_rows(sum_dx, dx_sums_in_stages);
   const SliceWords<V> acc{
       slices + (kWarpRows ? threadIdx.x / 32 : 0) * slice_rows * padded + group.rank() * kSliceWidth<V>, group.size(),
       padded};
@@ -554,7 +549,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       if (sum_dx) dx_sum += dx_sum_words(g)[at];
     }
     // A partial row per block: dweight, dbias (and dx's sums), whatever shared memory held them.
-    float* partial = partials + blockIdx.x * (sum_dx ? 3 : 2) * cols;
+    float* partial = partials + blockIdx.x * partial_sums(sum_dx) * cols;
     partial[j] = dweight;
     partial[cols + j] = dbias;
     if (sum_dx) partial[2 * cols + j] = dx_sum;
@@ -706,7 +701,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
            "norm backward: dx's column sums need ", cols, " elements, got ", dx_column_sums.tensor.numel());
   Epilogue device_epi = device_epilogue(epilogue);
   device_epi.sum_dx = dx_column_sums.defined();
-  const int sums = device_epi.sum_dx ? 3 : 2;
+  const int sums = partial_sums(device_epi.sum_dx);
   FT_CHECK(!addend.defined() || (addend.shape() == saved.shape() && addend.dtype() == saved.dtype()),
            "norm backward: the addend must be ", shape_str(saved.shape()), " ", dtype_name(saved.dtype()), ", got ",
            shape_str(addend.shape()), " ", dtype_name(addend.dtype()));
@@ -733,7 +728,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         constexpr bool kInRegisters = kDxSumsInRegisters<kW, decltype(epi)::value>;
         auto shared_bytes = [&](bool staged) {
           const size_t groups = launch.warp_rows ? launch.threads / 32 : 1;
-          const size_t slice_rows = device_epi.sum_dx && !(kInRegisters && staged) ? 3 : 2;
+          const size_t slice_rows = group_slice_rows(device_epi.sum_dx, kInRegisters && staged);
           const size_t slices = (groups * slice_rows + (kPlain ? kColumnParamSlices : 0)) * padded * sizeof(float);
           return slices + (staged ? groups * 4 * padded * sizeof(T) : 0);
         };

@@ -3,12 +3,15 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/cuda/launchers.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/dropout.h"
 #include "lib/ops/elementwise.h"
+#include "lib/ops/linear.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/shape_ops.h"
 #include "lib/ops/softmax.h"
@@ -41,11 +44,13 @@ void* at_element(const Tensor& t, int64_t element) {
 }
 
 // The flash kernels over q, k, v found in `inputs` (three tensors, or the thirds of one qkv
-// tensor `thirds` elements apart), with the backward recorded. Shared by both entry points.
+// tensor `thirds` elements apart), with the backward recorded. Shared by the entry points. With
+// `bias_sums` (one qkv tensor), the backward also leaves there the column sums of the dqkv it
+// writes, when its kernels summed them.
 Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const cuda::AttentionShape& shape,
                        const cuda::HeadStrides& in_strides, const Shape& out_shape,
                        const cuda::HeadStrides& out_strides, bool causal, double dropout_p, uint64_t seed,
-                       const Tensor& offset) {
+                       const Tensor& offset, const std::shared_ptr<BiasGradHandoff>& bias_sums = nullptr) {
   auto views = [thirds](const std::vector<Tensor>& t) {
     if (t.size() == 3) return std::array<void*, 3>{t[0].data_ptr(), t[1].data_ptr(), t[2].data_ptr()};
     return std::array<void*, 3>{at_element(t[0], 0), at_element(t[0], thirds), at_element(t[0], 2 * thirds)};
@@ -66,9 +71,19 @@ Tensor fused_attention(const std::vector<Tensor>& inputs, int64_t thirds, const 
                   std::vector<Tensor> grads;
                   for (const Tensor& t : saved) grads.push_back(Tensor::empty(t.shape(), DType::BF16, t.device()));
                   const auto d = views(grads);
-                  cuda::attention_backward(shape, args, saved_out.data_ptr(), g.data_ptr(), out_strides, lse,
-                                           cuda::AttentionGrads{d[0], d[1], d[2]},
-                                           causal, dropout_p, seed, offset);
+                  // The kernels sum only without dropout (cuda::AttentionGrads).
+                  const bool sums_wanted = bias_sums && dropout_p == 0.0;
+                  const int64_t partial_rows = sums_wanted ? cuda::qkv_bias_partial_rows(shape) : 0;
+                  const Tensor partials =
+                      sums_wanted ? Tensor::empty({partial_rows, 3 * thirds}, DType::F32, device) : Tensor();
+                  const bool summed = cuda::attention_backward(
+                      shape, args, saved_out.data_ptr(), g.data_ptr(), out_strides, lse,
+                      cuda::AttentionGrads{d[0], d[1], d[2], sums_wanted ? partials.data<float>() : nullptr}, causal,
+                      dropout_p, seed, offset);
+                  if (summed) {  // the chunks' rows added in order into the bias's gradient
+                    cuda::partial_row_sums(partials, bias_sums_target(*bias_sums, 3 * thirds, device));
+                    bias_sums->grad = grads[0];
+                  }
                   return grads;
                 });
 }
@@ -129,6 +144,37 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, double dropo
   if (!fused_ok(qkv, hs)) return attention_qkv_composite(qkv, heads, causal, dropout_p, seed, offset);
   return fused_attention({qkv}, c, {b, heads, t, hs}, {t * 3 * c, hs, 3 * c}, {b, t, c}, {t * c, hs, c}, causal,
                          dropout_p, seed, offset);
+}
+
+Tensor qkv_attention_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t heads, bool causal,
+                               double dropout_p, uint64_t seed, const Tensor& offset) {
+  return attention_qkv_composite(linear_composite(x, weight, bias, Activation::None), heads, causal, dropout_p, seed,
+                                 offset);
+}
+
+Tensor qkv_attention(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t heads, bool causal,
+                     double dropout_p, uint64_t seed, const Tensor& offset) {
+  check_linear_inputs(x, weight, bias);
+  const bool fused = linear_takes_epilogue_path(x, weight, bias, Activation::None) && x.dim() == 3 && heads > 0 &&
+                     weight.size(0) % (3 * heads) == 0 && fused_ok(x, weight.size(0) / 3 / heads);
+  if (!fused) return attention_qkv(linear(x, weight, bias), heads, causal, dropout_p, seed, offset);
+  check_dropout_args("qkv_attention", x, dropout_p, offset);
+  const int64_t b = x.size(0), t = x.size(1), in = weight.size(1), c = weight.size(0) / 3, hs = c / heads;
+  const Tensor x2 = x.detach().reshape({-1, in});
+  Tensor qkv = Tensor::empty({b, t, 3 * c}, x.dtype(), x.device());
+  cuda::linear_forward(x2, weight, bias, Activation::None, qkv.reshape({-1, 3 * c}), Tensor());
+  // Two nodes, as linear then attention_qkv record: the projection's, whose bias gradient the
+  // attention's backward hands over.
+  auto handoff = std::make_shared<BiasGradHandoff>();
+  handoff->bias = bias;
+  const bool want_x = x.requires_grad(), want_w = weight.requires_grad(), want_b = bias.requires_grad();
+  if (needs_grad({&x, &weight, &bias}))
+    qkv = record("linear", qkv, {x, weight, bias},
+                 [x2, w = weight.detach(), handoff, want_x, want_w, want_b, x_shape = x.shape()](const Tensor& g) {
+                   return linear_backward_with_handoff(g, x2, w, *handoff, want_x, want_w, want_b, x_shape);
+                 });
+  return fused_attention({qkv}, c, {b, heads, t, hs}, {t * 3 * c, hs, 3 * c}, {b, t, c}, {t * c, hs, c}, causal,
+                         dropout_p, seed, offset, want_b ? handoff : nullptr);
 }
 
 }  // namespace ft

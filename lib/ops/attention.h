@@ -32,6 +32,20 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, double dropo
 Tensor attention_qkv_composite(const Tensor& qkv, int64_t heads, bool causal, double dropout_p, uint64_t seed,
                                const Tensor& offset);
 
+/// attention_qkv(linear(x, W, b), heads, ...): the QKV projection and the attention that reads
+/// its heads straight out of it. x [..., T, IN] as linear takes it (leading dims [B]), W [3C, IN],
+/// b [3C]. Fused (the linear on its cuBLASLt epilogue path, the attention's flash kernels, no
+/// dropout): the backward's dQ kernel and its Δ kernel, which reads dO, also give b's gradient
+/// by chunks of 128 tokens (cuda::AttentionGrads says how), and a small kernel adds the chunks,
+/// where cuBLASLt's BGRADB reduction read all of dqkv again (41.3 us a GPT-2 layer on the
+/// H100). Two autograd nodes, as the two ops record. With dropout the projection runs BGRADB;
+/// elsewhere the two ops run as they are.
+/// Twin: linear_composite, then attention_qkv_composite.
+Tensor qkv_attention(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t heads, bool causal,
+                     double dropout_p = 0.0, uint64_t seed = 0, const Tensor& offset = Tensor());
+Tensor qkv_attention_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t heads, bool causal,
+                               double dropout_p, uint64_t seed, const Tensor& offset);
+
 namespace cuda {
 
 /// Element strides of a [B, NH, T, HS] view with a contiguous last dim: element (b, h, t, d)
@@ -47,10 +61,18 @@ struct AttentionInputs {
   const void *q, *k, *v;
   HeadStrides strides;
 };
-/// Where backward writes dq, dk, dv: laid out as the inputs.
+/// Where backward writes dq, dk, dv: laid out as the inputs. For the thirds of one qkv tensor,
+/// `qkv_bias_partials` (f32, qkv_bias_partial_rows(shape) × 3·NH·HS, or null) asks for the QKV
+/// projection's bias gradient by chunks of tokens, a row a chunk of a batch entry, [q | k | v]
+/// columns as in qkv, which add up to it: dq's column sums as stored, 0 for k (a softmax's
+/// gradient sums to 0 along its row) and dO's column sums for v (a row's probabilities sum to
+/// 1), in exact arithmetic the column sums of dk and dv.
 struct AttentionGrads {
   void *dq, *dk, *dv;
+  float* qkv_bias_partials = nullptr;
 };
+/// Rows of AttentionGrads::qkv_bias_partials: B times the chunks of T.
+int64_t qkv_bias_partial_rows(const AttentionShape& shape);
 
 bool attention_supported(int64_t head_size);
 
@@ -67,7 +89,9 @@ bool hopper_flash_available();
 /// out (bf16, out_strides) and lse ([B·NH·T] f32, natural log).
 void attention_forward(const AttentionShape& shape, const AttentionInputs& in, void* out, HeadStrides out_strides,
                        const Tensor& lse, bool causal, double dropout_p, uint64_t seed, const Tensor& offset);
-void attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
+/// Returns whether it wrote grads.qkv_bias_partials: it does without dropout (which breaks the
+/// v identity); with dropout the caller sums dq, dk and dv itself.
+bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, const void* out, const void* dout,
                         HeadStrides out_strides, const Tensor& lse, const AttentionGrads& grads, bool causal,
                         double dropout_p, uint64_t seed, const Tensor& offset);
 

@@ -114,6 +114,45 @@ bool linear_takes_epilogue_path(const Tensor& x, const Tensor& weight, const Ten
   return linear_path(x, weight, bias, act) == LinearPath::Epilogue;
 }
 
+GradOutput bias_sums_target(BiasGradHandoff& handoff, int64_t out, Device device) {
+  if (completes_input_gradient(0)) {
+    const GradOutput view = claim_leaf_grad_view(handoff.bias);
+    if (view.defined()) {
+      handoff.written = view.tensor;
+      return view;
+    }
+  }
+  handoff.sums = Tensor::empty({out}, DType::F32, device);
+  return GradOutput(handoff.sums);
+}
+
+std::vector<Tensor> linear_backward_with_handoff(const Tensor& g, const Tensor& x2, const Tensor& w,
+                                                 BiasGradHandoff& handoff, bool want_x, bool want_w, bool want_b,
+                                                 const Shape& x_shape) {
+  const Tensor dy = g.reshape({x2.size(0), w.size(0)});
+  const GradOutput dw = grad_output(1, want_w, w.shape(), w.dtype(), w.device());
+  const bool identical = g.impl() == handoff.grad.impl();
+  // A claimed view was written on the promise that g would be that gradient (completes_input_gradient).
+  FT_CHECK(!handoff.written.defined() || identical, "linear backward: the bias gradient view was written from a "
+           "gradient that later contributions changed");
+  const bool summed = want_b && (handoff.sums.defined() || handoff.written.defined()) && identical;
+  const Tensor sums = summed ? handoff.sums : Tensor(), written = summed ? handoff.written : Tensor();
+  const Tensor bias = handoff.bias;  // kept for a backward of a retained graph
+  handoff = BiasGradHandoff{};
+  handoff.bias = bias;
+  const GradOutput db = want_b && !summed ? grad_output(2, true, {w.size(0)}, w.dtype(), w.device()) : GradOutput();
+  Tensor dx = want_x ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
+  cuda::linear_backward(dy, x2, w, Activation::None, Tensor(), dx, dw, db);
+  // The sums are f32: an f32 gradient view takes them as they are (autograd adds them in, one
+  // small kernel), anything else in b's dtype.
+  const Tensor dbias = !want_b                         ? Tensor()
+                       : !summed                       ? db.tensor
+                       : written.defined()             ? written
+                       : grad_target(2).view.defined() ? sums
+                                                       : sums.to(w.dtype());
+  return {want_x ? dx.reshape(x_shape) : Tensor(), dw.tensor, dbias};
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   check_linear_inputs(x, weight, bias);
   switch (linear_path(x, weight, bias, act)) {

@@ -41,6 +41,29 @@ void check_linear_inputs(const Tensor& x, const Tensor& weight, const Tensor& bi
 /// narrow forward nor the bias_act form): ops built around it (linear_norm.h) run its kernels.
 bool linear_takes_epilogue_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
 
+/// A linear's bias gradient from the op that consumes its output (linear_add_layer_norm,
+/// qkv_attention): that op's backward sums the columns of the gradient it produces for the
+/// linear's output, into the bias's gradient view when it can claim it (`written`), else into
+/// f32 [OUT] `sums`, and leaves that gradient (`grad`) beside them.
+struct BiasGradHandoff {
+  Tensor bias;  // the linear's, whose gradient view the consumer may claim
+  Tensor sums, written, grad;
+};
+/// In the consumer's backward, before its kernels sum: where the sums go, noted in `handoff`.
+/// The bias's gradient view (claim_leaf_grad_view) when the consumer's input 0 is the linear's
+/// output and its gradient is complete there (completes_input_gradient), so that no kernel adds
+/// the sums in later; else fresh f32 sums [out] on `device`.
+GradOutput bias_sums_target(BiasGradHandoff& handoff, int64_t out, Device device);
+/// For the backward of a node whose inputs 1 and 2 are W and b, the linear's backward on the
+/// cuBLASLt epilogue path without an activation, from g = its output's gradient (x2 [N, IN] the
+/// saved input): b's gradient is the handoff's (the view written, or the sums) when g is
+/// handoff.grad itself (nothing was added to it after the consumer summed it), else cuBLASLt's
+/// BGRADB. Empties the handoff but for its bias. Returns {dx (x_shape), dW, db}, each undefined
+/// where not wanted.
+std::vector<Tensor> linear_backward_with_handoff(const Tensor& g, const Tensor& x2, const Tensor& w,
+                                                 BiasGradHandoff& handoff, bool want_x, bool want_w, bool want_b,
+                                                 const Shape& x_shape);
+
 namespace cuda {
 /// y = act(x·Wᵀ + b) for x [N, IN]; pre receives x·Wᵀ + b when act is GELU (else unused).
 void linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& y,

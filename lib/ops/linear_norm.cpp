@@ -91,32 +91,19 @@ AddNormResult linear_add_layer_norm(const Tensor& x, const Tensor& weight, const
   if (!training) return norm.result;
   // Two nodes, as linear then add_layer_norm record: the sum's (here with the linear's backward
   // in it) and the norm's, which adds the sum's other gradient (the residual stream's) itself
-  // and sums the columns of the dx it writes into `dx_sums`.
-  auto dx_sums = std::make_shared<NormDxColumnSums>();
+  // and hands the column sums of the dx it writes to the sum's node.
+  auto handoff = std::make_shared<BiasGradHandoff>();
+  handoff->bias = bias;
   const bool want_x = x.requires_grad(), want_w = weight.requires_grad(), want_b = bias.requires_grad();
-  norm.result.sum = record(
-      "linear_add", norm.result.sum, {x, weight, bias, residual},
-      [x2, w = weight.detach(), dx_sums, want_x, want_w, want_b, x_shape = x.shape()](const Tensor& g) {
-        const Tensor dy = g.reshape({x2.size(0), w.size(0)});
-        const GradOutput dw = grad_output(1, want_w, w.shape(), w.dtype(), w.device());
-        // The norm's column sums are b's gradient only if g is the dx they were summed from.
-        const bool summed = dx_sums->sums.defined() && g.impl() == dx_sums->dx.impl();
-        const Tensor sums = summed ? dx_sums->sums : Tensor();
-        *dx_sums = NormDxColumnSums{};
-        const GradOutput db = want_b && !summed ? grad_output(2, want_b, {w.size(0)}, w.dtype(), w.device())
-                                                : GradOutput();
-        Tensor dx = want_x ? Tensor::empty(x2.shape(), x2.dtype(), x2.device()) : Tensor();
-        cuda::linear_backward(dy, x2, w, Activation::None, Tensor(), dx, dw, db);
-        // The sums are f32: an f32 gradient view takes them as they are (autograd adds them in,
-        // one small kernel), anything else in b's dtype.
-        const Tensor dbias = !want_b  ? Tensor()
-                             : !summed ? db.tensor
-                             : grad_target(2).view.defined() ? sums
-                                                             : sums.to(w.dtype());
-        return std::vector<Tensor>{want_x ? dx.reshape(x_shape) : Tensor(), dw.tensor, dbias, g};
-      });
-  norm.result.out = record_fused_norm(norm, NormKind::Layer, norm.result.sum, norm_weight, norm_bias,
-                                      want_b ? dx_sums : nullptr);
+  norm.result.sum = record("linear_add", norm.result.sum, {x, weight, bias, residual},
+                           [x2, w = weight.detach(), handoff, want_x, want_w, want_b, x_shape = x.shape()](const Tensor& g) {
+                             std::vector<Tensor> grads =
+                                 linear_backward_with_handoff(g, x2, w, *handoff, want_x, want_w, want_b, x_shape);
+                             grads.push_back(g);  // the residual's
+                             return grads;
+                           });
+  norm.result.out =
+      record_fused_norm(norm, NormKind::Layer, norm.result.sum, norm_weight, norm_bias, want_b ? handoff : nullptr);
   return norm.result;
 }
 

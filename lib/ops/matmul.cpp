@@ -2,6 +2,8 @@
 
 #include <Eigen/Core>
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 
 #include "lib/autograd.h"
 #include "lib/cuda/launchers.h"
@@ -138,5 +140,29 @@ std::atomic<bool>& autotune_setting() {
 
 void set_gemm_autotune(bool on) { autotune_setting() = on; }
 bool gemm_autotune() { return autotune_setting(); }
+
+namespace {
+std::mutex tuning_file_mutex;
+std::string& tuning_file_setting() {
+  static std::string path = [] {
+    const char* value = std::getenv("FT_GEMM_TUNING_FILE");
+    return std::string(value ? value : "");
+  }();
+  return path;
+}
+}  // namespace
+
+std::atomic<uint64_t> tuning_file_generation{0};
+
+void set_gemm_tuning_file(const std::string& path) {
+  std::lock_guard<std::mutex> lock(tuning_file_mutex);
+  tuning_file_setting() = path;
+  ++tuning_file_generation;
+}
+uint64_t gemm_tuning_file_generation() { return tuning_file_generation; }
+std::string gemm_tuning_file() {
+  std::lock_guard<std::mutex> lock(tuning_file_mutex);
+  return tuning_file_setting();
+}
 
 }  // namespace ft

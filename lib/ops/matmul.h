@@ -1,5 +1,7 @@
 // Matrix product: Eigen on the CPU, cuBLASLt on CUDA.
 #pragma once
+#include <string>
+
 #include "lib/tensor.h"
 
 namespace ft {
@@ -21,5 +23,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 /// last bits (a run resumed in a new process is not bit-identical to the run it continues).
 void set_gemm_autotune(bool on);
 bool gemm_autotune();
+/// With autotuning on, a file of tuned choices (lib/gemm_tuning.h; set_gemm_tuning_file(path),
+/// or FT_GEMM_TUNING_FILE=path in the environment; empty: none, the default): a configuration
+/// recorded there runs the recorded algorithm without timing (even when first met inside graph
+/// capture), and one timed here is added to it. Processes sharing the file then choose alike
+/// and their results are bit-identical. It holds choices for one device and cuBLASLt version;
+/// a file written for others is started over.
+/// Naming a file, even the same one again, has the next product read it anew.
+void set_gemm_tuning_file(const std::string& path);
+std::string gemm_tuning_file();
+/// Counts set_gemm_tuning_file calls: lib/cuda/matmul.cu reads the file again when it changes.
+uint64_t gemm_tuning_file_generation();
 
 }  // namespace ft

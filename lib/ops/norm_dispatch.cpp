@@ -58,7 +58,7 @@ NormFusedForward norm_fused_forward(NormKind kind, const Tensor& x, const Tensor
 }
 
 Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const Tensor& input, const Tensor& weight,
-                         const Tensor& bias, const std::shared_ptr<NormDxColumnSums>& dx_sums) {
+                         const Tensor& bias, const std::shared_ptr<BiasGradHandoff>& dx_sums) {
   const NormEpilogue& epilogue = forward.epilogue;
   const Tensor &mean = forward.mean, &rstd = forward.rstd;
   const bool want_w = weight.requires_grad(), want_b = bias.defined() && bias.requires_grad();
@@ -83,11 +83,12 @@ Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const T
                          // Summed only where this dx is the whole gradient of the input (nothing
                          // left to add outside the kernel).
                          const bool sum_dx = dx_sums && (!pending.defined() || fits);
-                         if (sum_dx) dx_sums->sums = Tensor::empty({saved.size(-1)}, DType::F32, saved.device());
+                         const GradOutput sums =
+                             sum_dx ? bias_sums_target(*dx_sums, saved.size(-1), saved.device()) : GradOutput();
                          cuda::norm_backward(kind, g, saved, sw, mean, rstd, dx, dw, db, epilogue, sb,
-                                             fits ? pending : Tensor(), sum_dx ? GradOutput(dx_sums->sums) : GradOutput());
+                                             fits ? pending : Tensor(), sums);
                          if (pending.defined() && !fits) dx = add(dx, pending.to(saved.dtype()));
-                         if (sum_dx) dx_sums->dx = dx;
+                         if (sum_dx) dx_sums->grad = dx;
                          return std::vector<Tensor>{dx, dw.tensor, db.tensor};
                        });
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "lib/ops/layer_norm.h"
+#include "lib/ops/linear.h"
 
 namespace ft {
 
@@ -27,18 +28,13 @@ struct NormFusedForward {
 /// The fused forward alone (no autograd record): for ops that record one node around the norm.
 NormFusedForward norm_fused_forward(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
                                     const Tensor& bias, double eps, const NormEpilogue& epilogue, bool training);
-/// What a fused norm's backward hands the op that made its input: the column sums (f32 [C]) of
-/// the dx it wrote, and that dx. A linear whose output the norm normalizes takes the sums as its
-/// bias gradient when the gradient it receives is that very dx (nothing else was added to it
-/// later), instead of a pass over dx of its own (linear_norm.h).
-struct NormDxColumnSums {
-  Tensor sums, dx;
-};
 /// Records the fused norm's backward for `forward` (norm_fused_forward's), whose normalized
 /// input is `input` (x, or the residual sum's node): one node that adds the input's pending
-/// gradient itself. With dx_sums, the backward also fills it.
+/// gradient itself. With dx_sums, the backward also leaves there the column sums of the dx it
+/// writes (f32 [C]) and that dx: the bias gradient of a linear whose output the norm normalizes
+/// (linear_add_layer_norm).
 Tensor record_fused_norm(const NormFusedForward& forward, NormKind kind, const Tensor& input, const Tensor& weight,
-                         const Tensor& bias, const std::shared_ptr<NormDxColumnSums>& dx_sums = nullptr);
+                         const Tensor& bias, const std::shared_ptr<BiasGradHandoff>& dx_sums = nullptr);
 /// Runs the fused forward and records backward. With residual undefined, sum is undefined.
 AddNormResult norm_fused(NormKind kind, const Tensor& x, const Tensor& residual, const Tensor& weight,
                          const Tensor& bias, double eps, const NormEpilogue& epilogue = {});

@@ -8,6 +8,7 @@
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/attention.h"
+#include "lib/ops/linear.h"
 #include "lib/ops/random.h"
 #include "lib/philox.h"
 #include "tests/lib/fused_test_util.h"
@@ -368,6 +369,78 @@ TEST(AttentionFusedTest, RejectsBadInputs) {
   EXPECT_FT_ERROR(attention_qkv(qkv, 2, true, 0.1, 0, philox_offset(0, kCPU).to(DType::F32)), "offset");
 }
 
+// qkv_attention: the QKV projection and the attention as one op. On the CPU it is its twin; a
+// gradient check in f64. On CUDA (bf16), against the twin for every input's gradient, with the
+// Hopper backward and the mma.sync one, whose Δ and dQ kernels give the projection's bias
+// gradient by chunks of 128 tokens (partial chunks at T 77 and 300, one chunk at 1, GPT-2's 12
+// heads at 150), or with dropout do not (the projection then runs BGRADB). On the same leaves
+// and upstream gradient against the two separate ops (BGRADB's sums of the same dqkv): q's part
+// within f32 summation (the same dq); v's, dO's column sums, within dv's bf16 rounding; k's is
+// exactly 0 where BGRADB's is rounding noise, small beside v's. With dropout all of it within
+// f32 summation.
+std::vector<Tensor> projection_inputs(int64_t batch, int64_t tokens, int64_t in, int64_t channels, Generator& gen) {
+  return {random_tensor({batch, tokens, in}, DType::F64, kCPU, gen),
+          uniform_tensor({3 * channels, in}, DType::F64, kCPU, gen, -0.2, 0.2),
+          random_tensor({3 * channels}, DType::F64, kCPU, gen)};
+}
+
+TEST(QkvAttentionTest, CpuIsTheTwinAndPassesAGradientCheck) {
+  Generator gen = test_generator();
+  const std::vector<Tensor> in = projection_inputs(2, 5, 6, 8, gen);
+  EXPECT_TRUE(all_equal(qkv_attention(in[0], in[1], in[2], 2, true),
+                        qkv_attention_composite(in[0], in[1], in[2], 2, true, 0.0, 0, Tensor())));
+  auto f = [](const std::vector<Tensor>& x) { return qkv_attention(x[0], x[1], x[2], 2, true); };
+  EXPECT_TRUE(gradcheck(f, projection_inputs(1, 4, 3, 4, gen), gen));
+}
+
+TEST(QkvAttentionFusedTest, AgreesWithTheTwinAndSumsTheBiasGradient) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  struct Case {
+    int64_t batch, tokens, in, heads, head_size;
+    bool causal;
+    double dropout;
+  };
+  const Case cases[] = {{2, 77, 64, 2, 64, true, 0.0}, {1, 300, 96, 2, 128, true, 0.1}, {2, 1, 32, 1, 64, false, 0.0},
+                        {2, 150, 64, 12, 64, true, 0.0}, {1, 256, 64, 2, 64, false, 0.2}};
+  for (const bool hopper : {true, false})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(hopper ? "Hopper" : "mma.sync") + " B " + std::to_string(c.batch) + " T " +
+                   std::to_string(c.tokens) + " IN " + std::to_string(c.in) + " NH " + std::to_string(c.heads) +
+                   " HS " + std::to_string(c.head_size) + (c.causal ? " causal" : "") + " dropout " +
+                   std::to_string(c.dropout));
+      FlashKernelsGuard choice(hopper ? cuda::FlashKernels::PreferHopper : cuda::FlashKernels::MmaSync);
+      const int64_t channels = c.heads * c.head_size;
+      const std::vector<Tensor> inputs = projection_inputs(c.batch, c.tokens, c.in, channels, gen);
+      auto fused = [&](const std::vector<Tensor>& x) {
+        return qkv_attention(x[0], x[1], x[2], c.heads, c.causal, c.dropout, 21, philox_offset(8 * 3, x[0].device()));
+      };
+      auto apart = [&](const std::vector<Tensor>& x) {
+        return attention_qkv(linear(x[0], x[1], x[2]), c.heads, c.causal, c.dropout, 21,
+                             philox_offset(8 * 3, x[0].device()));
+      };
+      EXPECT_TRUE(fused_matches_twin(fused, inputs, DType::BF16, gen, grad_tolerance(DType::BF16)));
+      KernelModeGuard fused_mode(KernelMode::Fused);
+      const Tensor upstream = random_tensor({c.batch, c.tokens, channels}, DType::F64, kCPU, gen);
+      const GradRun one = run_with_grads(fused, inputs, DType::BF16, kCUDA, upstream);
+      const GradRun two = run_with_grads(apart, inputs, DType::BF16, kCUDA, upstream);
+      EXPECT_EQ(graph_size(one.y), 2u) << "the fused op did not run (the projection's node and the attention's)";
+      EXPECT_TRUE(all_equal(one.y, two.y));
+      EXPECT_TRUE(all_equal(one.grads[0], two.grads[0])) << "dx";
+      if (c.dropout > 0.0) {
+        EXPECT_TRUE(all_close(one.grads[2], two.grads[2], 1e-5)) << "the bias gradient (BGRADB's)";
+        continue;
+      }
+      auto part = [channels](const Tensor& bias_grad, int64_t third) {
+        return fresh_copy(bias_grad, DType::F64, kCPU).narrow(0, third * channels, channels);
+      };
+      EXPECT_TRUE(all_close(part(one.grads[2], 0), part(two.grads[2], 0), 1e-5)) << "q's part";
+      EXPECT_TRUE(all_close(part(one.grads[2], 2), part(two.grads[2], 2), 2e-2)) << "v's part";
+      EXPECT_TRUE(all_equal(part(one.grads[2], 1), Tensor::zeros({channels}, DType::F64))) << "k's part";
+      EXPECT_LE(norm_of(part(two.grads[2], 1).to_vector()), 0.05 * norm_of(part(two.grads[2], 2).to_vector()))
+          << "BGRADB's k part is not rounding noise";
+    }
+}
 
 }  // namespace
 }  // namespace ft

@@ -1,6 +1,7 @@
 // The define-by-run autograd: shared subexpressions, accumulation into leaves across backward
 // calls, NoGradGuard, a tensor used twice by one op, freeing the graph (and retain_graph),
-// which tensors may require grad, and KernelModeGuard / parse_kernel_mode.
+// which tensors may require grad, completes_input_gradient, and KernelModeGuard /
+// parse_kernel_mode.
 // Expected gradients here are derived by hand from the expressions, in doubles.
 #include <cmath>
 #include <vector>
@@ -219,15 +220,17 @@ TEST(AutogradTest, LeafGradientDoesNotAliasTheUpstreamGradient) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{1, 2, 3}));
 }
 
-/// 2·h as an op whose backward adds h's pending gradient itself; counts the calls that got one.
-Tensor doubled_adding(const Tensor& h, int& pending_seen) {
+/// 2·h as an op whose backward adds h's pending gradient itself; counts the calls that got one
+/// and, when given `completes`, notes completes_input_gradient(0).
+Tensor doubled_adding(const Tensor& h, int& pending_seen, std::vector<bool>* completes = nullptr) {
   Tensor out;
   {
     NoGradGuard no_grad;
     out = h * 2.0;
   }
-  return record_adding("doubled", out, {h}, [&pending_seen](const Tensor& g, const Tensor& pending) {
+  return record_adding("doubled", out, {h}, [&pending_seen, completes](const Tensor& g, const Tensor& pending) {
     if (pending.defined()) ++pending_seen;
+    if (completes) completes->push_back(completes_input_gradient(0));
     return std::vector<Tensor>{pending.defined() ? g * 2.0 + pending : g * 2.0};
   });
 }
@@ -247,6 +250,51 @@ TEST(AutogradTest, AddingBackwardTakesOverThePendingGradient) {
   sum_all(doubled_adding(z * 3.0, pending_seen)).backward();
   EXPECT_EQ(pending_seen, 1);
   EXPECT_TRUE(all_equal(z.grad(), Tensor::full({5}, 6.0, DType::F64)));
+}
+
+/// 2·h as an op whose backward notes whether it completes h's gradient.
+Tensor doubled_noting(const Tensor& h, std::vector<bool>& completes) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = h * 2.0;
+  }
+  return record("noting", out, {h}, [&completes](const Tensor& g) {
+    completes.push_back(completes_input_gradient(0));
+    return std::vector<Tensor>{g * 2.0};
+  });
+}
+
+// completes_input_gradient: true for the one user of a non-leaf input, and for an adding node
+// (which took over what an earlier user left); false for either of two plain users (the second
+// finds the first's gradient waiting, which autograd will add), for a leaf input, outside
+// backward, and in ft::gradients (which offers no targets).
+TEST(AutogradTest, CompletesInputGradientOnlyForTheLastUserToRun) {
+  Generator gen = test_generator();
+  Tensor x = random_tensor({4}, DType::F64, kCPU, gen).requires_grad_();
+  EXPECT_FALSE(completes_input_gradient(0));
+  std::vector<bool> completes;
+  sum_all(doubled_noting(x * 3.0, completes)).backward();
+  EXPECT_EQ(completes, std::vector<bool>{true});
+  completes.clear();
+  const Tensor h = x * 3.0;  // two users: the one recorded last runs first
+  sum_all(doubled_noting(h, completes) + doubled_noting(h, completes)).backward();
+  EXPECT_EQ(completes, (std::vector<bool>{false, false}));
+  completes.clear();
+  // An adding node whose input's other user ran first: it takes the waiting gradient over.
+  const Tensor k = x * 3.0;
+  int pending_seen = 0;
+  sum_all(doubled_noting(doubled_adding(k, pending_seen, &completes) * k, completes)).backward();
+  EXPECT_EQ(pending_seen, 1);
+  ASSERT_EQ(completes.size(), 2u);
+  EXPECT_TRUE(completes[1]) << "the adding node took the waiting gradient over";
+  completes.clear();
+  sum_all(doubled_noting(x, completes)).backward();  // a leaf
+  EXPECT_EQ(completes, std::vector<bool>{false});
+  completes.clear();
+  gradients(sum_all(doubled_noting(x * 3.0, completes)), Tensor(), {x});
+  EXPECT_EQ(completes, std::vector<bool>{false});
+  EXPECT_TRUE(x.grad().defined());  // the backwards above reached x
 }
 
 TEST(AutogradTest, DeviceMovesKeepTheGraph) {

@@ -1,20 +1,26 @@
 // Flat gradient storage: the layout and its shards, GradBuffer views that backward adds into,
 // the gradient-ready hooks (once per backward, after the last contribution, tied weights
-// counted), and on CUDA the fused ops that write their parameter gradients straight into the
-// f32 views (grad_target) against the same ops handing bf16 gradients to autograd.
+// counted), claimed views (claim_leaf_grad_view), and on CUDA the fused ops that write their
+// parameter gradients straight into the f32 views (grad_target, or a consumer's claim) against
+// the same ops handing bf16 gradients to autograd.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "lib/flat_layout.h"
 #include "lib/grad_buffer.h"
+#include "lib/ops/elementwise.h"
+#include "lib/ops/reduce.h"
 #include "lib/ops/activation.h"
+#include "lib/ops/attention.h"
 #include "lib/ops/embedding.h"
 #include "lib/ops/layer_norm.h"
 #include "lib/ops/linear.h"
 #include "lib/ops/linear_cross_entropy.h"
+#include "lib/ops/linear_norm.h"
 #include "lib/ops/matmul.h"
 #include "lib/ops/random.h"
 #include "tests/lib/test_util.h"
@@ -131,6 +137,46 @@ TEST(GradBufferTest, BackwardAddsIntoTheViewsAndZeroClearsThem) {
   EXPECT_FALSE(w.grad().defined()) << "the buffer's destructor leaves no view behind";
   tied_loss(x, z, w, b).backward();  // and backward takes fresh gradients again
   EXPECT_TRUE(all_close(w.grad(), w_grad, 1e-14));
+}
+
+// claim_leaf_grad_view: inside a backward, a CUDA f32 view is handed out to be overwritten
+// while logically zero, then to be added into; outside a backward, or for a CPU view, nothing.
+TEST(GradBufferTest, ClaimedViewsAreOverwrittenThenAddedInto) {
+  Generator gen = test_generator();
+  for (const Device device : {kCPU, kCUDA}) {
+    if (device == kCUDA && !cuda_available()) continue;
+    Tensor b = random_tensor({5}, DType::F32, device, gen).requires_grad_();
+    const Tensor x = random_tensor({5}, DType::F32, device, gen).requires_grad_();
+    GradBuffer buffer({b});
+    EXPECT_FALSE(claim_leaf_grad_view(b).defined()) << "outside a backward";
+    std::vector<GradOutput> claims;
+    auto claiming = [&](const Tensor& in) {
+      Tensor out;
+      {
+        NoGradGuard no_grad;
+        out = in * 1.0;
+      }
+      return record("claiming", out, {in}, [&](const Tensor& g) {
+        claims.push_back(claim_leaf_grad_view(b));
+        return std::vector<Tensor>{g};
+      });
+    };
+    sum_all(claiming(x)).backward();
+    sum_all(claiming(x)).backward();
+    ASSERT_EQ(claims.size(), 2u);
+    if (device == kCPU) {
+      EXPECT_FALSE(claims[0].defined() || claims[1].defined()) << "only f32 CUDA views are claimed";
+      continue;
+    }
+    for (const GradOutput& claim : claims) {
+      EXPECT_TRUE(claim.view);
+      EXPECT_TRUE(claim.tensor.shares_storage(b.grad()));
+    }
+    EXPECT_FALSE(claims[0].accumulate) << "the view was logically zero";
+    EXPECT_TRUE(claims[1].accumulate) << "the first claim counts as written";
+    buffer.zero();
+    EXPECT_FALSE(claim_leaf_grad_view(b).defined());
+  }
 }
 
 TEST(GradBufferTest, FrozenTensorsCannotBeAttached) {
@@ -325,6 +371,29 @@ TEST_F(FusedGradViewTest, LayerNormAddLayerNormAndTheActDropoutForm) {
   expect_views_match_fresh_gradients(values, [&](const std::vector<Tensor>& p) {
     return sum_all(cast(layer_norm_act_dropout(x, p[0], p[1], Activation::GELU, 0.1, 7, offset) * up, DType::F32));
   });
+}
+
+// The ops whose consumer hands the linear its bias gradient: the norm's backward
+// (linear_add_layer_norm) and the attention's (qkv_attention) claim the bias's view and write
+// the column sums there, overwriting it on the first backward and adding on the second.
+TEST_F(FusedGradViewTest, BiasGradientsHandedOverIntoTheViews) {
+  Generator gen = test_generator();
+  const Tensor x = random_tensor({2, 40, 64}, DType::BF16, kCUDA, gen);
+  const Tensor residual = random_tensor({2, 40, 96}, DType::BF16, kCUDA, gen);
+  const Tensor up = random_tensor({2, 40, 96}, DType::BF16, kCUDA, gen);
+  expect_views_match_fresh_gradients(
+      {random_tensor({96, 64}, DType::F32, kCPU, gen), random_tensor({96}, DType::F32, kCPU, gen),
+       test::uniform_tensor({96}, DType::F32, kCPU, gen, 0.5, 1.5), random_tensor({96}, DType::F32, kCPU, gen)},
+      [&](const std::vector<Tensor>& p) {
+        const AddNormResult r = linear_add_layer_norm(x, p[0], p[1], residual, p[2], p[3]);
+        return sum_all(cast(r.out * up + r.sum * up, DType::F32));
+      });
+  const Tensor attended_up = random_tensor({2, 40, 128}, DType::BF16, kCUDA, gen);
+  expect_views_match_fresh_gradients(
+      {test::uniform_tensor({3 * 128, 64}, DType::F32, kCPU, gen, -0.2, 0.2), random_tensor({3 * 128}, DType::F32, kCPU, gen)},
+      [&](const std::vector<Tensor>& p) {
+        return sum_all(cast(qkv_attention(x, p[0], p[1], 2, true) * attended_up, DType::F32));
+      });
 }
 
 TEST_F(FusedGradViewTest, TiedEmbeddingAndLinearCrossEntropy) {

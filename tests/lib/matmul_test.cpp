@@ -1,6 +1,8 @@
 // matmul: plain, batched, with either operand transposed, and with a 2-D b shared by every
 // batch. CPU f64 values against a triple loop written here, gradient checks in f64 (both
 // operands, and each alone), and every device × dtype against the CPU f64 reference.
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,7 @@
 #include "lib/ops/linear.h"
 #include "lib/ops/matmul.h"
 #include "tests/lib/test_util.h"
+#include "tests/train/temp_dir.h"
 
 namespace ft {
 namespace {
@@ -196,6 +199,63 @@ TEST(MatmulAutotuneTest, TunedProductsMatchAndAddOnce) {
   // epilogue (the bias gradient is added apart), so another configuration, tuned now.
   linear(x, w, b).backward(dy);
   EXPECT_TRUE(all_close(w.grad().to(kCPU).to(DType::F64), once * 2.0, 1e-6));
+}
+
+// With a tuning file: a configuration timed here is recorded there (an index among the 8
+// candidates); one the file already holds runs its recorded candidate without timing, so the
+// file keeps it; a recorded index past the candidates cuBLASLt offers is timed again and
+// replaced. Each shape is new to the process (the choices are also cached in memory).
+TEST(MatmulAutotuneTest, TheTuningFileRecordsAndReplays) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  AutotuneScope autotune;
+  test::TempDir dir("ft_tuning");
+  const std::string path = dir.file("tuning.txt");
+  const std::string before = gemm_tuning_file();
+  set_gemm_tuning_file(path);
+  Generator gen = test_generator();
+  auto product = [&](int64_t m) {
+    const Tensor a = random_tensor({m, 320}, DType::BF16, kCUDA, gen), b = random_tensor({320, 192}, DType::BF16, kCUDA, gen);
+    const Tensor c = matmul(a, b);
+    EXPECT_TRUE(all_close(c.to(kCPU).to(DType::F64), matmul(a.to(kCPU).to(DType::F64), b.to(kCPU).to(DType::F64)),
+                          forward_tolerance(DType::BF16)));
+  };
+  product(1031);
+  std::map<std::string, int> recorded;
+  auto read = [&] {
+    recorded.clear();
+    std::ifstream in(path);
+    std::string line, key;
+    std::getline(in, line);
+    EXPECT_NE(line.find("fusedtrain gemm tuning v1 device="), std::string::npos) << line;
+    int index = 0;
+    while (in >> key >> index) recorded[key] = index;
+  };
+  read();
+  ASSERT_EQ(recorded.size(), 1u) << "the timed configuration was not recorded";
+  EXPECT_LT(recorded.begin()->second, 8);
+  // Two new shapes whose keys are the first one's with m changed (the key's third field is the
+  // column-major n, i.e. the row-major m): one recorded as candidate 0, one as 99.
+  const std::string first = recorded.begin()->first;
+  auto with_m = [&](int64_t m) {
+    std::string key = first;
+    const size_t at = key.find(",1031,");
+    EXPECT_NE(at, std::string::npos) << key;
+    std::string field = ",";  // built in steps: GCC 12 warns (-Wrestrict) on "," + to_string + ","
+    field += std::to_string(m);
+    field += ',';
+    return key.replace(at, 6, field);
+  };
+  {
+    std::ofstream out(path, std::ios::app);
+    out << with_m(1033) << " 0\n" << with_m(1039) << " 99\n";
+  }
+  set_gemm_tuning_file(path);  // named again: read again
+  product(1033);
+  product(1039);
+  read();
+  EXPECT_EQ(recorded[with_m(1033)], 0) << "a recorded choice was timed again";
+  EXPECT_LT(recorded[with_m(1039)], 8) << "an impossible choice was kept";
+  set_gemm_tuning_file(before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MatmulDeviceTest, ::testing::ValuesIn(device_dtypes()),

@@ -1,12 +1,15 @@
 // Reductions over the last axis (sum, mean, max, with and without keepdim), sum_all, and
 // sum_to (the gradient of broadcasting): CPU f64 values against loops written here, gradient
-// checks in f64, and every device × dtype against the CPU f64 reference.
+// checks in f64, and every device × dtype against the CPU f64 reference. On CUDA,
+// partial_row_sums (per-block partials into a gradient) against f64 sums, overwritten and added
+// into an f32 view, for row counts around its warps' strides.
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "lib/cuda/launchers.h"
 #include "lib/ops/reduce.h"
 #include "tests/lib/test_util.h"
 
@@ -225,6 +228,32 @@ TEST_P(SumToDeviceTest, MatchesF64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, SumToDeviceTest, ::testing::ValuesIn(device_dtypes()),
                          [](const auto& info) { return device_dtype_name(info.param); });
+
+TEST(PartialRowSumsTest, AddsTheRowsInF32) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{128, 2304}, {1, 5}, {129, 33}, {300, 64}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols));
+    const Tensor partials = random_tensor({rows, cols}, DType::F32, kCUDA, gen);
+    const std::vector<double> values = partials.to_vector();
+    std::vector<double> want(static_cast<size_t>(cols), 0.0), magnitude(static_cast<size_t>(cols), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        want[static_cast<size_t>(c)] += values[static_cast<size_t>(r * cols + c)];
+        magnitude[static_cast<size_t>(c)] += std::abs(values[static_cast<size_t>(r * cols + c)]);
+      }
+    const Tensor out = Tensor::empty({cols}, DType::F32, kCUDA);
+    cuda::partial_row_sums(partials, GradOutput(out));
+    const Tensor base = random_tensor({cols}, DType::F32, kCUDA, gen), view = fresh_copy(base, DType::F32, kCUDA);
+    cuda::partial_row_sums(partials, GradOutput(view, true, true));
+    const std::vector<double> got = out.to_vector(), added = view.to_vector(), before = base.to_vector();
+    for (size_t c = 0; c < got.size(); ++c) {
+      const double allowed = static_cast<double>(rows + 1) * std::ldexp(1.0, -24) * (magnitude[c] + std::abs(before[c]));
+      ASSERT_NEAR(got[c], want[c], allowed) << "column " << c;
+      ASSERT_NEAR(added[c], want[c] + before[c], allowed) << "added, column " << c;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace ft
