@@ -1,8 +1,11 @@
 #include "lib/gemm_tuning.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "lib/error.h"
 
@@ -40,7 +43,8 @@ void GemmTuningFile::record(const std::string& key, int candidate) {
   FT_CHECK(candidate >= 0 && !key.empty() && key.find_first_of(" \t\n") == std::string::npos,
            "gemm tuning file: bad record '", key, "' -> ", candidate);
   choices_[key] = candidate;
-  const std::string temp = path_ + ".tmp";
+  // A temporary of this process's own: the ranks of a data-parallel run share one file.
+  const std::string temp = path_ + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(temp, std::ios::trunc);
     FT_CHECK(static_cast<bool>(out), "gemm tuning file: cannot write '", temp, "'");
@@ -52,6 +56,13 @@ void GemmTuningFile::record(const std::string& key, int candidate) {
   std::error_code ec;
   std::filesystem::rename(temp, path_, ec);
   FT_CHECK(!ec, "gemm tuning file: cannot rename '", temp, "' to '", path_, "': ", ec.message());
+}
+
+std::string default_gemm_tuning_path() {
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
+    return std::string(cache) + "/fusedtrain/gemm-tuning.txt";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/fusedtrain/gemm-tuning.txt";
+  return "";
 }
 
 }  // namespace ft

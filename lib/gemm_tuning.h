@@ -33,4 +33,9 @@ class GemmTuningFile {
   std::map<std::string, int> choices_;
 };
 
+/// Where the example binaries keep tuned choices unless told otherwise (their --gemm-tuning auto):
+/// $XDG_CACHE_HOME/fusedtrain/gemm-tuning.txt, else ~/.cache/fusedtrain/gemm-tuning.txt; empty
+/// when neither variable is set.
+std::string default_gemm_tuning_path();
+
 }  // namespace ft

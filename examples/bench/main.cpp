@@ -67,6 +67,7 @@ void add_step_flags(ft::cli::Args& args, const char* steps, const char* warmup, 
   args.flag("warmup", warmup, "untimed steps first");
   args.flag("kernels", kernels, "fused, unfused or both");
   args.flag("graph", graph, std::string("1: replay each step from a CUDA graph captured after the warm-up") + graph_note);
+  ft::cli::add_gemm_tuning_flag(args);  // as the training binaries, so their steps are the ones timed
 }
 
 StepFlags read_step_flags(const ft::cli::Args& args) {
@@ -74,6 +75,7 @@ StepFlags read_step_flags(const ft::cli::Args& args) {
               .kernels = args.str("kernels"), .graph = args.integer("graph", 0) != 0};
   FT_CHECK(f.kernels == "fused" || f.kernels == "unfused" || f.kernels == "both",
            "ft-bench: --kernels must be fused, unfused or both, got '", f.kernels, "'");
+  ft::cli::apply_gemm_tuning_flag(args, "ft-bench");
   return f;
 }
 

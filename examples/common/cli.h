@@ -1,7 +1,9 @@
 // A small command-line parser for the example binaries: --name value flags with defaults and
 // help text, so every binary's --help lists every flag.
 #pragma once
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/gemm_tuning.h"
 #include "lib/kernel_mode.h"
+#include "lib/ops/matmul.h"
 #include "lib/parse.h"
 #include "lib/runtime.h"
 #include "train/dist/launch_env.h"
@@ -87,6 +91,46 @@ class Args {
   std::map<std::string, std::string> values_, help_;
 };
 
+/// Declares --gemm-tuning: which cuBLASLt algorithm each product runs (lib/ops/matmul.h).
+inline void add_gemm_tuning_flag(Args& args) {
+  args.flag("gemm-tuning", "auto",
+            "on CUDA, cuBLASLt's algorithm for each product shape. auto: time its first 8 candidates\n"
+            "once and keep the fastest in $FT_GEMM_TUNING_FILE, else in $XDG_CACHE_HOME (or ~/.cache)\n"
+            "/fusedtrain/gemm-tuning.txt, so later runs and --resume pick the same ones untimed;\n"
+            "PATH: the same with that file; off: the heuristic's first choice");
+}
+
+/// Applies --gemm-tuning (before the first product). With auto and no cache folder to be had,
+/// tuning stays off with a note: choices timed anew in every process would make a resumed run
+/// differ from the one it continues in the last bits.
+inline void apply_gemm_tuning_flag(const Args& args, const std::string& program) {
+  std::string path = args.str("gemm-tuning");
+  if (path == "off") {
+    set_gemm_autotune(false);
+    set_gemm_tuning_file("");
+    return;
+  }
+  const bool automatic = path == "auto";
+  if (automatic) {
+    const char* named = std::getenv("FT_GEMM_TUNING_FILE");
+    path = named && *named ? named : default_gemm_tuning_path();
+  }
+  std::error_code error;
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!path.empty() && !folder.empty()) std::filesystem::create_directories(folder, error);
+  if (path.empty() || error) {
+    FT_CHECK(automatic, program, ": --gemm-tuning: cannot create the folder of '", path, "': ", error.message());
+    std::fprintf(stderr, "note: no cache folder for the tuned GEMM choices (%s); the heuristic's are used\n",
+                 path.empty() ? "neither XDG_CACHE_HOME nor HOME is set" : error.message().c_str());
+    set_gemm_autotune(false);
+    set_gemm_tuning_file("");
+    return;
+  }
+  set_gemm_autotune(true);
+  set_gemm_tuning_file(path);
+  if (launch_env().rank == 0) std::printf("cuBLASLt algorithms: autotuned, the choices kept in %s\n", path.c_str());
+}
+
 /// Declares --device (default: cuda when a GPU is visible) and --kernels.
 inline void add_device_flags(Args& args) {
   args.flag("device", cuda_available() ? "cuda" : "cpu", "cpu or cuda");
@@ -94,6 +138,7 @@ inline void add_device_flags(Args& args) {
   args.flag("graph", "1", "1: on CUDA, capture the whole training step as a CUDA graph after two eager steps and\n"
                           "replay it (one launch a step; the grad norm is shown only when clipping takes it);\n"
                           "0: enqueue every kernel of every step from the host");
+  add_gemm_tuning_flag(args);
 }
 
 /// --graph as a bool.
@@ -106,6 +151,7 @@ inline Device apply_device_flags(const Args& args, const std::string& program) {
   if (device.is_cuda()) pin_gpu_to_local_rank(launch_env());
   FT_CHECK(!device.is_cuda() || cuda_available(), program, ": --device cuda, but no CUDA GPU is available");
   set_kernel_mode(parse_kernel_mode(args.str("kernels")));
+  if (device.is_cuda()) apply_gemm_tuning_flag(args, program);
   return device;
 }
 

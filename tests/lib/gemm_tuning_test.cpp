@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "lib/gemm_tuning.h"
 #include "tests/lib/test_util.h"
@@ -27,7 +28,8 @@ TEST(GemmTuningFileTest, WhatOneRecordsAnotherFinds) {
     file.record("4,5,6", 0);
     file.record("1,2,3", 2);  // a later record replaces the earlier
   }
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  // Written whole through a temporary that was renamed: nothing but the file is left.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
   GemmTuningFile again(path, "device=90:H100 cublasLt=130000");
   EXPECT_EQ(again.size(), 2u);
   EXPECT_EQ(again.find("1,2,3"), 2);
