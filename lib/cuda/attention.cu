@@ -35,6 +35,7 @@
 #include "lib/cuda/attention_dq.cuh"
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/mma.cuh"
 #include "lib/cuda/runtime.h"
@@ -168,6 +169,7 @@ constexpr int kForwardRows = 4 * 16 * kForwardTiles<D>;
 
 template <int D, bool kDropout>
 __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const __grid_constant__ Params p, int group) {
+  begin_dependent_kernel();
   constexpr int kM = kForwardTiles<D>, kRows = kForwardRows<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* const base = reinterpret_cast<bf16*>(smem);
@@ -252,6 +254,7 @@ __device__ __forceinline__ float chunk_column_sum(const float (&column)[8]) {
 template <int D>
 __global__ void __launch_bounds__(kAttnThreads) attention_delta_kernel(const __grid_constant__ Params p,
                                                                        int padded_tokens) {
+  begin_dependent_kernel();
   constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
   const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
   const int64_t bh = blockIdx.y;
@@ -327,6 +330,7 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
 /// writes the chunk's column sums of dQ as stored, the row lanes' sums added in lane order.
 template <int D, int kRows>
 __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const __grid_constant__ Params p) {
+  begin_dependent_kernel();
   constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
   const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
   const int64_t bh = blockIdx.y;
@@ -355,6 +359,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
 
 template <int D, bool kDropout>
 __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const __grid_constant__ Params p) {
+  begin_dependent_kernel();
   constexpr int kRows = kBackwardQueryRows<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* const base = reinterpret_cast<bf16*>(smem);
@@ -464,7 +469,7 @@ template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const Params& params, const char* name) {
   if (smem > 48 * 1024)
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kAttnThreads, smem, stream()>>>(params);
+  launch_dependent(kernel, grid, kAttnThreads, smem, params);
   FT_CUDA_CHECK_LAUNCH(name);
 }
 
@@ -540,7 +545,8 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
     const int64_t query_tiles = (shape.tokens + kForwardRows<D> - 1) / kForwardRows<D>;
     const int group =
         forward_block_group(shape, causal, query_tiles, int64_t{per_multiprocessor} * multiprocessor_count());
-    kernel<<<static_cast<unsigned>(query_tiles * shape.batch * shape.heads), kAttnThreads, kSmem, stream()>>>(p, group);
+    launch_dependent(kernel, static_cast<unsigned>(query_tiles * shape.batch * shape.heads), kAttnThreads, kSmem, p,
+                     group);
     FT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
   });
 }
@@ -581,7 +587,7 @@ bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
     // Chunks of the padded rows, as many as of the tokens: padding is under kStatTileRows.
     const dim3 delta_grid(static_cast<unsigned>((padded_tokens + kQkvBiasRows - 1) / kQkvBiasRows),
                           static_cast<unsigned>(shape.batch * shape.heads));
-    attention_delta_kernel<D><<<delta_grid, kAttnThreads, 0, stream()>>>(p, static_cast<int>(padded_tokens));
+    launch_dependent(attention_delta_kernel<D>, delta_grid, kAttnThreads, 0, p, static_cast<int>(padded_tokens));
     FT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     // The dQ shares' f32 sums and turn counters, per head and query tile (a step's rows); the
     // sums need no clearing (the first share is stored), the counters start at zero.
@@ -604,7 +610,7 @@ bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
       }
       const dim3 finish_grid(static_cast<unsigned>((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows),
                              static_cast<unsigned>(shape.batch * shape.heads));
-      attention_dq_finish_kernel<D, kRows><<<finish_grid, kAttnThreads, 0, stream()>>>(p);
+      launch_dependent(attention_dq_finish_kernel<D, kRows>, finish_grid, kAttnThreads, 0, p);
       FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
     };
     if (hopper) with_share_rows(std::integral_constant<int, kHopperBackwardQueryRows>{});

@@ -24,6 +24,7 @@
 
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/cuda/swizzled_tile.cuh"
 #include "lib/cuda/tensor_map.h"
@@ -69,6 +70,7 @@ __global__ void __launch_bounds__(kHopperThreads, kBlocksPerMultiprocessor<kDrop
     attention_forward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
                                     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                                     int group) {
+  begin_dependent_kernel();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kKeys = kKeysPerTile<D>;
   using S = Smem<D, kKeys>;
@@ -221,7 +223,7 @@ void attention_forward_hopper(const Params& params, const AttentionShape& shape,
     const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeysPerTile<D>));
     constexpr size_t kSmem = Smem<D, kKeysPerTile<D>>::kBytes;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-    kernel<<<grid, kHopperThreads, kSmem, stream()>>>(params, q_map, k_map, v_map, group);
+    launch_dependent(kernel, grid, kHopperThreads, kSmem, params, q_map, k_map, v_map, group);
     FT_CUDA_CHECK_LAUNCH("attention_forward_hopper_kernel");
   });
 }

@@ -29,6 +29,7 @@
 #include "lib/cuda/attention_dq.cuh"
 #include "lib/cuda/attention_hopper.h"
 #include "lib/cuda/attention_tile.cuh"
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/cuda/swizzled_tile.cuh"
 #include "lib/cuda/tensor_map.h"
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     attention_backward_hopper_kernel(const __grid_constant__ Params p, const __grid_constant__ CUtensorMap q_map,
                                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                                      const __grid_constant__ CUtensorMap dout_map) {
+  begin_dependent_kernel();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<D>;
   extern __shared__ unsigned char raw_smem[];
@@ -317,7 +319,7 @@ void attention_backward_hopper(const Params& params, const AttentionShape& shape
     const auto kernel = attention_backward_hopper_kernel<D, decltype(dropout)::value>;
     constexpr size_t kSmem = Layout<D>::kBytes;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-    kernel<<<grid, 128 * kWarpgroups, kSmem, stream()>>>(params, q_map, k_map, v_map, dout_map);
+    launch_dependent(kernel, grid, 128 * kWarpgroups, kSmem, params, q_map, k_map, v_map, dout_map);
     FT_CUDA_CHECK_LAUNCH("attention_backward_hopper_kernel");
   });
 }

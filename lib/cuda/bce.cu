@@ -3,6 +3,7 @@
 // reproducible), and writes the gradient (σ(x) − y)/N beside them, so backward has nothing to
 // recompute. N is a recommender's batch (8K to 64K rows), well within one block's reach.
 // Twin: relu, neg, mul, sub, exp, log, sum primitives.
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/bce.h"
@@ -15,6 +16,7 @@ constexpr int kBceThreads = 1024;
 
 template <class T>
 __global__ void bce_with_logits_kernel(const T* logits, const float* targets, int64_t n, float* loss, T* dlogits) {
+  begin_dependent_kernel();
   __shared__ float scratch[33];
   const float inv_n = 1.0f / static_cast<float>(n);
   float sum = 0.0f;
@@ -37,9 +39,8 @@ __global__ void bce_with_logits_kernel(const T* logits, const float* targets, in
 void bce_with_logits_forward(const Tensor& logits, const Tensor& targets, const Tensor& loss, const Tensor& dlogits) {
   dispatch_half_float(logits.dtype(), "binary_cross_entropy_with_logits", [&](auto tag) {
     using T = decltype(tag);
-    bce_with_logits_kernel<T><<<1, kBceThreads, 0, stream()>>>(logits.data<T>(), targets.data<float>(),
-                                                               logits.numel(), loss.data<float>(),
-                                                               dlogits.defined() ? dlogits.data<T>() : nullptr);
+    launch_dependent(bce_with_logits_kernel<T>, 1, kBceThreads, 0, logits.data<T>(), targets.data<float>(),
+                     logits.numel(), loss.data<float>(), dlogits.defined() ? dlogits.data<T>() : nullptr);
   });
   FT_CUDA_CHECK_LAUNCH("bce_with_logits_kernel");
 }

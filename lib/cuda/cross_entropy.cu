@@ -10,6 +10,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/warp/warp_reduce.cuh>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/cross_entropy.h"
@@ -178,6 +179,7 @@ __global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross
     const T* logits, const void* targets, bool targets64, int vocab, int64_t ignore_index, float smoothing,
     bool mean_reduction, const float* count, unsigned* error_word, float* block_loss, unsigned* counter, float* loss,
     bool accumulate, T* dlogits, int64_t rows, bool cache_row) {
+  begin_dependent_kernel();
   using P = Pack<T, V>;
   using Group = RowGroup<kThreadsPerRow>;
   constexpr int kBlockThreads = Group::kBlockThreads;
@@ -290,12 +292,14 @@ __global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross
 
 __global__ void cross_entropy_count_kernel(const void* targets, bool targets64, int64_t n, int64_t vocab,
                                            int64_t ignore_index, float* count, unsigned* error_word) {
+  begin_dependent_kernel();
   const float total = count_targets<1024>(targets, targets64, n, vocab, ignore_index, error_word);
   if (threadIdx.x == 0) *count = total;
 }
 
 template <class T>
 __global__ void scale_by_upstream_kernel(T* grad, int64_t n, const float* upstream) {
+  begin_dependent_kernel();
   const float g = *upstream;
   if (g == 1.0f) return;  // the usual case: loss.backward() seeds 1
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -305,9 +309,8 @@ __global__ void scale_by_upstream_kernel(T* grad, int64_t n, const float* upstre
 }  // namespace
 
 void cross_entropy_count(const Tensor& targets, int64_t vocab, int64_t ignore_index, const Tensor& count) {
-  cross_entropy_count_kernel<<<1, 1024, 0, stream()>>>(targets.data_ptr(), targets.dtype() == DType::I64,
-                                                       targets.numel(), vocab, ignore_index, count.data<float>(),
-                                                       device_error_word());
+  launch_dependent(cross_entropy_count_kernel, 1, 1024, 0, targets.data_ptr(), targets.dtype() == DType::I64,
+                   targets.numel(), vocab, ignore_index, count.data<float>(), device_error_word());
   FT_CUDA_CHECK_LAUNCH("cross_entropy_count_kernel");
 }
 
@@ -341,11 +344,12 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Cr
       const auto blocks = static_cast<unsigned>((rows + Group::kRowsPerBlock - 1) / Group::kRowsPerBlock);
       // A loss a block, and the counter that finds the last block.
       const ColumnScratch scratch = column_scratch(1, blocks, 1);
-      kernel<<<blocks, Group::kBlockThreads, smem, stream()>>>(
-          logits.data<T>(), targets.data_ptr(), targets.dtype() == DType::I64, static_cast<int>(vocab), options.ignore_index,
-          static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean,
-          fold_count ? nullptr : batch_count.data<float>(), device_error_word(), scratch.partials, scratch.counters,
-          loss.data<float>(), accumulate, dlogits.defined() ? dlogits.data<T>() : nullptr, rows, cache_row);
+      launch_dependent(kernel, blocks, Group::kBlockThreads, smem, logits.data<T>(), targets.data_ptr(),
+                       targets.dtype() == DType::I64, static_cast<int>(vocab), options.ignore_index,
+                       static_cast<float>(options.label_smoothing), options.reduction == Reduction::Mean,
+                       fold_count ? nullptr : batch_count.data<float>(), device_error_word(), scratch.partials,
+                       scratch.counters, loss.data<float>(), accumulate,
+                       dlogits.defined() ? dlogits.data<T>() : nullptr, rows, cache_row);
     };
     const void* d = dlogits.defined() ? dlogits.data_ptr() : nullptr;
     auto with_threads = [&](auto vec) {
@@ -365,8 +369,8 @@ void scale_by_upstream(const Tensor& grad, const Tensor& upstream) {
   if (n == 0) return;
   dispatch_half_float(grad.dtype(), "cross_entropy backward", [&](auto tag) {
     using T = decltype(tag);
-    scale_by_upstream_kernel<T><<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(grad.data<T>(), n,
-                                                                                              upstream.data<float>());
+    launch_dependent(scale_by_upstream_kernel<T>, elementwise_blocks(n, kThreads), kThreads, 0, grad.data<T>(), n,
+                     upstream.data<float>());
   });
   FT_CUDA_CHECK_LAUNCH("scale_by_upstream_kernel");
 }

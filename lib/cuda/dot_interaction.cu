@@ -13,6 +13,7 @@
 // Other shapes and dtypes: a block per sample keeps its F vectors in shared memory (f32, rows
 // padded by one float so that the lanes of a warp reading different vectors at one column hit
 // different banks). Twin: cat, batched matmul, transpose, gather_rows, cat.
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/mma.cuh"
@@ -51,6 +52,7 @@ __device__ __forceinline__ void load_vectors(const T* dense, const T* sparse, in
 
 template <class T>
 __global__ void dot_interaction_forward_kernel(const T* dense, const T* sparse, T* out, int features, int d) {
+  begin_dependent_kernel();
   extern __shared__ float x[];
   const int64_t b = blockIdx.x;
   const int stride = d + 1, pairs = features * (features - 1) / 2;
@@ -70,6 +72,7 @@ __global__ void dot_interaction_forward_kernel(const T* dense, const T* sparse, 
 template <class T>
 __global__ void dot_interaction_backward_kernel(const T* grad, const T* dense, const T* sparse, T* dense_grad,
                                                 T* sparse_grad, int features, int d) {
+  begin_dependent_kernel();
   extern __shared__ float x[];
   float* pair_grad = x + features * (d + 1);  // [F][F + 1], symmetric, zero diagonal
   const int64_t b = blockIdx.x;
@@ -140,6 +143,7 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const __nv_bfloat16* ti
 __global__ void __launch_bounds__(kMmaWarps * 32)
     dot_interaction_forward_mma_kernel(const __nv_bfloat16* dense, const __nv_bfloat16* sparse, __nv_bfloat16* out,
                                        int64_t batch, int features, int d) {
+  begin_dependent_kernel();
   extern __shared__ __align__(16) unsigned char shared[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t b = blockIdx.x * int64_t{kMmaWarps} + warp;
@@ -182,6 +186,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     dot_interaction_backward_mma_kernel(const __nv_bfloat16* grad, const __nv_bfloat16* dense,
                                         const __nv_bfloat16* sparse, __nv_bfloat16* dense_grad,
                                         __nv_bfloat16* sparse_grad, int64_t batch, int features, int d) {
+  begin_dependent_kernel();
   extern __shared__ __align__(16) unsigned char shared[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t b = blockIdx.x * int64_t{kMmaWarps} + warp;
@@ -256,19 +261,18 @@ void dot_interaction_forward(const Tensor& dense, const Tensor& sparse, const Te
   FT_CHECK(b < (int64_t{1} << 31), "dot_interaction: batch ", b, " exceeds the grid");
   if (mma_path(dense, sparse, features, d)) {
     const unsigned blocks = static_cast<unsigned>((b + kMmaWarps - 1) / kMmaWarps);
-    dot_interaction_forward_mma_kernel<<<blocks, kMmaWarps * 32,
-                                         kMmaWarps * mma_warp_bytes(static_cast<int>(d), static_cast<int>(features)),
-                                         stream()>>>(dense.data<__nv_bfloat16>(), sparse.data<__nv_bfloat16>(),
-                                                     out.data<__nv_bfloat16>(), b, static_cast<int>(features),
-                                                     static_cast<int>(d));
+    launch_dependent(dot_interaction_forward_mma_kernel, blocks, kMmaWarps * 32,
+                     kMmaWarps * mma_warp_bytes(static_cast<int>(d), static_cast<int>(features)),
+                     dense.data<__nv_bfloat16>(), sparse.data<__nv_bfloat16>(), out.data<__nv_bfloat16>(), b,
+                     static_cast<int>(features), static_cast<int>(d));
     FT_CUDA_CHECK_LAUNCH("dot_interaction_forward_mma_kernel");
     return;
   }
   dispatch_half_float(dense.dtype(), "dot_interaction", [&](auto tag) {
     using T = decltype(tag);
-    dot_interaction_forward_kernel<T><<<static_cast<unsigned>(b), kInteractionThreads, vectors_bytes(features, d),
-                                        stream()>>>(dense.data<T>(), sparse.data<T>(), out.data<T>(),
-                                                    static_cast<int>(features), static_cast<int>(d));
+    launch_dependent(dot_interaction_forward_kernel<T>, static_cast<unsigned>(b), kInteractionThreads,
+                     vectors_bytes(features, d), dense.data<T>(), sparse.data<T>(), out.data<T>(),
+                     static_cast<int>(features), static_cast<int>(d));
   });
   FT_CUDA_CHECK_LAUNCH("dot_interaction_forward_kernel");
 }
@@ -278,21 +282,20 @@ void dot_interaction_backward(const Tensor& grad, const Tensor& dense, const Ten
   const int64_t b = dense.size(0), d = dense.size(1), features = sparse.size(1) + 1;
   if (mma_path(dense, sparse, features, d)) {
     const unsigned blocks = static_cast<unsigned>((b + kMmaWarps - 1) / kMmaWarps);
-    dot_interaction_backward_mma_kernel<<<blocks, kMmaWarps * 32,
-                                          kMmaWarps * mma_warp_bytes(static_cast<int>(d), static_cast<int>(features)),
-                                          stream()>>>(
-        grad.data<__nv_bfloat16>(), dense.data<__nv_bfloat16>(), sparse.data<__nv_bfloat16>(),
-        dense_grad.data<__nv_bfloat16>(), sparse_grad.data<__nv_bfloat16>(), b, static_cast<int>(features),
-        static_cast<int>(d));
+    launch_dependent(dot_interaction_backward_mma_kernel, blocks, kMmaWarps * 32,
+                     kMmaWarps * mma_warp_bytes(static_cast<int>(d), static_cast<int>(features)),
+                     grad.data<__nv_bfloat16>(), dense.data<__nv_bfloat16>(), sparse.data<__nv_bfloat16>(),
+                     dense_grad.data<__nv_bfloat16>(), sparse_grad.data<__nv_bfloat16>(), b, static_cast<int>(features),
+                     static_cast<int>(d));
     FT_CUDA_CHECK_LAUNCH("dot_interaction_backward_mma_kernel");
     return;
   }
   dispatch_half_float(dense.dtype(), "dot_interaction backward", [&](auto tag) {
     using T = decltype(tag);
-    dot_interaction_backward_kernel<T><<<static_cast<unsigned>(b), kInteractionThreads,
-                                         vectors_bytes(features, d) + pair_matrix_bytes(features), stream()>>>(
-        grad.data<T>(), dense.data<T>(), sparse.data<T>(), dense_grad.data<T>(), sparse_grad.data<T>(),
-        static_cast<int>(features), static_cast<int>(d));
+    launch_dependent(dot_interaction_backward_kernel<T>, static_cast<unsigned>(b), kInteractionThreads,
+                     vectors_bytes(features, d) + pair_matrix_bytes(features), grad.data<T>(), dense.data<T>(),
+                     sparse.data<T>(), dense_grad.data<T>(), sparse_grad.data<T>(), static_cast<int>(features),
+                     static_cast<int>(d));
   });
   FT_CUDA_CHECK_LAUNCH("dot_interaction_backward_kernel");
 }

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -28,6 +29,7 @@ struct ContiguousInputs {
 
 template <class In, class Out, int V, int NIN, class Fn>
 __global__ void contiguous_kernel(ContiguousInputs<In, NIN> in, Out* out, int64_t n, Fn fn) {
+  begin_dependent_kernel();
   using A = mixed_acc_t<In, Out>;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x, first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   auto element = [&](int64_t i, int k) { return static_cast<A>(to_acc(in.ptr[k][in.single[k] ? 0 : i])); };
@@ -87,9 +89,11 @@ void launch_contiguous(const ContiguousInputs<In, NIN>& in, Out* out, int64_t n,
   for (int k = 0; k < NIN; ++k)
     packed = packed && (in.single[k] || reinterpret_cast<uintptr_t>(in.ptr[k]) % (sizeof(In) * V) == 0);
   if (packed)
-    contiguous_kernel<In, Out, V><<<elementwise_blocks((n + V - 1) / V, kThreads), kThreads, 0, stream()>>>(in, out, n, fn);
+    launch_dependent(contiguous_kernel<In, Out, V, NIN, Fn>, elementwise_blocks((n + V - 1) / V, kThreads), kThreads, 0,
+                     in, out, n, fn);
   else
-    contiguous_kernel<In, Out, 1><<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(in, out, n, fn);
+    launch_dependent(contiguous_kernel<In, Out, 1, NIN, Fn>, elementwise_blocks(n, kThreads), kThreads, 0, in, out, n,
+                     fn);
 }
 
 // Broadcast operands: body(i, index) for every output element i, index[k] being operand k's
@@ -100,6 +104,7 @@ constexpr int kUnroll = 4;
 
 template <int N, class Body>
 __global__ void broadcast_kernel32(uint32_t n, BroadcastIndex32<N> map, Body body) {
+  begin_dependent_kernel();
   const uint32_t first = blockIdx.x * (blockDim.x * kUnroll) + threadIdx.x;
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
@@ -114,6 +119,7 @@ __global__ void broadcast_kernel32(uint32_t n, BroadcastIndex32<N> map, Body bod
 
 template <int N, class Body>
 __global__ void broadcast_kernel64(int64_t n, BroadcastPlan plan, Body body) {
+  begin_dependent_kernel();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t index[N];
 #pragma unroll
@@ -128,6 +134,7 @@ __global__ void broadcast_kernel64(int64_t n, BroadcastPlan plan, Body body) {
 // one load for the broadcast ones.
 template <int N, int V, class Body>
 __global__ void broadcast_vector_kernel(uint32_t packs, BroadcastIndex32<N> map, Body body) {
+  begin_dependent_kernel();
   for (uint32_t p = blockIdx.x * blockDim.x + threadIdx.x; p < packs; p += gridDim.x * blockDim.x) {
     uint32_t index[N];
     map(p * V, index);
@@ -157,16 +164,17 @@ void launch_broadcast(int64_t n, const BroadcastPlan& plan, const Body& body, bo
   if constexpr (V > 1) {  // bodies that never pack (comparisons) have no vector path
     if (packed && BroadcastIndex32<N>::fits(n)) {
       const int64_t packs = n / V;
-      broadcast_vector_kernel<N, V><<<elementwise_blocks(packs, kThreads), kThreads, 0, stream()>>>(
-          static_cast<uint32_t>(packs), BroadcastIndex32<N>(plan), body);
+      launch_dependent(broadcast_vector_kernel<N, V, Body>, elementwise_blocks(packs, kThreads), kThreads, 0,
+                       static_cast<uint32_t>(packs), BroadcastIndex32<N>(plan), body);
       return;
     }
   }
   if (BroadcastIndex32<N>::fits(n)) {
     const unsigned blocks = static_cast<unsigned>((n + kThreads * kUnroll - 1) / (kThreads * kUnroll));
-    broadcast_kernel32<N><<<blocks, kThreads, 0, stream()>>>(static_cast<uint32_t>(n), BroadcastIndex32<N>(plan), body);
+    launch_dependent(broadcast_kernel32<N, Body>, blocks, kThreads, 0, static_cast<uint32_t>(n),
+                     BroadcastIndex32<N>(plan), body);
   } else {
-    broadcast_kernel64<N><<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(n, plan, body);
+    launch_dependent(broadcast_kernel64<N, Body>, elementwise_blocks(n, kThreads), kThreads, 0, n, plan, body);
   }
 }
 
@@ -246,6 +254,7 @@ struct WhereBody {
 };
 
 __global__ void cast_any_kernel(const void* x, DType from, void* out, DType to, int64_t n) {
+  begin_dependent_kernel();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     store_any(out, to, i, load_any(x, from, i));
 }
@@ -253,6 +262,7 @@ __global__ void cast_any_kernel(const void* x, DType from, void* out, DType to, 
 // Gradient accumulation into f32 views: 4 elements a thread, the source converted as read.
 template <class S>
 __global__ void accumulate_kernel(const S* src, float* dst, int64_t n, bool overwrite, const float* scale) {
+  begin_dependent_kernel();
   const float factor = scale ? *scale : 1.0f;
   const int64_t packs = n / 4, stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < packs; q += stride) {
@@ -270,6 +280,7 @@ __global__ void accumulate_kernel(const S* src, float* dst, int64_t n, bool over
 // Any other pairing (f64 destinations, unaligned views): element by element.
 __global__ void accumulate_any_kernel(const void* src, DType from, void* dst, DType to, int64_t n, bool overwrite,
                                       const float* scale) {
+  begin_dependent_kernel();
   const double factor = scale ? *scale : 1.0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     if (to == DType::F32) {  // f32 arithmetic, as the packed kernel does
@@ -282,12 +293,14 @@ __global__ void accumulate_any_kernel(const void* src, DType from, void* dst, DT
 }
 
 __global__ void fill_kernel(void* out, DType dtype, int64_t n, double value, bool arange) {
+  begin_dependent_kernel();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     store_any(out, dtype, i, arange ? static_cast<double>(i) : value);
 }
 
 __global__ void philox_uniform_kernel(float* out, int64_t n, uint64_t seed, const int64_t* offset_ptr,
                                       bool dropout_bits) {
+  begin_dependent_kernel();
   const uint64_t offset = static_cast<uint64_t>(*offset_ptr);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     out[i] = dropout_bits ? philox::dropout_uniform(seed, offset, static_cast<uint64_t>(i))
@@ -295,6 +308,7 @@ __global__ void philox_uniform_kernel(float* out, int64_t n, uint64_t seed, cons
 }
 
 __global__ void philox_take_kernel(int64_t* counter, int64_t* used, int64_t step) {
+  begin_dependent_kernel();
   const int64_t at = philox::aligned_dropout_offset(*counter);
   *used = at;
   *counter = at + step;
@@ -374,8 +388,8 @@ void cast(const Tensor& x, const Tensor& out) {
       });
     });
   } else {
-    cast_any_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(x.data_ptr(), x.dtype(), out.data_ptr(),
-                                                                              out.dtype(), n);
+    launch_dependent(cast_any_kernel, elementwise_blocks(n, kThreads), kThreads, 0, x.data_ptr(), x.dtype(),
+                     out.data_ptr(), out.dtype(), n);
   }
   FT_CUDA_CHECK_LAUNCH("cast kernel");
 }
@@ -389,12 +403,14 @@ void accumulate(const Tensor& src, const Tensor& dst, bool overwrite, const Tens
                       ((src.dtype() == DType::F32 && aligned(src, 16)) || (src.dtype() == DType::BF16 && aligned(src, 8)));
   const unsigned blocks = elementwise_blocks((n + 3) / 4, kThreads);
   if (packed && src.dtype() == DType::BF16) {
-    accumulate_kernel<<<blocks, kThreads, 0, stream()>>>(src.data<__nv_bfloat16>(), dst.data<float>(), n, overwrite, factor);
+    launch_dependent(accumulate_kernel<__nv_bfloat16>, blocks, kThreads, 0, src.data<__nv_bfloat16>(),
+                     dst.data<float>(), n, overwrite, factor);
   } else if (packed) {
-    accumulate_kernel<<<blocks, kThreads, 0, stream()>>>(src.data<float>(), dst.data<float>(), n, overwrite, factor);
+    launch_dependent(accumulate_kernel<float>, blocks, kThreads, 0, src.data<float>(), dst.data<float>(), n, overwrite,
+                     factor);
   } else {
-    accumulate_any_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(
-        src.data_ptr(), src.dtype(), dst.data_ptr(), dst.dtype(), n, overwrite, factor);
+    launch_dependent(accumulate_any_kernel, elementwise_blocks(n, kThreads), kThreads, 0, src.data_ptr(), src.dtype(),
+                     dst.data_ptr(), dst.dtype(), n, overwrite, factor);
   }
   FT_CUDA_CHECK_LAUNCH("accumulate_kernel");
 }
@@ -402,26 +418,29 @@ void accumulate(const Tensor& src, const Tensor& dst, bool overwrite, const Tens
 void fill(const Tensor& out, double value) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  fill_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(out.data_ptr(), out.dtype(), n, value, false);
+  launch_dependent(fill_kernel, elementwise_blocks(n, kThreads), kThreads, 0, out.data_ptr(), out.dtype(), n, value,
+                   false);
   FT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
 void arange(const Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  fill_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(out.data_ptr(), out.dtype(), n, 0.0, true);
+  launch_dependent(fill_kernel, elementwise_blocks(n, kThreads), kThreads, 0, out.data_ptr(), out.dtype(), n, 0.0,
+                   true);
   FT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
 void philox_uniform(const Tensor& out, uint64_t seed, const Tensor& offset, bool dropout_bits) {
   const int64_t n = out.numel();
-  philox_uniform_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(
-      out.data<float>(), n, seed, offset.data<int64_t>(), dropout_bits);
+  launch_dependent(philox_uniform_kernel, elementwise_blocks(n, kThreads), kThreads, 0, out.data<float>(), n, seed,
+                   offset.data<int64_t>(), dropout_bits);
   FT_CUDA_CHECK_LAUNCH("philox_uniform_kernel");
 }
 
 void philox_take(const Tensor& counter, const Tensor& used, uint64_t step) {
-  philox_take_kernel<<<1, 1, 0, stream()>>>(counter.data<int64_t>(), used.data<int64_t>(), static_cast<int64_t>(step));
+  launch_dependent(philox_take_kernel, 1, 1, 0, counter.data<int64_t>(), used.data<int64_t>(),
+                   static_cast<int64_t>(step));
   FT_CUDA_CHECK_LAUNCH("philox_take_kernel");
 }
 

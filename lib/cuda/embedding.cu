@@ -8,12 +8,13 @@
 // is summed in f32 instead of by thousands of bf16 atomic adds.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
-#include "lib/runtime.h"
 #include "lib/ops/embedding.h"
+#include "lib/runtime.h"
 
 namespace ft::cuda {
 
@@ -23,6 +24,7 @@ template <class T, int VEC>
 __global__ void token_position_forward_kernel(const void* ids, bool ids64, const T* tokens, const T* positions,
                                               T* out, int64_t n, int64_t steps, int64_t vocab, int64_t cols,
                                               unsigned* error_word) {
+  begin_dependent_kernel();
   const int64_t groups = cols / VEC, total = n * groups;
   for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < total; g += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = g / groups, c = (g % groups) * VEC;
@@ -43,6 +45,7 @@ __global__ void token_position_forward_kernel(const void* ids, bool ids64, const
 
 /// Sort keys: the ids as 32-bit keys (vocabularies fit), and each one's position.
 __global__ void sort_input_kernel(const void* ids, bool ids64, int64_t n, int32_t* keys, int32_t* order) {
+  begin_dependent_kernel();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     keys[i] = static_cast<int32_t>(load_id(ids, ids64, i));
     order[i] = static_cast<int32_t>(i);
@@ -56,6 +59,7 @@ constexpr int kRunChunkPacks = 4;  // packs per lane per pass over a run: bounds
 template <class T, int VEC>
 __global__ void token_runs_kernel(const T* grad, const int32_t* keys, const int32_t* order, int64_t n, int64_t cols,
                                   GradSink<T> table_grad) {
+  begin_dependent_kernel();
   const int64_t start = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   if (start >= n || (start > 0 && keys[start] == keys[start - 1])) return;
   const int lane = threadIdx.x % 32;
@@ -115,10 +119,10 @@ void token_position_forward(const Tensor& ids, const Tensor& tokens, const Tenso
                         [&](auto tag, auto vec) {
                           using T = decltype(tag);
                           constexpr int V = decltype(vec)::value;
-                          token_position_forward_kernel<T, V>
-                              <<<elementwise_blocks(n * (cols / V), kThreads), kThreads, 0, stream()>>>(
-                                  ids.data_ptr(), ids.dtype() == DType::I64, tokens.data<T>(), positions.data<T>(),
-                                  out.data<T>(), n, steps, vocab, cols, device_error_word());
+                          launch_dependent(token_position_forward_kernel<T, V>,
+                                           elementwise_blocks(n * (cols / V), kThreads), kThreads, 0, ids.data_ptr(),
+                                           ids.dtype() == DType::I64, tokens.data<T>(), positions.data<T>(),
+                                           out.data<T>(), n, steps, vocab, cols, device_error_word());
                           FT_CUDA_CHECK_LAUNCH("token_position_forward_kernel");
                         });
 }
@@ -141,9 +145,8 @@ void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOu
   Tensor sort = Tensor::empty({4 * n}, DType::I32, grad.device());
   int32_t* keys_in = sort.data<int32_t>();
   int32_t *order_in = keys_in + n, *keys = keys_in + 2 * n, *order = keys_in + 3 * n;
-  sort_input_kernel<<<elementwise_blocks(n, kThreads), kThreads, 0, stream()>>>(ids.data_ptr(),
-                                                                               ids.dtype() == DType::I64, n, keys_in,
-                                                                               order_in);
+  launch_dependent(sort_input_kernel, elementwise_blocks(n, kThreads), kThreads, 0, ids.data_ptr(),
+                   ids.dtype() == DType::I64, n, keys_in, order_in);
   FT_CUDA_CHECK_LAUNCH("sort_input_kernel");
   size_t temp_bytes = 0;
   FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys, order_in, order,
@@ -155,8 +158,8 @@ void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOu
     using T = decltype(tag);
     constexpr int V = decltype(vec)::value;
     constexpr int kWarps = kThreads / 32;
-    token_runs_kernel<T, V><<<static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0, stream()>>>(
-        grad.data<T>(), keys, order, n, cols, grad_sink<T>(tokens_grad));
+    launch_dependent(token_runs_kernel<T, V>, static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0,
+                     grad.data<T>(), keys, order, n, cols, grad_sink<T>(tokens_grad));
     FT_CUDA_CHECK_LAUNCH("token_runs_kernel");
   });
 }

@@ -15,6 +15,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "lib/cuda/bags.cuh"
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -122,6 +123,7 @@ __global__ void __launch_bounds__(kThreads, 4)
                                  int64_t tables, const void* ids, bool ids64, const void* offsets, bool offsets64,
                                  const float* __restrict__ per_sample_weights, bool mean, TO* __restrict__ out,
                                  int64_t bags, int64_t n, int64_t cols, int lanes, unsigned* error_word) {
+  begin_dependent_kernel();
   constexpr unsigned kAll = 0xffffffffu;
   constexpr int kRowsInFlight = PACKS == 1 ? 4 : 1;
   const int lane = threadIdx.x % 32, group = lane / lanes, sublane = lane % lanes, groups = 32 / lanes;
@@ -203,6 +205,7 @@ __global__ void rows_update_kernel(const TG* grad, const int32_t* keys, const in
                                    const void* offsets, bool offsets64, const float* per_sample_weights, bool mean,
                                    float* weight, int64_t n, int64_t cols, UpdateArgs update, float* partials,
                                    int32_t* starts_crossing, float* per_sample_weights_grad) {
+  begin_dependent_kernel();
   const int64_t chunk = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int64_t chunk_begin = chunk * kChunk;
   if (chunk_begin >= n) return;
@@ -270,6 +273,7 @@ template <int VEC, int PACKS>
 __global__ void crossing_rows_update_kernel(const int32_t* keys, int64_t n, int64_t chunks, int64_t cols,
                                             const float* partials, const int32_t* starts_crossing, float* weight,
                                             UpdateArgs update) {
+  begin_dependent_kernel();
   const int64_t chunk = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   if (chunk >= chunks || !starts_crossing[chunk]) return;
   const int lane = threadIdx.x % 32;
@@ -329,11 +333,11 @@ void embedding_bag_forward(const Tensor& weight, const Tensor& row_offsets, cons
       const int64_t bags_per_block = 32 * kWarpsPerBlock;  // a warp stages 32 bags at a time
       const unsigned blocks =
           static_cast<unsigned>(std::min<int64_t>((bags + bags_per_block - 1) / bags_per_block, int64_t{1} << 20));
-      embedding_bag_forward_kernel<TO, V, P><<<blocks, kThreads, 0, stream()>>>(
-          weight.data<float>(), row_offsets.data<int64_t>(), row_offsets.numel() - 1, ids.data_ptr(),
-          ids.dtype() == DType::I64, offsets.data_ptr(), offsets.dtype() == DType::I64,
-          per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
-          out.data<TO>(), bags, ids.numel(), cols, lanes, device_error_word());
+      launch_dependent(embedding_bag_forward_kernel<TO, V, P>, blocks, kThreads, 0, weight.data<float>(),
+                       row_offsets.data<int64_t>(), row_offsets.numel() - 1, ids.data_ptr(), ids.dtype() == DType::I64,
+                       offsets.data_ptr(), offsets.dtype() == DType::I64,
+                       per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
+                       out.data<TO>(), bags, ids.numel(), cols, lanes, device_error_word());
     });
   });
   FT_CUDA_CHECK_LAUNCH("embedding_bag_forward_kernel");
@@ -373,16 +377,15 @@ void embedding_bag_backward_update(const Tensor& grad, const Tensor& weight, con
     constexpr int V = decltype(vec)::value, P = decltype(packs)::value;
     dispatch_half_float(grad.dtype(), "embedding_bag backward", [&](auto tag) {
       using TG = decltype(tag);
-      rows_update_kernel<TG, V, P><<<blocks, kThreads, 0, stream()>>>(
-          grad.data<TG>(), keys, perm, bags.data<int32_t>(), offsets.data_ptr(), offsets.dtype() == DType::I64,
-          per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
-          weight.data<float>(), n, cols, args, partials, starts_crossing,
-          per_sample_weights_grad.defined() ? per_sample_weights_grad.data<float>() : nullptr);
+      launch_dependent(rows_update_kernel<TG, V, P>, blocks, kThreads, 0, grad.data<TG>(), keys, perm,
+                       bags.data<int32_t>(), offsets.data_ptr(), offsets.dtype() == DType::I64,
+                       per_sample_weights.defined() ? per_sample_weights.data<float>() : nullptr, mode == BagMode::Mean,
+                       weight.data<float>(), n, cols, args, partials, starts_crossing,
+                       per_sample_weights_grad.defined() ? per_sample_weights_grad.data<float>() : nullptr);
     });
     FT_CUDA_CHECK_LAUNCH("rows_update_kernel");
-    crossing_rows_update_kernel<V, P><<<blocks, kThreads, 0, stream()>>>(keys, n, chunks, cols, partials,
-                                                                      starts_crossing,
-                                                                      weight.data<float>(), args);
+    launch_dependent(crossing_rows_update_kernel<V, P>, blocks, kThreads, 0, keys, n, chunks, cols, partials,
+                     starts_crossing, weight.data<float>(), args);
     FT_CUDA_CHECK_LAUNCH("crossing_rows_update_kernel");
   });
 }

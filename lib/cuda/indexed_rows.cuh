@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -17,6 +18,7 @@ enum class RowMove { Gather, Put };
 template <class Word, RowMove kMove>
 __global__ void indexed_rows_kernel(Word* table, const void* ids, bool ids64, Word* packed, int64_t n,
                                     int64_t table_rows, int64_t words_per_row, unsigned* error_word) {
+  begin_dependent_kernel();
   const int64_t total = n * words_per_row;
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = j / words_per_row, w = j % words_per_row;
@@ -40,9 +42,9 @@ void move_indexed_rows(void* table, int64_t table_rows, const Tensor& ids, void*
   auto launch = [&](auto word) {
     using Word = decltype(word);
     const int64_t words = static_cast<int64_t>(row_bytes / sizeof(Word));
-    indexed_rows_kernel<Word, kMove><<<elementwise_blocks(n * words, kThreads), kThreads, 0, stream()>>>(
-        static_cast<Word*>(table), ids.data_ptr(), ids64, static_cast<Word*>(packed), n, table_rows, words,
-        device_error_word());
+    launch_dependent(indexed_rows_kernel<Word, kMove>, elementwise_blocks(n * words, kThreads), kThreads, 0,
+                     static_cast<Word*>(table), ids.data_ptr(), ids64, static_cast<Word*>(packed), n, table_rows, words,
+                     device_error_word());
   };
   if (row_bytes % 16 == 0) launch(uint4{});
   else if (row_bytes % 4 == 0) launch(uint32_t{});

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/lora_adapter_grads.h"
 #include "lib/cuda/mma.cuh"
 #include "lib/cuda/runtime.h"
@@ -60,6 +61,7 @@ struct Params {
 
 template <int R>
 __global__ void __launch_bounds__(kThreads, 1) adapter_grads_kernel(Params p) {
+  begin_dependent_kernel();
   using L = Layout<R>;
   extern __shared__ __align__(16) unsigned char shared[];
   bf16* tiles = reinterpret_cast<bf16*>(shared);
@@ -206,6 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) adapter_grads_kernel(Params p) {
 template <class Out>
 __global__ void finish_kernel(const float* db_partial, int row_blocks, int n_out, int r, int padded, float scale,
                               Out* db, bool accumulate, const float* v_partial, int col_blocks, long long m, bf16* v) {
+  begin_dependent_kernel();
   const long long db_count = static_cast<long long>(n_out) * r, v_count = v_partial ? m * r : 0;
   for (long long e = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; e < db_count + v_count;
        e += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -250,20 +253,20 @@ void launch(const Tensor& dpre, const Tensor& lora_b, const Tensor& u, double sc
   auto kernel = adapter_grads_kernel<R>;
   FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(L::kSharedBytes)));
-  kernel<<<dim3(row_blocks, col_blocks), kThreads, L::kSharedBytes, stream()>>>(p);
+  launch_dependent(kernel, dim3(row_blocks, col_blocks), kThreads, L::kSharedBytes, p);
   FT_CUDA_CHECK_LAUNCH("lora adapter_grads_kernel");
 
   const long long work = static_cast<long long>(n_out) * r + (col_blocks > 1 ? m * r : 0);
   const unsigned blocks = elementwise_blocks(work, 256);
   const float* vp = col_blocks > 1 ? v_partial.data<float>() : nullptr;
   if (db.tensor.dtype() == DType::F32)
-    finish_kernel<float><<<blocks, 256, 0, stream()>>>(db_partial.data<float>(), row_blocks, n_out, r, R,
-                                                       static_cast<float>(scale), db.tensor.data<float>(),
-                                                       db.accumulate, vp, col_blocks, m, v.data<bf16>());
+    launch_dependent(finish_kernel<float>, blocks, 256, 0, db_partial.data<float>(), row_blocks, n_out, r, R,
+                     static_cast<float>(scale), db.tensor.data<float>(), db.accumulate, vp, col_blocks, m,
+                     v.data<bf16>());
   else
-    finish_kernel<bf16><<<blocks, 256, 0, stream()>>>(db_partial.data<float>(), row_blocks, n_out, r, R,
-                                                      static_cast<float>(scale), db.tensor.data<bf16>(),
-                                                      db.accumulate, vp, col_blocks, m, v.data<bf16>());
+    launch_dependent(finish_kernel<bf16>, blocks, 256, 0, db_partial.data<float>(), row_blocks, n_out, r, R,
+                     static_cast<float>(scale), db.tensor.data<bf16>(), db.accumulate, vp, col_blocks, m,
+                     v.data<bf16>());
   FT_CUDA_CHECK_LAUNCH("lora finish_kernel");
 }
 

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/mma.cuh"
 #include "lib/cuda/row_map.cuh"
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(kWarps * 32) narrow_linear_forward_kernel(cons
                                                                             const __nv_bfloat16* bias,
                                                                             __nv_bfloat16* y, int64_t rows, int in,
                                                                             int out) {
+  begin_dependent_kernel();
   extern __shared__ uint4 smem[];
   const int stride = padded_row(in), chunks = in / 8;
   __nv_bfloat16* w_s = reinterpret_cast<__nv_bfloat16*>(smem);  // [16][stride], rows >= out zero
@@ -153,6 +155,7 @@ static_assert(kParamThreads % kOutSlots == 0 && kSliceRows % (kParamThreads / kO
 __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
     const __nv_bfloat16* dy, const __nv_bfloat16* x, int64_t rows, int in, int out, GradSink<__nv_bfloat16> dweight,
     GradSink<__nv_bfloat16> dbias, float* partials) {
+  begin_dependent_kernel();
   __shared__ __align__(16) __nv_bfloat16 x_s[kSliceRows][kXStride];
   __shared__ __align__(16) __nv_bfloat16 dy_s[kSliceRows][kDyStride];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -244,6 +247,7 @@ __global__ void __launch_bounds__(kParamThreads) narrow_linear_params_kernel(
 __global__ void __launch_bounds__(kSumThreads) narrow_linear_params_sum_kernel(const float* partials, int chunks, int tiles,
                                                                        int in, int out, GradSink<__nv_bfloat16> dweight,
                                                                        GradSink<__nv_bfloat16> dbias) {
+  begin_dependent_kernel();
   const int index = blockIdx.x * blockDim.x + threadIdx.x;
   if (index >= tiles * kTileSlots) return;
   const int tile = index / kTileSlots, slot = index % kTileSlots;
@@ -276,10 +280,9 @@ void narrow_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& 
                                        static_cast<int>(smem)));
   const unsigned blocks = static_cast<unsigned>(
       std::min<int64_t>((rows + kGroupRows - 1) / kGroupRows, 2LL * multiprocessor_count()));
-  narrow_linear_forward_kernel<<<blocks, kWarps * 32, smem, stream()>>>(
-      x.data<__nv_bfloat16>(), weight.data<__nv_bfloat16>(),
-      bias.defined() ? bias.data<__nv_bfloat16>() : nullptr, y.data<__nv_bfloat16>(), rows,
-      static_cast<int>(weight.size(1)), static_cast<int>(weight.size(0)));
+  launch_dependent(narrow_linear_forward_kernel, blocks, kWarps * 32, smem, x.data<__nv_bfloat16>(),
+                   weight.data<__nv_bfloat16>(), bias.defined() ? bias.data<__nv_bfloat16>() : nullptr,
+                   y.data<__nv_bfloat16>(), rows, static_cast<int>(weight.size(1)), static_cast<int>(weight.size(0)));
   FT_CUDA_CHECK_LAUNCH("narrow_linear_forward_kernel");
 }
 
@@ -300,14 +303,14 @@ void narrow_linear_backward_params(const Tensor& dy, const Tensor& x, const Grad
   float* partials = nullptr;
   if (chunks > 1) partials = column_scratch(chunks, static_cast<int64_t>(tiles) * kTileSlots, 0).partials;
   const GradSink<__nv_bfloat16> weight_sink = grad_sink<__nv_bfloat16>(dweight), bias_sink = grad_sink<__nv_bfloat16>(dbias);
-  narrow_linear_params_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), kParamThreads, 0,
-                                stream()>>>(dy.data<__nv_bfloat16>(), x.data<__nv_bfloat16>(), rows, in, out,
-                                            weight_sink, bias_sink, partials);
+  launch_dependent(narrow_linear_params_kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)),
+                   kParamThreads, 0, dy.data<__nv_bfloat16>(), x.data<__nv_bfloat16>(), rows, in, out, weight_sink,
+                   bias_sink, partials);
   FT_CUDA_CHECK_LAUNCH("narrow_linear_params_kernel");
   if (chunks == 1) return;
   const int slots = tiles * kTileSlots;
-  narrow_linear_params_sum_kernel<<<(slots + kSumThreads - 1) / kSumThreads, kSumThreads, 0, stream()>>>(
-      partials, chunks, tiles, in, out, weight_sink, bias_sink);
+  launch_dependent(narrow_linear_params_sum_kernel, (slots + kSumThreads - 1) / kSumThreads, kSumThreads, 0, partials,
+                   chunks, tiles, in, out, weight_sink, bias_sink);
   FT_CUDA_CHECK_LAUNCH("narrow_linear_params_sum_kernel");
 }
 

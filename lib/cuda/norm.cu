@@ -12,6 +12,7 @@
 // their backward chains.
 #include <algorithm>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/mma.cuh"
@@ -252,6 +253,7 @@ template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormForwardBlocks : 1) norm_forward_kernel(const T* x, const T* residual, const T* weight, const T* bias, T* sum, T* out,
                                     float* mean_out, float* rstd_out, int64_t rows, int64_t cols, float eps,
                                     Epilogue epi) {
+  begin_dependent_kernel();
   __shared__ float scratch[33];
   const RowGroup<kWarpRows> group;
   const uint64_t offset = kEpilogue && epi.p > 0.0f ? static_cast<uint64_t>(*epi.offset) : 0;
@@ -349,6 +351,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     norm_backward_kernel(const T* dy, const T* saved, const T* weight, const float* mean_in, const float* rstd_in,
                          T* dx, float* partials, int64_t rows, int64_t cols, const T* bias, Epilogue epi,
                          const T* addend, unsigned* error_word, bool stage_rows) {
+  begin_dependent_kernel();
   constexpr bool kFromOutput = !kEpilogue;
   using Raw = Pack<T, V>;
   const bool staged = kStagedRows<T, V, kWarpRows, kEpilogue> && stage_rows;
@@ -571,6 +574,7 @@ __global__ void __launch_bounds__(kSumWarps * 32) sum_partials_kernel(const floa
                                                                       int64_t cols, const T* weight_divisor,
                                                                       GradSink<T> dweight, GradSink<T> dbias,
                                                                       GradSink<T> dx_sums) {
+  begin_dependent_kernel();
   __shared__ float by_warp[kSumWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t j = blockIdx.x * 32LL + lane;
@@ -680,10 +684,11 @@ bool norm_forward(NormKind kind, const Tensor& x, const Tensor& residual, const 
         constexpr bool kR = decltype(rms)::value, kW = decltype(warp_rows)::value;
         auto kernel = norm_forward_kernel<T, V, P, kR, kW, decltype(epi)::value>;
         mask_written = decltype(epi)::value && V % 8 == 0 && epilogue.dropout_p > 0.0 && epilogue.mask.defined();
-        kernel<<<grid_for(launch, rows, 64LL * multiprocessor_count()), launch.threads, 0, stream()>>>(
-            x.data<T>(), static_cast<const T*>(ptr(residual)), weight.data<T>(), static_cast<const T*>(ptr(bias)),
-            sum.defined() ? sum.data<T>() : nullptr, out.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
-            rstd.data<float>(), rows, cols, static_cast<float>(eps), device_epilogue(epilogue));
+        launch_dependent(kernel, grid_for(launch, rows, 64LL * multiprocessor_count()), launch.threads, 0, x.data<T>(),
+                         static_cast<const T*>(ptr(residual)), weight.data<T>(), static_cast<const T*>(ptr(bias)),
+                         sum.defined() ? sum.data<T>() : nullptr, out.data<T>(),
+                         mean.defined() ? mean.data<float>() : nullptr, rstd.data<float>(), rows, cols,
+                         static_cast<float>(eps), device_epilogue(epilogue));
         FT_CUDA_CHECK_LAUNCH("norm_forward_kernel");
       });
   return mask_written;
@@ -753,15 +758,15 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         const int per_sm = std::clamp(resident, 1, launch.warp_rows ? kNormBackwardBlocks : 2);
         const unsigned blocks = grid_for(launch, rows, static_cast<int64_t>(per_sm) * multiprocessor_count());
         ColumnScratch scratch = column_scratch(blocks, sums * cols, 1);
-        kernel<<<blocks, launch.threads, smem, stream()>>>(
-            dy.data<T>(), saved.data<T>(), weight.data<T>(), mean.defined() ? mean.data<float>() : nullptr,
-            rstd.data<float>(), dx.data<T>(), scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr,
-            device_epi, static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
+        launch_dependent(kernel, blocks, launch.threads, smem, dy.data<T>(), saved.data<T>(), weight.data<T>(),
+                         mean.defined() ? mean.data<float>() : nullptr, rstd.data<float>(), dx.data<T>(),
+                         scratch.partials, rows, cols, bias.defined() ? bias.data<T>() : nullptr, device_epi,
+                         static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined() || dx_column_sums.defined()) {
-          sum_partials_kernel<T><<<static_cast<unsigned>((sums * cols + 31) / 32), kSumWarps * 32, 0, stream()>>>(
-              scratch.partials, static_cast<int>(blocks), sums, cols, kPlain ? weight.data<T>() : nullptr,
-              grad_sink<T>(dweight), grad_sink<T>(dbias), grad_sink<T>(dx_column_sums));
+          launch_dependent(sum_partials_kernel<T>, static_cast<unsigned>((sums * cols + 31) / 32), kSumWarps * 32, 0,
+                           scratch.partials, static_cast<int>(blocks), sums, cols, kPlain ? weight.data<T>() : nullptr,
+                           grad_sink<T>(dweight), grad_sink<T>(dbias), grad_sink<T>(dx_column_sums));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
         }
       });

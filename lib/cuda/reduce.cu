@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/row_map.cuh"
@@ -38,6 +39,7 @@ __device__ A block_reduce(ReduceOp op, A value) {
 
 template <class T>
 __global__ void reduce_last_kernel(ReduceOp op, const T* x, T* out, int64_t cols) {
+  begin_dependent_kernel();
   using A = acc_t<T>;
   const T* row = x + blockIdx.x * cols;
   A acc = op == ReduceOp::Max ? A(-INFINITY) : A(0);
@@ -51,6 +53,7 @@ __global__ void reduce_last_kernel(ReduceOp op, const T* x, T* out, int64_t cols
 // row's partials in a fixed order.
 template <class T>
 __global__ void reduce_chunks_kernel(ReduceOp op, const T* x, acc_t<T>* partials, int64_t cols, int64_t chunk) {
+  begin_dependent_kernel();
   using A = acc_t<T>;
   const T* row = x + blockIdx.y * cols;
   const int64_t begin = blockIdx.x * chunk, end = begin + chunk < cols ? begin + chunk : cols;
@@ -62,6 +65,7 @@ __global__ void reduce_chunks_kernel(ReduceOp op, const T* x, acc_t<T>* partials
 
 template <class T>
 __global__ void reduce_partials_kernel(ReduceOp op, const acc_t<T>* partials, int64_t chunks, T* out, int64_t cols) {
+  begin_dependent_kernel();
   using A = acc_t<T>;
   A acc = op == ReduceOp::Max ? A(-INFINITY) : A(0);
   for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) acc = combine(op, acc, partials[blockIdx.x * chunks + c]);
@@ -71,6 +75,7 @@ __global__ void reduce_partials_kernel(ReduceOp op, const acc_t<T>* partials, in
 
 template <class T>
 __global__ void reduce_middle_kernel(const T* x, T* out, int64_t outer, int64_t mid, int64_t inner) {
+  begin_dependent_kernel();
   using A = acc_t<T>;
   const int64_t total = outer * inner;
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
@@ -104,7 +109,8 @@ void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, 
   dispatch_floating(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     if (chunks <= 1 || rows > 65535) {
-      reduce_last_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream()>>>(op, x.data<T>(), out.data<T>(), cols);
+      launch_dependent(reduce_last_kernel<T>, static_cast<unsigned>(rows), threads, 0, op, x.data<T>(), out.data<T>(),
+                       cols);
       return;
     }
     const int64_t chunk = (cols + chunks - 1) / chunks;
@@ -112,9 +118,10 @@ void reduce_last(ReduceOp op, const Tensor& x, const Tensor& out, int64_t rows, 
     const DType acc_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
     Tensor partials = Tensor::empty({rows * chunks}, acc_dtype, x.device());
     auto* p = static_cast<acc_t<T>*>(partials.data_ptr());
-    reduce_chunks_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)), kThreads, 0, stream()>>>(
-        op, x.data<T>(), p, cols, chunk);
-    reduce_partials_kernel<T><<<static_cast<unsigned>(rows), 256, 0, stream()>>>(op, p, chunks, out.data<T>(), cols);
+    launch_dependent(reduce_chunks_kernel<T>, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(rows)),
+                     kThreads, 0, op, x.data<T>(), p, cols, chunk);
+    launch_dependent(reduce_partials_kernel<T>, static_cast<unsigned>(rows), 256, 0, op, p, chunks, out.data<T>(),
+                     cols);
   });
   FT_CUDA_CHECK_LAUNCH("reduce_last_kernel");
 }
@@ -128,8 +135,8 @@ void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mi
   }
   dispatch_floating(x.dtype(), "sum_to", [&](auto tag) {
     using T = decltype(tag);
-    reduce_middle_kernel<T><<<elementwise_blocks(outer * inner, kThreads), kThreads, 0, stream()>>>(
-        x.data<T>(), out.data<T>(), outer, mid, inner);
+    launch_dependent(reduce_middle_kernel<T>, elementwise_blocks(outer * inner, kThreads), kThreads, 0, x.data<T>(),
+                     out.data<T>(), outer, mid, inner);
   });
   FT_CUDA_CHECK_LAUNCH("reduce_middle_kernel");
 }
@@ -142,6 +149,7 @@ namespace {
 constexpr int kPartialSumWarps = 32;
 __global__ void __launch_bounds__(kPartialSumWarps * 32)
     partial_row_sums_kernel(const float* partials, int rows, int64_t cols, GradSink<float> out) {
+  begin_dependent_kernel();
   __shared__ float by_warp[kPartialSumWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t c = blockIdx.x * 32LL + lane;
@@ -173,8 +181,8 @@ void partial_row_sums(const Tensor& partials, const GradOutput& out) {
            "partial_row_sums: f32 [rows, cols] partials into [cols], got ", shape_str(partials.shape()), " ",
            dtype_name(partials.dtype()));
   const int64_t rows = partials.size(0), cols = partials.size(1);
-  partial_row_sums_kernel<<<static_cast<unsigned>((cols + 31) / 32), kPartialSumWarps * 32, 0, stream()>>>(
-      partials.data<float>(), static_cast<int>(rows), cols, grad_sink<float>(out));
+  launch_dependent(partial_row_sums_kernel, static_cast<unsigned>((cols + 31) / 32), kPartialSumWarps * 32, 0,
+                   partials.data<float>(), static_cast<int>(rows), cols, grad_sink<float>(out));
   FT_CUDA_CHECK_LAUNCH("partial_row_sums_kernel");
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 #include <algorithm>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -67,6 +68,7 @@ __device__ __forceinline__ Op prepared(const Op& op) {
 // splits a group index into row and column with a multiply-high instead of a 64-bit division.
 template <int VEC, class Op>
 __global__ void map_kernel(Op shared_op, int64_t rows, int64_t cols, FastDivide per_row) {
+  begin_dependent_kernel();
   const Op op = prepared(shared_op);
   const int64_t groups_per_row = cols / VEC, total = rows * groups_per_row;
   float unused[VEC];
@@ -90,6 +92,7 @@ constexpr int kColumnBlockThreads = 512;
 template <int VEC, class T, class Op>
 __global__ void __launch_bounds__(kColumnBlockThreads, 2) map_reduce_columns_kernel(Op shared_op, int64_t rows, int64_t cols, float* partials, unsigned* counters,
                                           GradSink<T> column_sums) {
+  begin_dependent_kernel();
   const Op op = prepared(shared_op);
   // threadIdx.x picks the column group, threadIdx.y the row lane: the lanes of a block walk its
   // rows interleaved, so blockDim.y loads per column group are in flight instead of one.
@@ -187,8 +190,8 @@ void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, GradSin
   if (column_sums.any()) scratch = column_scratch(row_blocks, cols, col_tiles);
   dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_blocks));
   dim3 block(static_cast<unsigned>(tile_threads), static_cast<unsigned>(row_lanes));
-  map_reduce_columns_kernel<VEC, T><<<grid, block, smem, stream()>>>(op, rows, cols, scratch.partials,
-                                                                     scratch.counters, column_sums);
+  launch_dependent(map_reduce_columns_kernel<VEC, T, Op>, grid, block, smem, op, rows, cols, scratch.partials,
+                   scratch.counters, column_sums);
   FT_CUDA_CHECK_LAUNCH("map_reduce_columns_kernel");
 }
 
@@ -209,8 +212,8 @@ void launch_map(const Op& op, int64_t rows, int64_t cols) {
   // The 32-bit loop only runs when every group index is below 2³¹, where the divisor fits too.
   const bool fits = groups_per_row >= 1 && groups_per_row <= kMaxFastDividend;
   const FastDivide per_row(fits ? static_cast<uint32_t>(groups_per_row) : 1u);
-  map_kernel<VEC><<<elementwise_blocks(rows * groups_per_row, kThreads), kThreads, 0, stream()>>>(op, rows, cols,
-                                                                                                   per_row);
+  launch_dependent(map_kernel<VEC, Op>, elementwise_blocks(rows * groups_per_row, kThreads), kThreads, 0, op, rows,
+                   cols, per_row);
   FT_CUDA_CHECK_LAUNCH("map_kernel");
 }
 

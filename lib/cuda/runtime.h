@@ -53,6 +53,11 @@ struct ColumnScratch {
 };
 ColumnScratch column_scratch(int64_t row_blocks, int64_t cols, int64_t col_tiles);
 
+/// Whether launch_dependent (lib/cuda/dependent_launch.cuh) lets kernels start early: on sm_90
+/// and later, unless FT_DEPENDENT_LAUNCH=0 is in the environment (read once), which makes every
+/// launch a plain one, for A/B timings and for ruling the overlap out when chasing a bug.
+bool dependent_launch_enabled();
+
 /// Grid size for an elementwise kernel of n items with `threads` per block.
 unsigned elementwise_blocks(long long n, int threads);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/softmax.h"
@@ -87,6 +88,7 @@ __device__ __forceinline__ void store_row(T* p, const A (&v)[V]) {
 
 template <class In, class Out, int V>
 __global__ void softmax_forward_kernel(const In* x, Out* y, int64_t cols, bool log) {
+  begin_dependent_kernel();
   using A = arith_t<In>;
   __shared__ MaxSum<A> scratch[32];
   const In* row = x + blockIdx.x * cols;
@@ -111,6 +113,7 @@ __global__ void softmax_forward_kernel(const In* x, Out* y, int64_t cols, bool l
 
 template <class In, class Out, int V>
 __global__ void softmax_backward_kernel(const Out* y, const Out* dy, In* dx, int64_t cols, bool log) {
+  begin_dependent_kernel();
   using A = arith_t<In>;
   __shared__ A scratch[32];
   const int64_t base = blockIdx.x * cols;
@@ -183,7 +186,8 @@ void softmax_forward(const Tensor& x, const Tensor& y, bool log) {
     Out* py = static_cast<Out*>(y.data_ptr());
     const auto launch = [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      softmax_forward_kernel<In, Out, V><<<static_cast<unsigned>(rows), row_threads(cols, V), 0, stream()>>>(px, py, cols, log);
+      launch_dependent(softmax_forward_kernel<In, Out, V>, static_cast<unsigned>(rows), row_threads(cols, V), 0, px, py,
+                       cols, log);
     };
     launch_packed_or_not<In>(cols, {px, py}, launch);
   });
@@ -201,8 +205,8 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool 
     In* pdx = static_cast<In*>(dx.data_ptr());
     const auto launch = [&](auto vec) {
       constexpr int V = decltype(vec)::value;
-      softmax_backward_kernel<In, Out, V><<<static_cast<unsigned>(rows), row_threads(cols, V), 0, stream()>>>(py, pg, pdx,
-                                                                                                          cols, log);
+      launch_dependent(softmax_backward_kernel<In, Out, V>, static_cast<unsigned>(rows), row_threads(cols, V), 0, py,
+                       pg, pdx, cols, log);
     };
     launch_packed_or_not<In>(cols, {py, pg, pdx}, launch);
   });

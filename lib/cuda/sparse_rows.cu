@@ -2,6 +2,7 @@
 // one thread per bag or per element, as an eager framework runs them. The fused embedding bag
 // (lib/cuda/embedding_bag.cu) shares bag_rows and does the rest in its own kernels.
 #include "lib/cuda/bags.cuh"
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/indexed_rows.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
@@ -15,6 +16,7 @@ namespace {
 __global__ void bag_rows_kernel(const void* ids, bool ids64, const void* offsets, bool offsets64,
                                 const int64_t* row_offsets, int64_t tables, int64_t bags, int64_t n, int32_t* rows,
                                 int32_t* bag_of, unsigned* error_word) {
+  begin_dependent_kernel();
   for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < bags; k += (int64_t)gridDim.x * blockDim.x) {
     const BagRange range = bag_range(offsets, offsets64, k, bags, n, error_word);
     for (int64_t i = range.begin; i < range.end; ++i) {
@@ -27,6 +29,7 @@ __global__ void bag_rows_kernel(const void* ids, bool ids64, const void* offsets
 template <class T>
 __global__ void segment_sum_kernel(const T* x, const void* offsets, bool offsets64, bool mean, T* out,
                                    int64_t segments, int64_t cols) {
+  begin_dependent_kernel();
   const int64_t total = segments * cols;
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
     const int64_t k = j / cols, c = j % cols;
@@ -41,6 +44,7 @@ __global__ void segment_sum_kernel(const T* x, const void* offsets, bool offsets
 template <class T>
 __global__ void segment_spread_kernel(const T* grad, const void* offsets, bool offsets64, const int32_t* bags,
                                       bool mean, T* dx, int64_t n, int64_t cols) {
+  begin_dependent_kernel();
   const int64_t total = n * cols;
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < total; j += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = j / cols, c = j % cols, k = bags[i];
@@ -56,10 +60,10 @@ void bag_rows(const Tensor& ids, const Tensor& offsets, const Tensor& row_offset
               const Tensor& bags) {
   const int64_t count = offsets.numel() - 1;
   if (count == 0) return;
-  bag_rows_kernel<<<elementwise_blocks(count, kThreads), kThreads, 0, stream()>>>(
-      ids.data_ptr(), ids.dtype() == DType::I64, offsets.data_ptr(), offsets.dtype() == DType::I64,
-      row_offsets.data<int64_t>(), row_offsets.numel() - 1, count, ids.numel(), rows.data<int32_t>(),
-      bags.data<int32_t>(), device_error_word());
+  launch_dependent(bag_rows_kernel, elementwise_blocks(count, kThreads), kThreads, 0, ids.data_ptr(),
+                   ids.dtype() == DType::I64, offsets.data_ptr(), offsets.dtype() == DType::I64,
+                   row_offsets.data<int64_t>(), row_offsets.numel() - 1, count, ids.numel(), rows.data<int32_t>(),
+                   bags.data<int32_t>(), device_error_word());
   FT_CUDA_CHECK_LAUNCH("bag_rows_kernel");
 }
 
@@ -67,8 +71,8 @@ void segment_sum(const Tensor& x, const Tensor& offsets, bool mean, const Tensor
   const int64_t segments = out.size(0), cols = out.size(1);
   dispatch_floating(x.dtype(), "segment_sum", [&](auto tag) {
     using T = decltype(tag);
-    segment_sum_kernel<T><<<elementwise_blocks(segments * cols, kThreads), kThreads, 0, stream()>>>(
-        x.data<T>(), offsets.data_ptr(), offsets.dtype() == DType::I64, mean, out.data<T>(), segments, cols);
+    launch_dependent(segment_sum_kernel<T>, elementwise_blocks(segments * cols, kThreads), kThreads, 0, x.data<T>(),
+                     offsets.data_ptr(), offsets.dtype() == DType::I64, mean, out.data<T>(), segments, cols);
   });
   FT_CUDA_CHECK_LAUNCH("segment_sum_kernel");
 }
@@ -77,9 +81,9 @@ void segment_spread(const Tensor& grad, const Tensor& offsets, const Tensor& bag
   const int64_t n = dx.size(0), cols = dx.size(1);
   dispatch_floating(grad.dtype(), "segment_sum backward", [&](auto tag) {
     using T = decltype(tag);
-    segment_spread_kernel<T><<<elementwise_blocks(n * cols, kThreads), kThreads, 0, stream()>>>(
-        grad.data<T>(), offsets.data_ptr(), offsets.dtype() == DType::I64, bags.data<int32_t>(), mean, dx.data<T>(), n,
-        cols);
+    launch_dependent(segment_spread_kernel<T>, elementwise_blocks(n * cols, kThreads), kThreads, 0, grad.data<T>(),
+                     offsets.data_ptr(), offsets.dtype() == DType::I64, bags.data<int32_t>(), mean, dx.data<T>(), n,
+                     cols);
   });
   FT_CUDA_CHECK_LAUNCH("segment_spread_kernel");
 }

@@ -2,6 +2,7 @@
 // step (clip factor, non-finite skip, step counts), scale, zero, AdamW and SGD. Every update
 // reads its per-step scalars from the device StepState, so a captured graph replays with the
 // values current at launch, and returns at once when the step is skipped.
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "optim/cuda/multi_tensor_apply.cuh"
@@ -9,10 +10,12 @@
 
 namespace ft::multi_tensor {
 
+using cuda::begin_dependent_kernel;
 using cuda::ChunkedTensor;
 using cuda::ChunkTable;
 using cuda::for_each_group;
 using cuda::kGroup;
+using cuda::launch_dependent;
 using cuda::load_group;
 using cuda::store_group;
 
@@ -65,6 +68,7 @@ struct SettleTargets {
 
 // One block: adds the block partials in a fixed order, then settles the step.
 __global__ void settle_kernel(const float* partials, int64_t count, SettleTargets out) {
+  begin_dependent_kernel();
   __shared__ float scratch[33];
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
@@ -260,14 +264,14 @@ void settle_step(const std::vector<Tensor>& tensors, const StepState& state, con
     const Tensor total = Tensor::empty({1}, DType::F32, state.keep.device());
     SettleTargets sum_only = out;
     sum_only.sum_only = total.data<float>();
-    settle_kernel<<<1, 1024, 0, cuda::stream()>>>(blocks > 0 ? partials.data<float>() : nullptr, blocks, sum_only);
+    launch_dependent(settle_kernel, 1, 1024, 0, blocks > 0 ? partials.data<float>() : nullptr, blocks, sum_only);
     FT_CUDA_CHECK_LAUNCH("settle_kernel (sum of squares)");
     sum_across(total);
-    settle_kernel<<<1, 1024, 0, cuda::stream()>>>(total.data<float>(), 1, out);
+    launch_dependent(settle_kernel, 1, 1024, 0, total.data<float>(), 1, out);
     FT_CUDA_CHECK_LAUNCH("settle_kernel");
     return;
   }
-  settle_kernel<<<1, 1024, 0, cuda::stream()>>>(blocks > 0 ? partials.data<float>() : nullptr, blocks, out);
+  launch_dependent(settle_kernel, 1, 1024, 0, blocks > 0 ? partials.data<float>() : nullptr, blocks, out);
   FT_CUDA_CHECK_LAUNCH("settle_kernel");
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 
@@ -67,6 +68,7 @@ concept ReducingOp = requires(Op op) { op.partials; };
 template <int DEPTH, class Op>
 __global__ void __launch_bounds__(kChunkThreads, kBlocksPerSM)
     multi_tensor_kernel(ChunkTable<DEPTH> table, Op op, int64_t block_base) {
+  begin_dependent_kernel();
   const int64_t total = table.first_unit[table.tensors];
   const int64_t u0 = total * blockIdx.x / gridDim.x, u1 = total * (blockIdx.x + 1) / gridDim.x;
   int t = 0;
@@ -161,7 +163,7 @@ void multi_tensor_apply(const std::vector<ChunkedTensor<DEPTH>>& tensors, const 
     }
     table.first_unit[slot] = static_cast<int32_t>(unit);
     table.tensors = slot;
-    multi_tensor_kernel<DEPTH><<<plan.grid, kChunkThreads, 0, stream()>>>(table, op, block_base);
+    launch_dependent(multi_tensor_kernel<DEPTH, Op>, plan.grid, kChunkThreads, 0, table, op, block_base);
     FT_CUDA_CHECK_LAUNCH("multi_tensor_kernel");
     block_base += plan.grid;
   }
