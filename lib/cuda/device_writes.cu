@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/device_writes.h"
 #include "lib/cuda/runtime.h"
 #include "lib/runtime.h"
@@ -25,6 +26,7 @@ struct InputTable {
 static_assert(sizeof(InputTable) <= 4096, "the table must fit the kernel parameter space");
 
 __global__ void device_writes_kernel(InputTable table) {
+  begin_dependent_kernel();
   if (blockIdx.x == 0 && threadIdx.x < table.scalars) *table.scalar_dst[threadIdx.x] = table.scalar_value[threadIdx.x];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -71,6 +73,8 @@ unsigned grid_of(const DeviceWrites& writes) {
 }  // namespace
 
 void launch_device_writes(const DeviceWrites& writes) {
+  // A plain launch: GraphedStep re-points this kernel's captured node for each replay by setting
+  // its arguments, a path validated with plain nodes only.
   device_writes_kernel<<<grid_of(writes), kThreads, 0, stream()>>>(table_of(writes));
   FT_CUDA_CHECK_LAUNCH("device_writes_kernel");
 }
