@@ -33,32 +33,39 @@ double median_of_events(const std::function<void()>& body, int iterations) {
   return median(ms);
 }
 
-}  // namespace
-
-Timing time_device_work(const std::function<void()>& work, int warmup, int iterations) {
-  for (int i = 0; i < warmup; ++i) work();
-  cuda::check_device_errors();
-  Timing t;
-  t.eager_ms = median_of_events(work, iterations);
+/// The median replay time of a graph of `calls` consecutive calls of work; 0 when capture failed.
+double graph_replay_ms(const std::function<void()>& work, int calls, int iterations) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   FT_CUDA_CHECK(cudaStreamBeginCapture(cuda::stream(), cudaStreamCaptureModeThreadLocal));
   try {
-    work();
+    for (int i = 0; i < calls; ++i) work();
   } catch (...) {
     cudaStreamEndCapture(cuda::stream(), &graph);
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
     std::fprintf(stderr, "note: capture failed; graph time not measured\n");
-    return t;
+    return 0;
   }
   FT_CUDA_CHECK(cudaStreamEndCapture(cuda::stream(), &graph));
   FT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   FT_CUDA_CHECK(cudaGraphLaunch(exec, cuda::stream()));  // first replay uploads the graph
-  t.graph_ms = median_of_events([&] { FT_CUDA_CHECK(cudaGraphLaunch(exec, cuda::stream())); }, iterations);
+  const double ms = median_of_events([&] { FT_CUDA_CHECK(cudaGraphLaunch(exec, cuda::stream())); }, iterations);
   cuda::check_device_errors();
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  return ms;
+}
+
+}  // namespace
+
+Timing time_device_work(const std::function<void()>& work, int warmup, int iterations, int batched) {
+  for (int i = 0; i < warmup; ++i) work();
+  cuda::check_device_errors();
+  Timing t;
+  t.eager_ms = median_of_events(work, iterations);
+  t.graph_ms = graph_replay_ms(work, 1, iterations);
+  if (batched > 1 && t.graph_ms > 0) t.batched_graph_ms = graph_replay_ms(work, batched, iterations) / batched;
   return t;
 }
 

@@ -95,6 +95,8 @@ int run_ops(int argc, char** argv) {
   args.flag("vocab", "50304", "vocabulary V for cross-entropy");
   args.flag("iterations", "20", "timed iterations (median reported)");
   args.flag("warmup", "3", "untimed iterations first");
+  args.flag("batched", "10", "also time each fused op as this many calls in one graph, per call: its cost inside a\n"
+                             "training step's graph, without one replay's launch and ramps (1: not)");
   args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention',\n"
                         "'lora' or 'dlrm' (the embedding bag and interaction at dlrm-kaggle shapes) for that table alone");
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
@@ -106,6 +108,7 @@ int run_ops(int argc, char** argv) {
   o.vocab = args.integer("vocab", 0);
   o.iterations = static_cast<int>(args.integer("iterations", 1));
   o.warmup = static_cast<int>(args.integer("warmup", 0));
+  o.batched = static_cast<int>(args.integer("batched", 1));
   return close_report(args, *report, ft::bench::run_ops_bench(o, *report));
 }
 

@@ -13,6 +13,7 @@ struct OpsBenchOptions {
   int64_t vocab = 50304;
   int warmup = 3;
   int iterations = 20;
+  int batched = 10;  // fused ops also timed as this many calls in one graph (1: not)
   std::string only;  // empty: every op and the linear table
 };
 
