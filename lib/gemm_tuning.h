@@ -24,7 +24,8 @@ class GemmTuningFile {
   /// The candidate recorded for `key` (no whitespace), if any.
   std::optional<int> find(const std::string& key) const;
   /// Records key → candidate (>= 0) and rewrites the file whole: a temporary file renamed over
-  /// it, so a crash leaves the old file or the new one, never half of one.
+  /// it, so a crash leaves the old file or the new one, never half of one. Writers take turns
+  /// (a lock file beside it, `path.lock`) and each merges what the others recorded meanwhile.
   void record(const std::string& key, int candidate);
   size_t size() const { return choices_.size(); }
 
@@ -32,6 +33,10 @@ class GemmTuningFile {
   std::string path_, validator_;
   std::map<std::string, int> choices_;
 };
+
+/// False when `path` exists but is not a tuning file (a bad header or line), whatever its
+/// validator: the example binaries set such a cache aside instead of failing on it.
+bool gemm_tuning_file_parses(const std::string& path);
 
 /// Where the example binaries keep tuned choices unless told otherwise (their --gemm-tuning auto):
 /// $XDG_CACHE_HOME/fusedtrain/gemm-tuning.txt, else ~/.cache/fusedtrain/gemm-tuning.txt; empty

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "lib/error.h"
 #include "lib/gemm_tuning.h"
 #include "lib/kernel_mode.h"
@@ -100,31 +102,58 @@ inline void add_gemm_tuning_flag(Args& args) {
             "PATH: the same with that file; off: the heuristic's first choice");
 }
 
-/// Applies --gemm-tuning (before the first product). With auto and no cache folder to be had,
-/// tuning stays off with a note: choices timed anew in every process would make a resumed run
-/// differ from the one it continues in the last bits.
+/// Applies --gemm-tuning (before the first product). The choices' folder must take new files.
+/// With the default cache and no usable folder for it, tuning stays off with a note: choices timed anew in
+/// every process would make a resumed run differ from the one it continues in the last bits.
+/// A default cache that is not a tuning file (another program's, a hand edit) is set aside as
+/// PATH.bad with a note; a named file (the flag's or FT_GEMM_TUNING_FILE) must be one, or it is an
+/// error when first read.
 inline void apply_gemm_tuning_flag(const Args& args, const std::string& program) {
   std::string path = args.str("gemm-tuning");
+  FT_CHECK(!path.empty(), program, ": --gemm-tuning needs auto, off or a file path");
   if (path == "off") {
     set_gemm_autotune(false);
     set_gemm_tuning_file("");
     return;
   }
   const bool automatic = path == "auto";
+  bool cache = false;  // the default cache file, neither named by the flag nor by the environment
   if (automatic) {
     const char* named = std::getenv("FT_GEMM_TUNING_FILE");
-    path = named && *named ? named : default_gemm_tuning_path();
+    cache = !(named && *named);
+    path = cache ? default_gemm_tuning_path() : named;
   }
-  std::error_code error;
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  if (!path.empty() && !folder.empty()) std::filesystem::create_directories(folder, error);
-  if (path.empty() || error) {
-    FT_CHECK(automatic, program, ": --gemm-tuning: cannot create the folder of '", path, "': ", error.message());
+  // Whether the folder exists (or can be made) and takes new files, which is what writing the
+  // choices needs (a temporary renamed over the file).
+  std::string problem = path.empty() ? "neither XDG_CACHE_HOME nor HOME is set" : "";
+  if (problem.empty()) {
+    std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    if (folder.empty()) folder = ".";
+    std::error_code error;
+    std::filesystem::create_directories(folder, error);
+    std::string probe = (folder / ".ft-write-probe.XXXXXX").string();
+    const int fd = error ? -1 : ::mkstemp(probe.data());
+    if (fd >= 0) {
+      ::close(fd);
+      std::remove(probe.c_str());
+    } else {
+      problem = "cannot create files in '" + folder.string() + "'" + (error ? ": " + error.message() : "");
+    }
+  }
+  if (!problem.empty()) {
+    FT_CHECK(cache, program, ": --gemm-tuning '", path, "': ", problem);
     std::fprintf(stderr, "note: no cache folder for the tuned GEMM choices (%s); the heuristic's are used\n",
-                 path.empty() ? "neither XDG_CACHE_HOME nor HOME is set" : error.message().c_str());
+                 problem.c_str());
     set_gemm_autotune(false);
     set_gemm_tuning_file("");
     return;
+  }
+  if (cache && !gemm_tuning_file_parses(path)) {
+    std::error_code error;
+    std::filesystem::rename(path, path + ".bad", error);
+    std::fprintf(stderr, "note: '%s' is not a GEMM tuning file; %s, and the choices are timed again\n", path.c_str(),
+                 error ? "it is ignored" : "set aside as .bad");
+    if (error) path += ".new";  // the unreadable one stays; write beside it
   }
   set_gemm_autotune(true);
   set_gemm_tuning_file(path);

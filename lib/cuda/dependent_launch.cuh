@@ -46,8 +46,9 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.stream = stream();
   config.attrs = &attribute;
   config.numAttrs = dependent_launch_enabled() ? 1 : 0;
-  // Converted here so the launch sees exactly the kernel's parameter types.
-  (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
+  // cudaLaunchKernelEx converts the arguments implicitly, as <<<>>> does. Its error, if any, is
+  // also the last error, which the caller's FT_CUDA_CHECK_LAUNCH reads.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace ft::cuda

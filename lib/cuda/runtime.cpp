@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <string_view>
 #include <vector>
 
 #include "lib/cuda/device_writes.h"
@@ -177,15 +176,6 @@ ColumnScratch column_scratch(int64_t row_blocks, int64_t cols, int64_t col_tiles
     FT_CUDA_CHECK(cudaMemsetAsync(counters, 0, counter_count * sizeof(unsigned), stream()));
   }
   return ColumnScratch{static_cast<float*>(partials), counters};
-}
-
-bool dependent_launch_enabled() {
-  // Hopper and later; FT_DEPENDENT_LAUNCH=0 turns it off (lib/cuda/dependent_launch.cuh).
-  static const bool on = [] {
-    const char* value = std::getenv("FT_DEPENDENT_LAUNCH");
-    return !(value && std::string_view(value) == "0") && compute_capability() >= 90;
-  }();
-  return on;
 }
 
 unsigned elementwise_blocks(long long n, int threads) {

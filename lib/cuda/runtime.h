@@ -54,8 +54,10 @@ struct ColumnScratch {
 ColumnScratch column_scratch(int64_t row_blocks, int64_t cols, int64_t col_tiles);
 
 /// Whether launch_dependent (lib/cuda/dependent_launch.cuh) lets kernels start early: on sm_90
-/// and later, unless FT_DEPENDENT_LAUNCH=0 is in the environment (read once), which makes every
-/// launch a plain one, for A/B timings and for ruling the overlap out when chasing a bug.
+/// and later with kernels compiled for it (whose begin_dependent_kernel() holds the wait),
+/// unless FT_DEPENDENT_LAUNCH=0 is in the environment (read once), which makes every launch a
+/// plain one, for A/B timings and for ruling the overlap out when chasing a bug.
+/// Defined in lib/cuda/dependent_launch.cu.
 bool dependent_launch_enabled();
 
 /// Grid size for an elementwise kernel of n items with `threads` per block.

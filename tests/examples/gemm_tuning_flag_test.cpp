@@ -1,7 +1,8 @@
 // The example binaries' --gemm-tuning (examples/common/cli.h): off turns autotuning off; a path
 // turns it on with that file, its folder made; auto takes $FT_GEMM_TUNING_FILE, else the cache
-// folder (default_gemm_tuning_path), and without either stays off rather than timing choices
-// that no later process would share.
+// folder (default_gemm_tuning_path), and without a usable cache stays off rather than timing
+// choices that no later process would share; a corrupt cache is set aside; a named file in a
+// folder that cannot be made is an error.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -115,6 +116,22 @@ TEST(GemmTuningFlagTest, OffPathAndAuto) {
   EXPECT_EQ(gemm_tuning_file(), "");
 }
 
+TEST(GemmTuningFlagTest, ACorruptCacheIsSetAsideAndAnEmptyValueRefused) {
+  TuningSettingsScope restore;
+  TempDir dir("ft_tuning_flag");
+  EnvScope named("FT_GEMM_TUNING_FILE", std::nullopt);
+  EnvScope xdg("XDG_CACHE_HOME", dir.file("cache"));
+  const std::string cache = dir.file("cache") + "/fusedtrain/gemm-tuning.txt";
+  std::filesystem::create_directories(dir.file("cache/fusedtrain"));
+  std::ofstream(cache) << "half a file";
+  cli::apply_gemm_tuning_flag(parsed("auto"), "ft-test");
+  EXPECT_TRUE(gemm_autotune());
+  EXPECT_EQ(gemm_tuning_file(), cache);
+  EXPECT_FALSE(std::filesystem::exists(cache));
+  EXPECT_TRUE(std::filesystem::exists(cache + ".bad"));
+  EXPECT_FT_ERROR(cli::apply_gemm_tuning_flag(parsed(""), "ft-test"), "--gemm-tuning");
+}
+
 TEST(GemmTuningFlagTest, AFolderThatCannotBeMadeIsAnErrorNamingIt) {
   TuningSettingsScope restore;
   TempDir dir("ft_tuning_flag");
@@ -127,6 +144,9 @@ TEST(GemmTuningFlagTest, AFolderThatCannotBeMadeIsAnErrorNamingIt) {
   set_gemm_autotune(true);
   cli::apply_gemm_tuning_flag(parsed("auto"), "ft-test");
   EXPECT_FALSE(gemm_autotune());
+  // A file the environment names is the user's choice, as the flag's is: an error, not a note.
+  EnvScope named_bad("FT_GEMM_TUNING_FILE", blocker + "/choices.txt");
+  EXPECT_FT_ERROR(cli::apply_gemm_tuning_flag(parsed("auto"), "ft-test"), "a_file");
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "lib/gemm_tuning.h"
 #include "tests/lib/test_util.h"
@@ -28,8 +27,12 @@ TEST(GemmTuningFileTest, WhatOneRecordsAnotherFinds) {
     file.record("4,5,6", 0);
     file.record("1,2,3", 2);  // a later record replaces the earlier
   }
-  // Written whole through a temporary that was renamed: nothing but the file is left.
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+  // Written whole through a temporary that was renamed: nothing but the file and the writers'
+  // lock file is left.
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name == "tuning.txt" || name == "tuning.txt.lock") << name;
+  }
   GemmTuningFile again(path, "device=90:H100 cublasLt=130000");
   EXPECT_EQ(again.size(), 2u);
   EXPECT_EQ(again.find("1,2,3"), 2);
@@ -46,6 +49,36 @@ TEST(GemmTuningFileTest, AnotherValidatorStartsOver) {
   other.record("4,5,6", 1);
   EXPECT_EQ(GemmTuningFile(path, "device=90:H200 cublasLt=130000").size(), 1u);
   EXPECT_EQ(GemmTuningFile(path, "device=90:H100 cublasLt=130000").size(), 0u);
+}
+
+TEST(GemmTuningFileTest, WritersKeepEachOthersRecords) {
+  // Two processes sharing a file (here two instances that read it before either wrote): each
+  // record merges what the other wrote meanwhile, and its own choices win for its own keys.
+  TempDir dir("ft_tuning");
+  const std::string path = dir.file("tuning.txt");
+  const std::string validator = "device=90:H100 cublasLt=130000";
+  GemmTuningFile first(path, validator), second(path, validator);
+  first.record("1,1", 3);
+  second.record("2,2", 4);
+  first.record("3,3", 5);
+  GemmTuningFile reread(path, validator);
+  EXPECT_EQ(reread.size(), 3u);
+  EXPECT_EQ(reread.find("1,1"), 3);
+  EXPECT_EQ(reread.find("2,2"), 4);
+  EXPECT_EQ(reread.find("3,3"), 5);
+  EXPECT_EQ(first.find("2,2"), 4);  // taken from the file when first wrote again
+}
+
+TEST(GemmTuningFileTest, WhetherAFileParses) {
+  TempDir dir("ft_tuning");
+  const std::string path = dir.file("tuning.txt");
+  EXPECT_TRUE(gemm_tuning_file_parses(path));  // none yet
+  std::ofstream(path) << "fusedtrain gemm tuning v1 device=80:A100 cublasLt=1\n1,2 3\n";
+  EXPECT_TRUE(gemm_tuning_file_parses(path));  // another device's, but well formed
+  std::ofstream(path) << "fusedtrain gemm tuning v1 device=80:A100 cublasLt=1\n1,2 three\n";
+  EXPECT_FALSE(gemm_tuning_file_parses(path));
+  std::ofstream(path) << "something else\n";
+  EXPECT_FALSE(gemm_tuning_file_parses(path));
 }
 
 TEST(GemmTuningFileTest, BadLinesAndRecordsAreErrors) {

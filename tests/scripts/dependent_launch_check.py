@@ -5,8 +5,10 @@ A kernel launched by launch_dependent (lib/cuda/dependent_launch.cuh) may start 
 before it still runs; its first statement must wait for that kernel, or it races with it (reads
 stale data, or overwrites what that kernel still reads). A race shows only now and then on the
 GPU, so the rule is checked on the source instead: every kernel begins with the wait, whichever
-way it is launched (the wait is free in a kernel launched plainly). Exits 1 naming each kernel
-that does not.
+way it is launched (the wait is free in a kernel launched plainly). Also: every kernel that
+launch_dependent names outright is one of those checked (a library's kernel, CUB's say, must
+not be launched early). A kernel passed in a variable (`kernel`) comes from an assignment or a
+parameter of the same file, whose kernels are all checked. Exits 1 naming each offender.
 """
 import pathlib
 import re
@@ -45,23 +47,49 @@ def kernels(text):
         yield name, body.split(";", 1)[0].strip()
 
 
+FOLDERS = ("lib", "optim", "train", "layers", "examples")
+SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".inl")
+
+
+def launched_names(text):
+    """The first argument of each launch_dependent call, without template arguments or scope."""
+    for found in re.finditer(r"\blaunch_dependent\(", text):
+        rest = text[found.end():]
+        if rest.lstrip().startswith("void (*"):
+            continue  # the template's own definition
+        first = re.match(r"\s*([\w:]+)", rest)
+        if first:
+            yield first.group(1).split("::")[-1]
+
+
 def main():
-    missing, count = [], 0
-    for folder in ("lib", "optim", "train"):
+    errors, names, count, sources = [], set(), 0, {}
+    for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix not in (".cu", ".cuh"):
+            if path.suffix not in SUFFIXES or not path.is_file():
                 continue
-            for name, first in kernels(path.read_text()):
+            text = path.read_text(errors="replace")
+            sources[path] = text
+            for name, first in kernels(text):
                 count += 1
+                names.add(name)
                 if first != "begin_dependent_kernel()":
-                    missing.append(f"{path.relative_to(ROOT)}: {name} begins with '{first[:60]}'")
+                    errors.append(f"{path.relative_to(ROOT)}: {name} begins with '{first[:60]}', "
+                                  "not begin_dependent_kernel()")
     if count == 0:
         print("error: no kernels found (has the tree moved?)")
         return 1
-    for line in missing:
-        print(f"error: {line}, not begin_dependent_kernel()")
-    print(f"{count} kernels, {len(missing)} without the wait first")
-    return 1 if missing else 0
+    launches = 0
+    for path, text in sources.items():
+        for name in launched_names(text):
+            launches += 1
+            if name not in names and name != "kernel":
+                errors.append(f"{path.relative_to(ROOT)}: launch_dependent({name}, ...) names no kernel "
+                              "checked here")
+    for line in errors:
+        print(f"error: {line}")
+    print(f"{count} kernels, {launches} dependent launches, {len(errors)} errors")
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
