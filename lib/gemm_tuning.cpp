@@ -1,5 +1,6 @@
 #include "lib/gemm_tuning.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/error.h"
+#include "lib/runtime.h"
 
 namespace ft {
 
@@ -115,10 +117,19 @@ bool gemm_tuning_file_parses(const std::string& path) {
   return read_choices(path, header.substr(std::string(kHeader).size()), /*strict=*/false, unused);
 }
 
+std::string gemm_tuning_file_name(const std::string& device) {
+  if (device.empty()) return "gemm-tuning.txt";
+  std::string model = device;
+  for (char& c : model)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  return "gemm-tuning-" + model + ".txt";
+}
+
 std::string default_gemm_tuning_path() {
+  const std::string name = gemm_tuning_file_name(device_name());
   if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
-    return std::string(cache) + "/fusedtrain/gemm-tuning.txt";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/fusedtrain/gemm-tuning.txt";
+    return std::string(cache) + "/fusedtrain/" + name;
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/fusedtrain/" + name;
   return "";
 }
 

@@ -38,9 +38,14 @@ class GemmTuningFile {
 /// validator: the example binaries set such a cache aside instead of failing on it.
 bool gemm_tuning_file_parses(const std::string& path);
 
+/// The cache file's name for a GPU model (device_name()): "gemm-tuning-NVIDIA_H100_80GB_HBM3.txt",
+/// one file a model, so machines of several models sharing a home folder keep a file each;
+/// "gemm-tuning.txt" for an empty name.
+std::string gemm_tuning_file_name(const std::string& device);
+
 /// Where the example binaries keep tuned choices unless told otherwise (their --gemm-tuning auto):
-/// $XDG_CACHE_HOME/fusedtrain/gemm-tuning.txt, else ~/.cache/fusedtrain/gemm-tuning.txt; empty
-/// when neither variable is set.
+/// $XDG_CACHE_HOME/fusedtrain/, else ~/.cache/fusedtrain/, and gemm_tuning_file_name of the
+/// current GPU; empty when neither variable is set.
 std::string default_gemm_tuning_path();
 
 }  // namespace ft

@@ -98,8 +98,9 @@ inline void add_gemm_tuning_flag(Args& args) {
   args.flag("gemm-tuning", "auto",
             "on CUDA, cuBLASLt's algorithm for each product shape. auto: time its first 8 candidates\n"
             "once and keep the fastest in $FT_GEMM_TUNING_FILE, else in $XDG_CACHE_HOME (or ~/.cache)\n"
-            "/fusedtrain/gemm-tuning.txt, so later runs and --resume pick the same ones untimed;\n"
-            "PATH: the same with that file; off: the heuristic's first choice");
+            "/fusedtrain/gemm-tuning-<GPU model>.txt, so later runs and --resume pick the same ones\n"
+            "untimed;"
+            " PATH: the same with that file; off: the heuristic's first choice");
 }
 
 /// Applies --gemm-tuning (before the first product). The choices' folder must take new files.

@@ -14,6 +14,7 @@
 #include "examples/common/cli.h"
 #include "lib/gemm_tuning.h"
 #include "lib/ops/matmul.h"
+#include "lib/runtime.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
 
@@ -67,15 +68,22 @@ cli::Args parsed(const std::string& value) {
   return args;
 }
 
+TEST(GemmTuningFlagTest, AFileForEachGpuModel) {
+  EXPECT_EQ(gemm_tuning_file_name("NVIDIA H100 80GB HBM3"), "gemm-tuning-NVIDIA_H100_80GB_HBM3.txt");
+  EXPECT_EQ(gemm_tuning_file_name("a/b c.d-e"), "gemm-tuning-a_b_c.d-e.txt");
+  EXPECT_EQ(gemm_tuning_file_name(""), "gemm-tuning.txt");
+}
+
 TEST(GemmTuningFlagTest, DefaultPathFollowsTheCacheVariables) {
+  const std::string name = gemm_tuning_file_name(device_name());  // this machine's GPU, or none
   {
     EnvScope xdg("XDG_CACHE_HOME", "/somewhere/cache");
-    EXPECT_EQ(default_gemm_tuning_path(), "/somewhere/cache/fusedtrain/gemm-tuning.txt");
+    EXPECT_EQ(default_gemm_tuning_path(), "/somewhere/cache/fusedtrain/" + name);
   }
   EnvScope xdg("XDG_CACHE_HOME", std::nullopt);
   {
     EnvScope home("HOME", "/home/someone");
-    EXPECT_EQ(default_gemm_tuning_path(), "/home/someone/.cache/fusedtrain/gemm-tuning.txt");
+    EXPECT_EQ(default_gemm_tuning_path(), "/home/someone/.cache/fusedtrain/" + name);
   }
   EnvScope home("HOME", std::nullopt);
   EXPECT_EQ(default_gemm_tuning_path(), "");
@@ -101,7 +109,7 @@ TEST(GemmTuningFlagTest, OffPathAndAuto) {
     EnvScope xdg("XDG_CACHE_HOME", dir.file("cache"));
     cli::apply_gemm_tuning_flag(parsed("auto"), "ft-test");
     EXPECT_TRUE(gemm_autotune());
-    EXPECT_EQ(gemm_tuning_file(), dir.file("cache") + "/fusedtrain/gemm-tuning.txt");
+    EXPECT_EQ(gemm_tuning_file(), dir.file("cache") + "/fusedtrain/" + gemm_tuning_file_name(device_name()));
     EXPECT_TRUE(std::filesystem::is_directory(dir.file("cache/fusedtrain")));
 
     EnvScope named_now("FT_GEMM_TUNING_FILE", dir.file("named.txt"));
@@ -121,7 +129,7 @@ TEST(GemmTuningFlagTest, ACorruptCacheIsSetAsideAndAnEmptyValueRefused) {
   TempDir dir("ft_tuning_flag");
   EnvScope named("FT_GEMM_TUNING_FILE", std::nullopt);
   EnvScope xdg("XDG_CACHE_HOME", dir.file("cache"));
-  const std::string cache = dir.file("cache") + "/fusedtrain/gemm-tuning.txt";
+  const std::string cache = dir.file("cache") + "/fusedtrain/" + gemm_tuning_file_name(device_name());
   std::filesystem::create_directories(dir.file("cache/fusedtrain"));
   std::ofstream(cache) << "half a file";
   cli::apply_gemm_tuning_flag(parsed("auto"), "ft-test");
