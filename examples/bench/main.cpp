@@ -99,8 +99,10 @@ int run_ops(int argc, char** argv) {
                              "training step's graph, without one replay's launch and ramps (1: not)");
   args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention',\n"
                         "'lora' or 'dlrm' (the embedding bag and interaction at dlrm-kaggle shapes) for that table alone");
+  ft::cli::add_gemm_tuning_flag(args);  // the linear, LoRA and DLRM tables run products
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
   if (!report) return 0;
+  ft::cli::apply_gemm_tuning_flag(args, "ft-bench");
   ft::bench::OpsBenchOptions o;
   o.only = args.str("only");
   o.rows = args.integer("rows", 1);
