@@ -1,13 +1,14 @@
 #include "lib/cuda/runtime.h"
 
-#include <cuda_profiler_api.h>
-
 #include <algorithm>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
+
+#include <cuda_profiler_api.h>
 
 #include "lib/cuda/device_writes.h"
 #include "lib/runtime.h"

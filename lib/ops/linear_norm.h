@@ -39,10 +39,11 @@ Tensor linear_layer_norm_act_dropout_composite(const Tensor& x, const Tensor& we
 /// Fused (CUDA, fused mode, where linear takes its cuBLASLt epilogue path and the norm its
 /// fused kernels): the same two forward kernels and autograd nodes as the two ops (the sum's,
 /// the norm's), but the norm's backward sums dx's columns (f32) and the sum's node, when the
-/// gradient it receives is that dx, takes them as b's gradient: GPT-2's attention and MLP
-/// projections, cuBLASLt's `globalKernelBgradAB_v2` at 16.5 us each (24 a step, H100). The norm
-/// backward then stages its rows in blocks of 6 warps instead of 8 (the third slice's shared
-/// memory). Where the fused form does not apply, the two ops run one after the other.
+/// gradient it receives is that dx, takes them as b's gradient, written into b's gradient view
+/// when it can claim it: GPT-2's attention and MLP projections, where cuBLASLt's
+/// `globalKernelBgradAB_v2` took 16.4 us each (24 a step, H100). The plain norm backward keeps
+/// the sums in registers (norm.cu, kDxSumsInRegisters). Where the fused form does not apply, the
+/// two ops run one after the other.
 /// Twin: linear_composite, then add_layer_norm's twin.
 AddNormResult linear_add_layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual,
                                     const Tensor& norm_weight, const Tensor& norm_bias, double eps = 1e-5);

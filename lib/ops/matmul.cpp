@@ -150,9 +150,8 @@ std::string& tuning_file_setting() {
   }();
   return path;
 }
-}  // namespace
-
 std::atomic<uint64_t> tuning_file_generation{0};
+}  // namespace
 
 void set_gemm_tuning_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(tuning_file_mutex);
