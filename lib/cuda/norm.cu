@@ -16,6 +16,7 @@
 #include "lib/cuda/grad_sink.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/mma.cuh"
+#include "lib/cuda/partial_rows.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/ops/layer_norm.h"
 
@@ -563,40 +564,16 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 }
 
 // out[j] = Σ_b partials[b, j] over j in [sums, cols] (dweight, dbias, and with sums = 3 the
-// dx column sums), dweight divided by weight_divisor[j] when given (the backward
-// summed dy·x̂·w). A block takes 32 columns; its kSumWarps warps split the row blocks (warp w takes b ≡ w mod kSumWarps, 8 loads in flight),
-// and warp 0 adds their results in warp order: deterministic. The sum runs after the backward
-// with the GPU otherwise idle, so its time is latency: 8 warps a block left each warp 4 rounds
-// of loads (4.9 us for the 1.6 MB of GPT-2's 264 row blocks, ncu on the H100), 32 leave one.
-constexpr int kSumWarps = 32;
+// dx column sums), dweight divided by weight_divisor[j] when given (the backward summed
+// dy·x̂·w): sum_partial_rows (partial_rows.cuh) over the blocks' partial rows, 8 loads in flight.
 template <class T>
-__global__ void __launch_bounds__(kSumWarps * 32) sum_partials_kernel(const float* partials, int blocks, int sums,
-                                                                      int64_t cols, const T* weight_divisor,
-                                                                      GradSink<T> dweight, GradSink<T> dbias,
-                                                                      GradSink<T> dx_sums) {
+__global__ void __launch_bounds__(kPartialRowWarps * 32)
+    sum_partials_kernel(const float* partials, int blocks, int sums, int64_t cols, const T* weight_divisor,
+                        GradSink<T> dweight, GradSink<T> dbias, GradSink<T> dx_sums) {
   begin_dependent_kernel();
-  __shared__ float by_warp[kSumWarps][32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t j = blockIdx.x * 32LL + lane;
-  float acc = 0.0f;
-  const int64_t stride = sums * cols;
-  if (j < stride) {
-    int b = warp;
-    for (; b + 7 * kSumWarps < blocks; b += 8 * kSumWarps) {
-      float part[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) part[u] = __ldcg(&partials[(b + kSumWarps * u) * stride + j]);
-#pragma unroll
-      for (int u = 0; u < 8; ++u) acc += part[u];
-    }
-    for (; b < blocks; b += kSumWarps) acc += __ldcg(&partials[b * stride + j]);
-  }
-  by_warp[warp][lane] = acc;
-  __syncthreads();
-  if (warp != 0 || j >= stride) return;
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kSumWarps; ++w) total += by_warp[w][lane];
+  const int64_t j = blockIdx.x * 32LL + threadIdx.x % 32, stride = sums * cols;
+  const float total = sum_partial_rows<8>(partials, blocks, stride, j, j < stride);
+  if (threadIdx.x >= 32 || j >= stride) return;
   if (j < cols) {
     if (dweight.any()) dweight.store(j, weight_divisor ? total / to_acc(weight_divisor[j]) : total);
   } else if (j < 2 * cols) {
@@ -764,7 +741,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
                          static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined() || dx_column_sums.defined()) {
-          launch_dependent(sum_partials_kernel<T>, static_cast<unsigned>((sums * cols + 31) / 32), kSumWarps * 32, 0,
+          launch_dependent(sum_partials_kernel<T>, static_cast<unsigned>((sums * cols + 31) / 32), kPartialRowWarps * 32, 0,
                            scratch.partials, static_cast<int>(blocks), sums, cols, kPlain ? weight.data<T>() : nullptr,
                            grad_sink<T>(dweight), grad_sink<T>(dbias), grad_sink<T>(dx_column_sums));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");

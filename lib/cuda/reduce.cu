@@ -9,6 +9,7 @@
 #include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
+#include "lib/cuda/partial_rows.cuh"
 #include "lib/cuda/row_map.cuh"
 #include "lib/cuda/runtime.h"
 
@@ -142,36 +143,15 @@ void reduce_middle(const Tensor& x, const Tensor& out, int64_t outer, int64_t mi
 }
 
 namespace {
-// A block takes 32 columns; its warps split the rows (warp w takes r ≡ w mod kPartialSumWarps,
-// 4 loads in flight), and warp 0 adds their sums in warp order: deterministic. Made for few rows
-// over many columns, where the column kernel's tiles leave few blocks (the QKV bias's 128 rows of
-// 2304 partials: 20 blocks, 8.6 us on the H100).
-constexpr int kPartialSumWarps = 32;
-__global__ void __launch_bounds__(kPartialSumWarps * 32)
+// sum_partial_rows (partial_rows.cuh), 4 loads in flight: made for few rows over many columns,
+// where the column kernel's tiles leave few blocks (the QKV bias's 128 rows of 2304 partials:
+// 20 blocks, 8.6 us on the H100).
+__global__ void __launch_bounds__(kPartialRowWarps * 32)
     partial_row_sums_kernel(const float* partials, int rows, int64_t cols, GradSink<float> out) {
   begin_dependent_kernel();
-  __shared__ float by_warp[kPartialSumWarps][32];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t c = blockIdx.x * 32LL + lane;
-  float acc = 0.0f;
-  if (c < cols) {
-    int r = warp;
-    for (; r + 3 * kPartialSumWarps < rows; r += 4 * kPartialSumWarps) {
-      float part[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) part[u] = partials[(r + u * kPartialSumWarps) * cols + c];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) acc += part[u];
-    }
-    for (; r < rows; r += kPartialSumWarps) acc += partials[r * cols + c];
-  }
-  by_warp[warp][lane] = acc;
-  __syncthreads();
-  if (warp != 0 || c >= cols) return;
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kPartialSumWarps; ++w) total += by_warp[w][lane];
-  out.store(c, total);
+  const int64_t c = blockIdx.x * 32LL + threadIdx.x % 32;
+  const float total = sum_partial_rows<4>(partials, rows, cols, c, c < cols);
+  if (threadIdx.x < 32 && c < cols) out.store(c, total);
 }
 }  // namespace
 
@@ -181,7 +161,7 @@ void partial_row_sums(const Tensor& partials, const GradOutput& out) {
            "partial_row_sums: f32 [rows, cols] partials into [cols], got ", shape_str(partials.shape()), " ",
            dtype_name(partials.dtype()));
   const int64_t rows = partials.size(0), cols = partials.size(1);
-  launch_dependent(partial_row_sums_kernel, static_cast<unsigned>((cols + 31) / 32), kPartialSumWarps * 32, 0,
+  launch_dependent(partial_row_sums_kernel, static_cast<unsigned>((cols + 31) / 32), kPartialRowWarps * 32, 0,
                    partials.data<float>(), static_cast<int>(rows), cols, grad_sink<float>(out));
   FT_CUDA_CHECK_LAUNCH("partial_row_sums_kernel");
 }
