@@ -51,7 +51,7 @@ echo "gtest: $gtest_summary"
 echo "sanitizer: $sanitizer_summary"
 [ -f "$logs/sanitize.log" ] && tail -20 "$logs/sanitize.log"
 echo
-grep -E '^causal attention|^B[0-9]+ NH|^ +(mma.sync|twin)' "$logs/attention.log"
+grep -E '^causal attention|^B[0-9]+ NH|^ +(mma.sync|twin|batched)' "$logs/attention.log"
 grep '^RESULT attention=' "$logs/attention-torch.log" | sed 's/^RESULT /torch: /'
 echo
 [ -f "$logs/gpt2.log" ] && sed -n '/^kernels/,$p' "$logs/gpt2.log" | grep -v '^RESULT'

@@ -2,7 +2,7 @@
 # On the GPU machine: where the time of a gpt2-124M step and of an mlp-fmnist step goes, kernel
 # by kernel. Builds with every core, runs one gtest filter, times `ft-bench gpt2` (fused, with
 # and without the graph) and one ft-mlp epoch (fused, graph), then profiles one eager fused GPT-2 step and the first eager ft-mlp
-# steps with Nsight Compute (duration, DRAM bytes and launch shape per kernel; caches not flushed
+# steps with Nsight Compute (duration, DRAM bytes, launch shape and SMs' busy share per kernel; caches not flushed
 # between kernels, as in a real step) and prints scripts/ncu_breakdown.py's table for each.
 #   scripts/device_breakdown.sh [gtest filter]
 # BREAKDOWN_BENCH=lora profiles `ft-bench lora` (the lora-gpt2 step) instead of `ft-bench gpt2`;
@@ -32,7 +32,7 @@ fi
 timeout 120 $B/examples/ft-mlp --device cuda --epochs 1 --batch 4096 --log-every 5 --data-dir "$data" \
   >"$out/mlp.log" 2>&1 || tail -5 "$out/mlp.log"
 
-metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread
+metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,sm__cycles_active.avg,sm__cycles_elapsed.avg
 ncu_breakdown() {  # label, steps covered, then the program and its arguments
   local label=$1 steps=$2
   shift 2

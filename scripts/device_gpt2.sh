@@ -37,7 +37,7 @@ echo "== fusedtrain GPT-2 device check ($(date -u +%F), $(head -1 "$logs/gpu.txt
 for mode in fused unfused; do echo "parity $mode: ${parity[$mode]}"; done
 echo "resume on the GPU: $resume"
 echo
-sed -n '/causal attention/,/^RESULT/p' "$logs/attention.log" | grep -v '^RESULT'
+grep -E '^causal attention|^B[0-9]+ NH|^ +(mma.sync|twin|batched)' "$logs/attention.log"
 grep '^RESULT attention=' "$logs/attention-torch.log" | sed 's/^RESULT /torch: /'
 echo
 sed -n '/^kernels/,$p' "$logs/gpt2.log" | grep -v '^RESULT'
