@@ -324,25 +324,41 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
   }
 }
 
-/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows). A block
-/// takes kQkvBiasRows tokens of one head (blockIdx.y = b·NH + h): D / 8 lanes a row, 8 columns
-/// each, its row lanes taking every kRowLanes-th token. With Params::qkv_bias_partials it also
-/// writes the chunk's column sums of dQ as stored, the row lanes' sums added in lane order.
+/// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows, the shares
+/// from key tiles of `key_tile` keys). A block takes kQkvBiasRows tokens of one head (blockIdx.y =
+/// b·NH + h): D / 8 lanes a row, 8 columns each, its row lanes taking every kRowLanes-th token.
+/// With Params::qkv_bias_partials it also writes the chunk's column sums of dQ as stored, the
+/// row lanes' sums added in lane order.
+/// It overlaps the backward (begin_overlapping_kernel): a block waits for its query tiles' last
+/// turns, not for the whole backward, so the chunks whose shares are all in are written on the
+/// SMs that the causal backward's last, longest blocks leave idle. It touches only dQ, Q's
+/// columns of the bias partials and the sums, none of which the backward reads after the turns.
 template <int D, int kRows>
-__global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const __grid_constant__ Params p) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const __grid_constant__ Params p,
+                                                                          int key_tile) {
+  begin_overlapping_kernel();
   constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
   const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
   const int64_t bh = blockIdx.y;
   const int query_tiles = (p.tokens + kRows - 1) / kRows;
   const int t0 = blockIdx.x * kQkvBiasRows, t1 = min(p.tokens, t0 + kQkvBiasRows);
+  if (threadIdx.x == 0) {
+    for (int qt = t0 / kRows; qt <= (t1 - 1) / kRows; ++qt) {
+      int seen = -1;
+      wait_for_turn(p.dq_turns + bh * query_tiles + qt, dq_share_count(qt, kRows, key_tile, p.tokens, p.causal), seen);
+    }
+    // The last share's copy was complete, and fenced, before its turn was passed on.
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
+  }
+  __syncthreads();
   const float* const sums = p.dq_sum + bh * query_tiles * kRows * kDqStride<D> + lane * 8;
   bf16* const dq = p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + lane * 8;
   float column[8] = {};
 #pragma unroll 4
   for (int t = t0 + row_lane; t < t1; t += kRowLanes) {
     const float* sum = sums + static_cast<int64_t>(t) * kDqStride<D>;  // tiles of kRows rows, back to back
-    const float4 lo = __ldcs(reinterpret_cast<const float4*>(sum)), hi = __ldcs(reinterpret_cast<const float4*>(sum) + 1);
+    // Through L2 (.cg): written by other blocks' bulk copies while this kernel ran.
+    const float4 lo = __ldcg(reinterpret_cast<const float4*>(sum)), hi = __ldcg(reinterpret_cast<const float4*>(sum) + 1);
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -351,10 +367,12 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
     }
     store_pack<bf16, 8>(dq + t * p.in.token, v);
   }
-  if (p.qkv_bias_partials == nullptr) return;
-  float* const row = chunk_bias_partials<D>(p);
-  const float total = chunk_column_sum<D>(column);
-  if (threadIdx.x < D) row[threadIdx.x] = total;  // Q's columns
+  if (p.qkv_bias_partials != nullptr) {
+    float* const row = chunk_bias_partials<D>(p);
+    const float total = chunk_column_sum<D>(column);
+    if (threadIdx.x < D) row[threadIdx.x] = total;  // Q's columns
+  }
+  end_overlapping_kernel();
 }
 
 template <int D, bool kDropout>
@@ -396,8 +414,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
   float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
   auto staged_share = [&](int qt) { return dq_stage + (qt & 1) * kDqShareFloats<D>; };
   auto issue_share = [&](int qt) {  // thread 0
-    const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kRows - 1) / kTile) : key_tiles - 1;
-    shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<D>);
+    shares.issue(staged_share(qt), qt, dq_share_count(qt, kRows, kTile, p.tokens, p.causal) - 1 - kt,
+                 kDqShareFloats<D>);
   };
   for (int qt = first; qt < query_tiles; ++qt) {
     const int buf = (qt - first) & 1;
@@ -610,7 +628,8 @@ bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
       }
       const dim3 finish_grid(static_cast<unsigned>((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows),
                              static_cast<unsigned>(shape.batch * shape.heads));
-      launch_dependent(attention_dq_finish_kernel<D, kRows>, finish_grid, kAttnThreads, 0, p);
+      launch_dependent(attention_dq_finish_kernel<D, kRows>, finish_grid, kAttnThreads, 0, p,
+                       hopper ? kHopperBackwardKeys : kTile);
       FT_CUDA_CHECK_LAUNCH("attention_dq_finish_kernel");
     };
     if (hopper) with_share_rows(std::integral_constant<int, kHopperBackwardQueryRows>{});

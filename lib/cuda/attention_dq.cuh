@@ -4,7 +4,8 @@
 // added in a fixed order, from the key tile on the diagonal down to key tile 0, through an f32
 // buffer and a turn counter per query tile: the first share is stored, each later one waits for
 // its turn and adds (the bulk copy engine does the adds). A small kernel then writes dQ in bf16
-// from the sums. FlashAttention-2 and -3 add the shares with atomics in whatever order blocks
+// from the sums, each chunk of rows as soon as its query tiles' last turns are passed: it starts
+// while the backward's last blocks still run (attention_dq_finish_kernel). FlashAttention-2 and -3 add the shares with atomics in whatever order blocks
 // arrive; this order makes dQ bit-reproducible.
 #pragma once
 #include <cuda/atomic>
@@ -20,6 +21,8 @@ template <int D>
 constexpr int kBackwardQueryRows = D <= 64 ? 64 : 32;
 /// Query rows per step of the Hopper backward, at either head size (one tile of row statistics).
 constexpr int kHopperBackwardQueryRows = kStatTileRows;
+/// Keys a block of the Hopper backward owns (two warpgroups of 64 keys).
+constexpr int kHopperBackwardKeys = 128;
 
 /// The warp's tile of a query tile's dQ share (kRows rows × HS): 16 rows × kCols columns, for
 /// the 4 warps of a block (the Hopper backward's warpgroups take turns at the shares). mma.sync
@@ -63,6 +66,26 @@ __device__ __forceinline__ void stage_dq_share(float* staged, const float (&dq)[
 // which the hardware starts first, so a correct launch never gets near this.
 constexpr long long kMaxTurnSpins = 1LL << 24;
 
+/// How many shares query tile qt (of `rows` rows) gets: one from each key tile (of `key_tile`
+/// keys) from the diagonal's down to key tile 0. The diagonal's share is turn 0, key tile kt's
+/// turn is (count - 1 - kt), and once every share is added the counter reads `count`.
+__device__ __forceinline__ int dq_share_count(int qt, int rows, int key_tile, int tokens, bool causal) {
+  const int key_tiles = (tokens + key_tile - 1) / key_tile;
+  return (causal ? min(key_tiles - 1, ((qt + 1) * rows - 1) / key_tile) : key_tiles - 1) + 1;
+}
+
+/// Spins until a turn counter reads `turn` (`seen`: its last value read, updated), trapping
+/// after kMaxTurnSpins reads.
+__device__ __forceinline__ void wait_for_turn(int* turns, int turn, int& seen) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(*turns);
+  long long spins = 0;
+  while (seen != turn) {
+    __nanosleep(32);
+    if (++spins > kMaxTurnSpins) __trap();
+    seen = counter.load(::cuda::memory_order_relaxed);
+  }
+}
+
 /// One thread's side of the ordered dQ sums of one head: thread 0's in the mma.sync backward; in
 /// the Hopper backward each warpgroup's first thread's, for the shares its warpgroup staged. The
 /// shares of a query tile come from the key tile on the diagonal (turn 0, a bulk store) down to
@@ -82,6 +105,10 @@ struct DqShares {
   __device__ void complete() {
     mma::wait_bulk();  // also frees the staging buffer the copy read
     if (in_flight < 0) return;
+    // The copy's adds were made by the bulk copy engine (the async proxy); the finish kernel,
+    // which may already run (attention_dq_finish_kernel), reads the sums with ordinary loads once
+    // it sees the last turn passed.
+    mma::fence_before_bulk();
     ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[in_flight])
         .store(in_flight_turn + 1, ::cuda::memory_order_release);
     in_flight = -1;
@@ -92,19 +119,14 @@ struct DqShares {
   }
   /// Adds the share of query tile qt staged in shared memory, in its turn (0 stores; a later
   /// turn waits until the counter, read by peek() and again while it is short, reaches it).
-  __device__ void issue(const float* staged, int qt, int turn, bool last, int floats) {
+  /// Every share passes its turn on, the last one too: the finish kernel waits for it.
+  __device__ void issue(const float* staged, int qt, int turn, int floats) {
     float* sum = sums + static_cast<int64_t>(qt) * floats;
     const unsigned bytes = static_cast<unsigned>(floats) * sizeof(float);
     if (turn == 0) {
       mma::bulk_store(sum, staged, bytes);
     } else {
-      ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(turns[qt]);
-      long long spins = 0;
-      while (seen != turn) {
-        __nanosleep(32);
-        if (++spins > kMaxTurnSpins) __trap();
-        seen = counter.load(::cuda::memory_order_relaxed);
-      }
+      wait_for_turn(turns + qt, turn, seen);
       // The previous share's bulk copy was complete before its turn was passed on, and this
       // copy starts only once that turn is seen (a control dependency); the fence orders the
       // read of the counter before the bulk copy engine's access.
@@ -112,7 +134,7 @@ struct DqShares {
       mma::bulk_add(sum, staged, bytes);
     }
     mma::commit_bulk();
-    if (!last) in_flight = qt, in_flight_turn = turn;
+    in_flight = qt, in_flight_turn = turn;
   }
 };
 

@@ -46,6 +46,7 @@ using wgmma::Major;
 constexpr int kWarpgroupKeys = 64;                   // keys of a warpgroup, 16 a warp
 constexpr int kWarpgroups = 2;                       // a block's: 128 keys
 constexpr int kKeys = kWarpgroupKeys * kWarpgroups;
+static_assert(kKeys == kHopperBackwardKeys, "the finish kernel counts the shares by kHopperBackwardKeys");
 constexpr int kQueries = kHopperBackwardQueryRows;   // query rows a step
 static_assert(kQueries == kStatTileRows && kQueries == 64, "a step's statistics are one tile");
 constexpr uint32_t kStatBytes = 2 * kStatTileRows * sizeof(float);
@@ -142,8 +143,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   float* const staged_shares = reinterpret_cast<float*>(smem + L::kShares);
   auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<D, kQueries>; };
   auto issue_share = [&](int qt) {  // a warpgroup leader
-    const int diagonal = p.causal ? min(key_tiles - 1, ((qt + 1) * kQueries - 1) / kKeys) : key_tiles - 1;
-    shares.issue(staged_share(qt), qt, diagonal - kt, kt == 0, kDqShareFloats<D, kQueries>);
+    const int turn = dq_share_count(qt, kQueries, kKeys, p.tokens, p.causal) - 1 - kt;
+    shares.issue(staged_share(qt), qt, turn, kDqShareFloats<D, kQueries>);
   };
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;

@@ -32,8 +32,32 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 #endif
 }
 
+/// The first statement of a kernel that overlaps the one before it instead of waiting for it:
+/// it only lets the next kernel launch early. It may start once every block of the kernel
+/// before it has started (each after its own wait, so the kernels before that one are done),
+/// and then runs beside that kernel's last blocks. Such a kernel
+///   - synchronizes with the kernel before it itself, through flags that kernel releases and it
+///     acquires, for everything it reads of that kernel's;
+///   - writes nothing that kernel reads or writes;
+///   - calls end_overlapping_kernel() on every path before it exits, so that its completion
+///     still implies that kernel's for the kernels after it (they wait only for this one).
+/// tests/scripts/dependent_launch_check.py holds it to the last point as it can: the call is in
+/// its body, and the body has no return.
+__device__ __forceinline__ void begin_overlapping_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/// The wait an overlapping kernel defers (see begin_overlapping_kernel).
+__device__ __forceinline__ void end_overlapping_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /// Launches kernel<<<grid, block, smem, stream()>>>(args...) allowed to start before the kernel
-/// ahead of it has finished. `kernel` must begin with begin_dependent_kernel().
+/// ahead of it has finished. `kernel` must begin with begin_dependent_kernel() or
+/// begin_overlapping_kernel().
 template <class... Params, class... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
   cudaLaunchAttribute attribute{};

@@ -53,8 +53,9 @@ __device__ __forceinline__ void commit_bulk() { asm volatile("cp.async.bulk.comm
 /// visible to it, and their shared-memory sources may be written again.
 __device__ __forceinline__ void wait_bulk() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void fence_shared_for_bulk() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/// Orders the thread's earlier ordinary memory accesses (a read of a turn counter) before its
-/// later bulk copies.
+/// Orders the thread's ordinary global accesses and its bulk copies against each other, both
+/// ways: a read of a turn counter before later copies; completed copies before a later store
+/// that tells another block it may read what they wrote.
 __device__ __forceinline__ void fence_before_bulk() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 /// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8.

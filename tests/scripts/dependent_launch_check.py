@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every CUDA kernel of the library (lib/, optim/, train/) begins with begin_dependent_kernel().
+"""Every CUDA kernel of the library (lib/, optim/, train/) begins with begin_dependent_kernel(),
+or with begin_overlapping_kernel() and then reaches end_overlapping_kernel() with no return.
 
 A kernel launched by launch_dependent (lib/cuda/dependent_launch.cuh) may start while the kernel
 before it still runs; its first statement must wait for that kernel, or it races with it (reads
@@ -30,7 +31,7 @@ def matching(text, at, open_char, close_char):
 
 
 def kernels(text):
-    """(name, first statement) of each __global__ function defined in text."""
+    """(name, first statement, body) of each __global__ function defined in text."""
     for found in re.finditer(r"__global__", text):
         paren = text.index("(", found.end())
         # Skip __launch_bounds__(...) between __global__ and the name.
@@ -42,9 +43,9 @@ def kernels(text):
         semicolon = text.find(";", close)
         if brace < 0 or 0 <= semicolon < brace:
             continue  # a declaration
-        body = text[brace + 1:]
-        body = re.sub(r"^\s*(//[^\n]*\n\s*)*", "", body)
-        yield name, body.split(";", 1)[0].strip()
+        body = text[brace + 1:matching(text, brace, "{", "}")]
+        statements = re.sub(r"^\s*(//[^\n]*\n\s*)*", "", body)
+        yield name, statements.split(";", 1)[0].strip(), body
 
 
 FOLDERS = ("lib", "optim", "train", "layers", "examples")
@@ -70,12 +71,19 @@ def main():
                 continue
             text = path.read_text(errors="replace")
             sources[path] = text
-            for name, first in kernels(text):
+            for name, first, body in kernels(text):
                 count += 1
                 names.add(name)
-                if first != "begin_dependent_kernel()":
+                if first == "begin_overlapping_kernel()":
+                    # It must reach end_overlapping_kernel() on every path: the call is there and
+                    # nothing returns early.
+                    code = re.sub(r"//[^\n]*", "", body)
+                    if "end_overlapping_kernel();" not in code or re.search(r"\breturn\b", code):
+                        errors.append(f"{path.relative_to(ROOT)}: {name} begins with begin_overlapping_kernel() "
+                                      "but does not end with end_overlapping_kernel() on every path (a return?)")
+                elif first != "begin_dependent_kernel()":
                     errors.append(f"{path.relative_to(ROOT)}: {name} begins with '{first[:60]}', "
-                                  "not begin_dependent_kernel()")
+                                  "not begin_dependent_kernel() (or begin_overlapping_kernel())")
     if count == 0:
         print("error: no kernels found (has the tree moved?)")
         return 1
