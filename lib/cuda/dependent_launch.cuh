@@ -11,7 +11,9 @@
 //     reading what this one writes (the memory pool hands freed buffers on in stream order).
 //   - after waiting, it lets the next kernel launch early in its turn (launch_dependents).
 // tests/scripts/dependent_launch_check.py holds every library kernel to the first point, however
-// it is launched, so no kernel can be switched to launch_dependent without it.
+// it is launched, so no kernel can be switched to launch_dependent without it. The one
+// exception is a kernel that synchronizes with the one before it itself and defers the wait
+// to its end (begin_overlapping_kernel, below; the attention's dQ finish).
 // Waiting on completion is transitive: a kernel completes only after its own wait returned, so
 // the wait covers every kernel before it, as plain stream order does. A kernel that waits but
 // was launched without the attribute (by <<<>>>, or with FT_DEPENDENT_LAUNCH=0) just runs.
