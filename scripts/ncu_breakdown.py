@@ -75,7 +75,8 @@ def main():
     total_ns = sum(g["ns"] for g in groups.values())
     print(f"{len(rows)} launches, kernel time summed: {total_ns / 1e6 / args.steps:.3f} ms per step "
           f"(ncu runs kernels one at a time: no launch gaps, no overlap)")
-    print(f"{'ms/step':>8} {'share':>6} {'count':>6} {'us each':>8} {'GB/s':>7} {'%dram':>6} {'regs':>5} {'%sm':>5} {'grid':>8} {'block':>6}  kernel")
+    print(f"{'ms/step':>8} {'share':>6} {'count':>6} {'us each':>8} {'GB/s':>7} {'%dram':>6} {'regs':>5} "
+          f"{'%sm':>5} {'grid':>8} {'block':>6}  kernel")
     ranked = sorted(groups.items(), key=lambda kv: -kv[1]["ns"])
     for (name, grid, block), g in ranked[: args.top]:
         gbps = g["bytes"] / g["ns"] if g["ns"] else 0.0  # bytes per ns = GB/s

@@ -345,7 +345,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
   if (threadIdx.x == 0) {
     for (int qt = t0 / kRows; qt <= (t1 - 1) / kRows; ++qt) {
       int seen = -1;
-      wait_for_turn(p.dq_turns + bh * query_tiles + qt, dq_share_count(qt, kRows, key_tile, p.tokens, p.causal), seen);
+      const int shares = dq_share_count(qt, kRows, key_tile, p.tokens, p.causal);
+      wait_for_turn(p.dq_turns + bh * query_tiles + qt, shares, seen);
     }
     // The last share's copy was complete, and fenced, before its turn was passed on.
     ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
@@ -358,7 +359,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
   for (int t = t0 + row_lane; t < t1; t += kRowLanes) {
     const float* sum = sums + static_cast<int64_t>(t) * kDqStride<D>;  // tiles of kRows rows, back to back
     // Through L2 (.cg): written by other blocks' bulk copies while this kernel ran.
-    const float4 lo = __ldcg(reinterpret_cast<const float4*>(sum)), hi = __ldcg(reinterpret_cast<const float4*>(sum) + 1);
+    const float4* const pair = reinterpret_cast<const float4*>(sum);
+    const float4 lo = __ldcg(pair), hi = __ldcg(pair + 1);
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int k = 0; k < 8; ++k) {

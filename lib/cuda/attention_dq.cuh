@@ -5,8 +5,9 @@
 // buffer and a turn counter per query tile: the first share is stored, each later one waits for
 // its turn and adds (the bulk copy engine does the adds). A small kernel then writes dQ in bf16
 // from the sums, each chunk of rows as soon as its query tiles' last turns are passed: it starts
-// while the backward's last blocks still run (attention_dq_finish_kernel). FlashAttention-2 and -3 add the shares with atomics in whatever order blocks
-// arrive; this order makes dQ bit-reproducible.
+// while the backward's last blocks still run (attention_dq_finish_kernel). FlashAttention-2 and
+// -3 add the shares with atomics in whatever order blocks arrive; this order makes dQ
+// bit-reproducible.
 #pragma once
 #include <cuda/atomic>
 
