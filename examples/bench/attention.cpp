@@ -35,9 +35,10 @@ void attention_table(const OpsBenchOptions& options, BenchReport& report) {
       const char* report;  // in the JSON, as the peers name variants
       KernelMode mode;
       cuda::FlashKernels forward;
+      int batched = 1;  // also timed as this many calls in one graph
     };
     std::vector<Variant> variants = {{"twin", "unfused", KernelMode::Unfused, cuda::FlashKernels::PreferHopper},
-                                     {"fused", "fused", KernelMode::Fused, cuda::FlashKernels::PreferHopper}};
+                                     {"fused", "fused", KernelMode::Fused, cuda::FlashKernels::PreferHopper, options.batched}};
     if (cuda::hopper_flash_available())
       variants.push_back({"mma.sync", "fused mma.sync", KernelMode::Fused, cuda::FlashKernels::MmaSync});
     std::vector<double> fwd_ms, total_ms;
@@ -49,18 +50,17 @@ void attention_table(const OpsBenchOptions& options, BenchReport& report) {
       KernelModeGuard guard(variant.mode);
       const cuda::FlashKernels saved = cuda::flash_kernels();
       cuda::set_flash_kernels(variant.forward);
-      const int batched = &variant == &variants[1] ? options.batched : 1;
       const Timing fwd = time_device_work(
           [&] {
             NoGradGuard no_grad;
             attention(q, k, v, true);
           },
-          options.warmup, options.iterations, batched);
+          options.warmup, options.iterations, variant.batched);
       const Timing total = time_device_work([&] { gradients(attention(q, k, v, true), dy, {q, k, v}); },
-                                            options.warmup, options.iterations, batched);
+                                            options.warmup, options.iterations, variant.batched);
       fwd_ms.push_back(fwd.graph_ms);
       total_ms.push_back(total.graph_ms);
-      if (batched > 1) batched_fwd_ms = fwd.batched_graph_ms, batched_total_ms = total.batched_graph_ms;
+      if (variant.batched > 1) batched_fwd_ms = fwd.batched_graph_ms, batched_total_ms = total.batched_graph_ms;
       cuda::set_flash_kernels(saved);
     }
     char name[64];

@@ -223,20 +223,31 @@ __device__ __forceinline__ float* chunk_bias_partials(const Params& p) {
   return p.qkv_bias_partials + ((bh / p.heads) * chunks + blockIdx.x) * 3 * p.heads * D + (bh % p.heads) * D;
 }
 
-/// A chunk kernel's column sums: each thread holds 8 columns' sums of its row lane (thread t:
-/// columns 8·(t mod D/8) .. +8, row lane t / (D/8)); the row lanes' sums are added in lane order
-/// through shared memory. Thread c < D gets column c's; every thread of the block must call it.
+/// The thread layout of the chunk kernels (the Δ and dQ finish kernels): a block takes
+/// kQkvBiasRows tokens of one head (blockIdx.x: the chunk, blockIdx.y = b·NH + h), D / 8 lanes a
+/// row, 8 columns each, its row lanes taking every kRowLanes-th token.
+template <int D>
+struct ChunkLanes {
+  static constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
+  int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
+  int64_t bh = blockIdx.y;
+  int t0 = blockIdx.x * kQkvBiasRows;  // the chunk's first token
+};
+
+/// A chunk kernel's column sums: each thread holds 8 columns' sums of its row lane (ChunkLanes);
+/// the row lanes' sums are added in lane order through shared memory. Thread c < D gets column
+/// c's; every thread of the block must call it.
 template <int D>
 __device__ __forceinline__ float chunk_column_sum(const float (&column)[8]) {
-  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
-  __shared__ float lane_sums[kRowLanes][D];
+  const ChunkLanes<D> at;
+  __shared__ float lane_sums[ChunkLanes<D>::kRowLanes][D];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) lane_sums[threadIdx.x / kLanes][(threadIdx.x % kLanes) * 8 + k] = column[k];
+  for (int k = 0; k < 8; ++k) lane_sums[at.row_lane][at.lane * 8 + k] = column[k];
   __syncthreads();
   float total = 0.0f;
   if (threadIdx.x < D)
 #pragma unroll
-    for (int r = 0; r < kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
+    for (int r = 0; r < ChunkLanes<D>::kRowLanes; ++r) total += lane_sums[r][threadIdx.x];
   return total;
 }
 
@@ -255,10 +266,11 @@ template <int D>
 __global__ void __launch_bounds__(kAttnThreads) attention_delta_kernel(const __grid_constant__ Params p,
                                                                        int padded_tokens) {
   begin_dependent_kernel();
-  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
-  const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
-  const int64_t bh = blockIdx.y;
-  const int t0 = blockIdx.x * kQkvBiasRows, t1 = min(padded_tokens, t0 + kQkvBiasRows);
+  const ChunkLanes<D> at;
+  constexpr int kLanes = ChunkLanes<D>::kLanes, kRowLanes = ChunkLanes<D>::kRowLanes;
+  const int lane = at.lane, row_lane = at.row_lane;
+  const int64_t bh = at.bh;
+  const int t0 = at.t0, t1 = min(padded_tokens, t0 + kQkvBiasRows);
   const int64_t head_at = (bh / p.heads) * p.out_strides.batch + (bh % p.heads) * p.out_strides.head + lane * 8;
   float column[8] = {};
   // The same trip count in every thread: the lanes of a row add their products by shuffles.
@@ -325,8 +337,7 @@ __device__ __forceinline__ void ds_times_k(float (&acc)[8][4], Tile<kRows> ds_t,
 }
 
 /// dQ in bf16, scaled, from the f32 sums of its shares (query tiles of kRows rows, the shares
-/// from key tiles of `key_tile` keys). A block takes kQkvBiasRows tokens of one head (blockIdx.y =
-/// b·NH + h): D / 8 lanes a row, 8 columns each, its row lanes taking every kRowLanes-th token.
+/// from key tiles of `key_tile` keys), a chunk of tokens a block (ChunkLanes).
 /// With Params::qkv_bias_partials it also writes the chunk's column sums of dQ as stored, the
 /// row lanes' sums added in lane order.
 /// It overlaps the backward (begin_overlapping_kernel): a block waits for its query tiles' last
@@ -337,11 +348,11 @@ template <int D, int kRows>
 __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const __grid_constant__ Params p,
                                                                           int key_tile) {
   begin_overlapping_kernel();
-  constexpr int kLanes = D / 8, kRowLanes = kAttnThreads / kLanes;
-  const int lane = threadIdx.x % kLanes, row_lane = threadIdx.x / kLanes;
-  const int64_t bh = blockIdx.y;
+  const ChunkLanes<D> at;
+  constexpr int kRowLanes = ChunkLanes<D>::kRowLanes;
+  const int64_t bh = at.bh;
   const int query_tiles = (p.tokens + kRows - 1) / kRows;
-  const int t0 = blockIdx.x * kQkvBiasRows, t1 = min(p.tokens, t0 + kQkvBiasRows);
+  const int t0 = at.t0, t1 = min(p.tokens, t0 + kQkvBiasRows);
   if (threadIdx.x == 0) {
     for (int qt = t0 / kRows; qt <= (t1 - 1) / kRows; ++qt) {
       int seen = -1;
@@ -352,11 +363,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_dq_finish_kernel(const
     ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);
   }
   __syncthreads();
-  const float* const sums = p.dq_sum + bh * query_tiles * kRows * kDqStride<D> + lane * 8;
-  bf16* const dq = p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + lane * 8;
+  const float* const sums = p.dq_sum + bh * query_tiles * kRows * kDqStride<D> + at.lane * 8;
+  bf16* const dq = p.dq + (bh / p.heads) * p.in.batch + (bh % p.heads) * p.in.head + at.lane * 8;
   float column[8] = {};
 #pragma unroll 4
-  for (int t = t0 + row_lane; t < t1; t += kRowLanes) {
+  for (int t = t0 + at.row_lane; t < t1; t += kRowLanes) {
     const float* sum = sums + static_cast<int64_t>(t) * kDqStride<D>;  // tiles of kRows rows, back to back
     // Through L2 (.cg): written by other blocks' bulk copies while this kernel ran.
     const float4* const pair = reinterpret_cast<const float4*>(sum);

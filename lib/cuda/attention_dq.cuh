@@ -109,7 +109,7 @@ struct DqShares {
     // The copy's adds were made by the bulk copy engine (the async proxy); the finish kernel,
     // which may already run (attention_dq_finish_kernel), reads the sums with ordinary loads once
     // it sees the last turn passed.
-    mma::fence_before_bulk();
+    mma::fence_global_with_bulk();
     ::cuda::atomic_ref<int, ::cuda::thread_scope_device>(turns[in_flight])
         .store(in_flight_turn + 1, ::cuda::memory_order_release);
     in_flight = -1;
@@ -131,7 +131,7 @@ struct DqShares {
       // The previous share's bulk copy was complete before its turn was passed on, and this
       // copy starts only once that turn is seen (a control dependency); the fence orders the
       // read of the counter before the bulk copy engine's access.
-      mma::fence_before_bulk();
+      mma::fence_global_with_bulk();
       mma::bulk_add(sum, staged, bytes);
     }
     mma::commit_bulk();

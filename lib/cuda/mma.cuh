@@ -56,7 +56,7 @@ __device__ __forceinline__ void fence_shared_for_bulk() { asm volatile("fence.pr
 /// Orders the thread's ordinary global accesses and its bulk copies against each other, both
 /// ways: a read of a turn counter before later copies; completed copies before a later store
 /// that tells another block it may read what they wrote.
-__device__ __forceinline__ void fence_before_bulk() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_global_with_bulk() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 /// Four 8x8 bf16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* row) {

@@ -741,8 +741,9 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
                          static_cast<const T*>(addend_ptr), device_error_word(), stage_rows);
         FT_CUDA_CHECK_LAUNCH("norm_backward_kernel");
         if (dweight.defined() || dbias.defined() || dx_column_sums.defined()) {
-          launch_dependent(sum_partials_kernel<T>, static_cast<unsigned>((sums * cols + 31) / 32), kPartialRowWarps * 32, 0,
-                           scratch.partials, static_cast<int>(blocks), sums, cols, kPlain ? weight.data<T>() : nullptr,
+          launch_dependent(sum_partials_kernel<T>, static_cast<unsigned>((sums * cols + 31) / 32),
+                           kPartialRowWarps * 32, 0, scratch.partials, static_cast<int>(blocks), sums, cols,
+                           kPlain ? weight.data<T>() : nullptr,
                            grad_sink<T>(dweight), grad_sink<T>(dbias), grad_sink<T>(dx_column_sums));
           FT_CUDA_CHECK_LAUNCH("sum_partials_kernel");
         }
