@@ -44,6 +44,7 @@ class GradBuffer {
   /// Group g's buffer as it is, stale views included (a data-parallel bucket whose members the
   /// running backward has all written).
   const Tensor& storage(size_t g) const { return flats_.at(g); }
+  size_t groups() const { return flats_.size(); }
   /// Leaf i's gradient view.
   Tensor grad(size_t i) const { return leaves_.at(i).grad(); }
   const std::vector<Tensor>& leaves() const { return leaves_; }

@@ -27,6 +27,7 @@ void CapturedGraph::replay() { FT_FAIL("CapturedGraph: built without CUDA"); }
 void CapturedGraph::replay(const DeviceWrites&) { FT_FAIL("CapturedGraph: built without CUDA"); }
 void synchronize() {}
 std::string device_name() { return ""; }
+std::string device_identity() { return ""; }
 StreamEvent::~StreamEvent() = default;
 void StreamEvent::record(Stream) {}
 void StreamEvent::wait(Stream) const {}

@@ -24,6 +24,9 @@ void synchronize();
 /// The name of the GPU the compute stream runs on, as its driver reports it ("NVIDIA H100 80GB
 /// HBM3"); empty without one (a CPU-only build, or no GPU visible).
 std::string device_name();
+/// The GPU the compute stream runs on and where it sits: "NVIDIA H200, PCI 0000:19:00.0" (the
+/// bus id tells apart GPUs of one model, whatever CUDA_VISIBLE_DEVICES renumbered); empty without one.
+std::string device_identity();
 
 /// True while work enqueued on the compute stream is being captured into a CUDA graph (what is
 /// allocated then belongs to the graph and must not be kept past it).

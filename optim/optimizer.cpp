@@ -197,6 +197,16 @@ void Optimizer::make_pieces() {
   }
 }
 
+int64_t Optimizer::state_bytes() const {
+  size_t bytes = 0;
+  for (size_t g = 0; g < master_flats_.size(); ++g)
+    if (!group_owns_master_[g] && master_flats_[g].defined()) bytes += master_flats_[g].nbytes();
+  for (const auto& [name, flats] : state_buffers())
+    for (const Tensor& t : *flats)
+      if (t.defined()) bytes += t.nbytes();
+  return static_cast<int64_t>(bytes);
+}
+
 std::vector<Tensor> Optimizer::allocate_state() const {
   std::vector<Tensor> flats;
   const FlatLayout& layout = grads_.layout();

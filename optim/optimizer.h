@@ -121,6 +121,9 @@ class Optimizer {
   /// A sharded optimizer's collectives (DataParallel sets them; they must outlive the steps that
   /// use them); a sharded step without them is an ft::Error.
   void set_shard_collectives(ShardCollectives* collectives) { collectives_ = collectives; }
+  /// Bytes of optimizer state this rank holds: the f32 master weights it keeps beside the
+  /// parameters, and the moments (sharded: its chunks only).
+  int64_t state_bytes() const;
   /// The buffers that hold every parameter's value, one per gradient group: the master weights
   /// (unsharded), or the parameters themselves (sharded: what the step gathers). Replicas of a
   /// data-parallel run hold them bit for bit alike.

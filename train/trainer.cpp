@@ -241,11 +241,12 @@ FitSummary Trainer::fit(int64_t total_steps) {
     if (items_per_step_ == 0)  // summed over the ranks: the global batch
       items_per_step_ = world_size() * accum *
                         (options_.items_per_batch > 0 ? options_.items_per_batch : micro_batches[0].rows());
-    if (options_.data_parallel) options_.data_parallel->comm().set_step(step_ + 1);
+    if (options_.data_parallel) options_.data_parallel->begin_step(step_ + 1);
     if (!first_step_done) mark_startup("first batch");
     timer_.begin_step();
     const Tensor loss = run_step(micro_batches);
     timer_.end_step();
+    if (options_.data_parallel) options_.data_parallel->end_step();
     for (Batch& b : micro_batches) b = Batch();
     prefetcher_->release();
     ++step_;

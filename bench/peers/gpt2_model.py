@@ -121,3 +121,26 @@ def init_gpt2_(model, seed=0):
             else:
                 std = 0.02 / (2 * model.layers) ** 0.5 if name.endswith("c_proj.weight") else 0.02
                 p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
+def gpt2_adamw(model, **implementation):
+    """The benchmarks' AdamW (lr 6e-4, betas 0.9/0.95, weight decay 0.1 on 2-D weights only);
+    `implementation` picks torch.optim.AdamW's (fused=True, foreach=True, ...)."""
+    decay = [p for p in model.p.values() if p.dim() >= 2]
+    rest = [p for p in model.p.values() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=6e-4,
+                             betas=(0.9, 0.95), eps=1e-8, **implementation)
+
+
+def gpt2_step(model, forward, opt, ids, targets):
+    """One benchmark step as a function: bf16 autocast forward through `forward` (the model, or it
+    compiled or wrapped), backward, clipping at 1.0, the optimizer's step; returns the loss."""
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = forward(ids, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+    return step

@@ -10,7 +10,7 @@ import statistics
 
 import torch
 
-from gpt2_model import GPT, init_gpt2_
+from gpt2_model import GPT, gpt2_adamw, gpt2_step, init_gpt2_
 from results import add_json_argument, device_name, write_results
 from timing import time_steps
 
@@ -41,22 +41,12 @@ def main():
     torch.manual_seed(0)
     model = GPT(50304, 1024, a.layers, 12, 768, attention=a.attention).cuda()
     init_gpt2_(model)
-    decay = [p for p in model.p.values() if p.dim() >= 2]
-    rest = [p for p in model.p.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=6e-4,
-                            betas=(0.9, 0.95), eps=1e-8, **OPTIMIZERS[a.optimizer])
+    opt = gpt2_adamw(model, **OPTIMIZERS[a.optimizer])
     forward = torch.compile(model) if a.mode == "compile" else model
     ids = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
     targets = torch.randint(0, 50257, (a.batch, a.seq), device="cuda")
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = forward(ids, targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        return loss
+    step = gpt2_step(model, forward, opt, ids, targets)
 
     times, loss = time_steps(step, a.warmup, a.steps, reset_peak_memory=True)
     ms = statistics.median(times)

@@ -11,7 +11,7 @@
 #include "examples/common/cli.h"
 #include "lib/parse.h"
 #include "train/checkpoint.h"
-#include "train/dist/launch_env.h"
+#include "lib/launch_env.h"
 #include "train/trainer.h"
 
 namespace ft::cli {

@@ -18,7 +18,7 @@
 #include "lib/ops/matmul.h"
 #include "lib/parse.h"
 #include "lib/runtime.h"
-#include "train/dist/launch_env.h"
+#include "lib/launch_env.h"
 
 namespace ft::cli {
 
@@ -177,9 +177,21 @@ inline bool graph_flag(const Args& args) { return args.integer("graph", 0) != 0;
 /// Reads --device (checking a GPU is there when asked for) and applies --kernels globally.
 inline Device apply_device_flags(const Args& args, const std::string& program) {
   const Device device = Device::parse(args.str("device"));
-  // A rank of a data-parallel run uses the GPU of its local rank: pinned before CUDA starts.
-  if (device.is_cuda()) pin_gpu_to_local_rank(launch_env());
-  FT_CHECK(!device.is_cuda() || cuda_available(), program, ": --device cuda, but no CUDA GPU is available");
+  const GpuPinning& pinned = gpu_pinning();
+  FT_CHECK(!device.is_cuda() || pinned.problem.empty(), program, ": ", pinned.problem);
+  FT_CHECK(!device.is_cuda() || cuda_available(), program, ": --device cuda, but no CUDA GPU is available",
+           pinned.pinned ? " (this rank, local rank " + std::to_string(pinned.local_rank) + ", was given CUDA_VISIBLE_DEVICES=" +
+                               pinned.visible + ": more processes on this machine than GPUs?)"
+                         : std::string());
+  // Each rank of a run of several processes names the GPU it got (the library pinned it to its
+  // local rank's when it was loaded, lib/launch_env.h), so that a launch is easy to check.
+  const LaunchEnv env = launch_env();
+  if (device.is_cuda() && env.distributed()) {
+    const GpuPinning& pinning = gpu_pinning();
+    std::printf("rank %d of %d: %s (local rank %d, CUDA_VISIBLE_DEVICES=%s)\n", env.rank, env.world_size,
+                device_identity().c_str(), env.local_rank, pinning.visible.empty() ? "unset" : pinning.visible.c_str());
+    std::fflush(stdout);
+  }
   set_kernel_mode(parse_kernel_mode(args.str("kernels")));
   if (device.is_cuda()) apply_gemm_tuning_flag(args, program);
   return device;

@@ -8,12 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "examples/common/cli.h"
 #include "train/batches.h"
 #include "train/dist/communicator.h"
 #include "train/dist/data_parallel.h"
-#include "train/dist/launch_env.h"
+#include "lib/launch_env.h"
 
 namespace ft::cli {
 
@@ -25,6 +26,8 @@ inline void add_data_parallel_flags(Args& args) {
                          "(gradients reduce-scattered, parameters all-gathered)");
   args.flag("bucket-mb", "25", "size of a gradient bucket, in MB of f32 gradient: each is averaged over the ranks as\n"
                                "soon as backward has completed it");
+  args.flag("grad-reduce", "f32", "f32 or bf16: the dtype gradients cross the wire in (bf16 halves the bytes: each rank's\n"
+                                  "gradients rounded to bf16 and reduced in bf16, as llm.c does)");
   args.flag("comm-timeout", "60", "seconds any collective of a data-parallel run may take before every rank stops\n"
                                   "with an error naming the rank it waited for");
   args.flag("check-replicas", "0", "1: before every step, check that all ranks hold bit-identical weights (costs a\n"
@@ -61,6 +64,8 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
     FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
     return run;
   }
+  const std::string reduce = args.str("grad-reduce");
+  FT_CHECK(reduce == "f32" || reduce == "bf16", program, ": --grad-reduce must be f32 or bf16, got '", reduce, "'");
   const double timeout_s = args.number("comm-timeout", 0);
   FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
@@ -77,14 +82,26 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
 inline void start_data_parallel(DataParallelRun& run, const Args& args, const std::string& program, Module& model,
                                 Optimizer& optimizer) {
   if (!run.comm) return;
-  run.dp = std::make_unique<DataParallel>(*run.comm, optimizer,
-                                          DataParallel::Options{.check_replicas = args.integer("check-replicas", 0) != 0});
+  const bool bf16 = args.str("grad-reduce") == "bf16";
+  run.dp = std::make_unique<DataParallel>(
+      *run.comm, optimizer,
+      DataParallel::Options{.check_replicas = args.integer("check-replicas", 0) != 0,
+                            .reduce_dtype = bf16 ? std::optional<DType>(DType::BF16) : std::nullopt});
   run.dp->broadcast_parameters(model);
-  if (run.primary())
-    std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s%s\n", program.c_str(),
-                run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
+  if (run.primary()) {
+    std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s reduced in %s%s\n",
+                program.c_str(), run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
                 run.env.launcher.c_str(), optimizer.buckets().size(), optimizer.buckets().size() == 1 ? "" : "s",
-                optimizer.sharded() ? ", ZeRO-1" : "");
+                bf16 ? "bf16" : "f32", optimizer.sharded() ? ", ZeRO-1" : "");
+    // ZeRO-1's point is this figure: one rank's optimizer state against what a whole copy takes.
+    const double mb = 1.0 / (1 << 20), state = static_cast<double>(optimizer.state_bytes());
+    if (optimizer.sharded())
+      std::printf("%s: optimizer state %.1f MB a rank (ZeRO-1 over %d ranks; unsharded about %.1f MB)\n",
+                  program.c_str(), state * mb, run.env.world_size, state * mb * run.env.world_size);
+    else
+      std::printf("%s: optimizer state %.1f MB a rank (every rank holds all of it; --zero 1 shards it)\n",
+                  program.c_str(), state * mb);
+  }
 }
 
 }  // namespace ft::cli

@@ -11,6 +11,7 @@
 #include <cuda_profiler_api.h>
 
 #include "lib/cuda/device_writes.h"
+#include "lib/launch_env.h"
 #include "lib/runtime.h"
 
 namespace ft::cuda {
@@ -124,13 +125,25 @@ struct DeviceContext {
 DeviceContext& context() {
   // Built on first use and deliberately never destroyed: tensors freed during static
   // destruction still need a live stream.
-  static DeviceContext* ctx = new DeviceContext();
+  static DeviceContext* ctx = [] {
+    // A rank the library could not pin (lib/launch_env.h) stops before it takes a GPU that
+    // another rank may be using.
+    const GpuPinning& pinning = gpu_pinning();
+    FT_CHECK(pinning.problem.empty(), "GPU selection: ", pinning.problem);
+    return new DeviceContext();
+  }();
   return *ctx;
 }
 
 }  // namespace
 
-cudaStream_t stream() { return context().stream; }
+namespace {
+thread_local cudaStream_t scoped_stream = nullptr;  // StreamScope's stream, when one is open
+}  // namespace
+
+cudaStream_t stream() { return scoped_stream ? scoped_stream : context().stream; }
+StreamScope::StreamScope(cudaStream_t stream) : saved_(scoped_stream) { scoped_stream = stream; }
+StreamScope::~StreamScope() { scoped_stream = saved_; }
 cudaStream_t copy_stream() { return context().copy_stream; }
 int multiprocessor_count() { return context().sms; }
 size_t shared_memory_per_multiprocessor() { return context().shared_per_sm; }
@@ -365,6 +378,15 @@ void CapturedGraph::replay(const DeviceWrites& per_replay) {
 
 void synchronize() {
   if (cuda_available()) cuda::check_device_errors();
+}
+
+std::string device_identity() {
+  if (!cuda_available()) return "";
+  int device = 0;
+  FT_CUDA_CHECK(cudaGetDevice(&device));
+  char bus_id[32] = {};
+  FT_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device));
+  return device_name() + ", PCI " + bus_id;
 }
 
 std::string device_name() {

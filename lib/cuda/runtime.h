@@ -26,6 +26,19 @@ std::string launch_error_message(cudaError_t status, const char* kernel_name);
 
 /// The compute stream of the current device. Every op enqueues its work here.
 cudaStream_t stream();
+/// Within its scope, this thread's launchers enqueue on `stream` instead of the compute stream
+/// (data parallelism casts gradients on its communication stream). Only launchers that allocate
+/// nothing may run inside one: the pool's memory is ordered on the stream it was taken on.
+class StreamScope {
+ public:
+  explicit StreamScope(cudaStream_t stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  cudaStream_t saved_;
+};
 /// The stream host-to-device uploads go on (runtime::copy_to_device_async), ordered against the
 /// compute stream by StreamEvent.
 cudaStream_t copy_stream();

@@ -25,6 +25,46 @@ void Communicator::check_parts(const char* collective, const Tensor& whole, cons
            ") times the second, of one dtype");
 }
 
+namespace {
+
+/// A collective that was complete when it returned.
+class DoneWork : public Work {
+ public:
+  void wait() override {}
+};
+
+void check_wire(const char* collective, const Tensor& t, const Tensor& wire) {
+  FT_CHECK(wire.defined() && wire.numel() == t.numel() && wire.device() == t.device(), collective, ": the wire buffer ",
+           "must hold as many elements as the tensor (", t.numel(), ") on its device");
+}
+
+}  // namespace
+
+// The backends without a narrow path of their own (Gloo) round through the wire dtype on the host
+// around a reduction in the tensor's own dtype: the values a rank contributes, and those it gets
+// back, are what a narrow wire would carry.
+std::unique_ptr<Work> Communicator::all_reduce_via(const Tensor& t, const Tensor& wire, CommOp op) {
+  check_wire("all_reduce_via", t, wire);
+  wire.copy_(t);
+  t.copy_(wire);
+  all_reduce(t, op)->wait();
+  wire.copy_(t);
+  t.copy_(wire);
+  return std::make_unique<DoneWork>();
+}
+
+std::unique_ptr<Work> Communicator::reduce_scatter_via(const Tensor& input, const Tensor& wire, const Tensor& out,
+                                                       CommOp op) {
+  check_wire("reduce_scatter_via", input, wire);
+  wire.copy_(input);
+  input.copy_(wire);
+  reduce_scatter(input, out, op)->wait();
+  const Tensor narrow = wire.narrow(0, 0, out.numel());
+  narrow.copy_(out);
+  out.copy_(narrow);
+  return std::make_unique<DoneWork>();
+}
+
 std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, Device device, const CommOptions& options) {
   if (device.is_cuda()) {
 #ifdef FT_WITH_CUDA

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "lib/tensor.h"
-#include "train/dist/launch_env.h"
+#include "lib/launch_env.h"
 
 namespace ft {
 
@@ -54,21 +54,28 @@ class Communicator {
   virtual std::unique_ptr<Work> reduce_scatter(const Tensor& input, const Tensor& out, CommOp op) = 0;
   /// input [n]; out [world · n] = every rank's input in rank order.
   virtual std::unique_ptr<Work> all_gather(const Tensor& input, const Tensor& out) = 0;
+  /// all_reduce of `t` whose values cross the wire in `wire`'s dtype (bf16: half the bytes of f32):
+  /// t is rounded into `wire` (as many elements, a buffer of the caller's that nothing else uses
+  /// until the Work is done), reduced there, and widened back into t.
+  virtual std::unique_ptr<Work> all_reduce_via(const Tensor& t, const Tensor& wire, CommOp op);
+  /// reduce_scatter likewise: `input` rounded into `wire`, out = this rank's slice of the reduction.
+  virtual std::unique_ptr<Work> reduce_scatter_via(const Tensor& input, const Tensor& wire, const Tensor& out,
+                                                   CommOp op);
   /// In place: t = root's t.
   virtual std::unique_ptr<Work> broadcast(const Tensor& t, int root) = 0;
   virtual std::unique_ptr<Work> barrier() = 0;
 
   /// The training step the next collectives belong to, for error messages (called between steps,
   /// outside any captured graph).
-  void set_step(int64_t step) {
-    step_ = step;
-    step_started(step);
-  }
+  void set_step(int64_t step) { step_ = step; }
   int64_t step() const { return step_; }
+  /// Called once the step set_step named is enqueued, before the host waits on it in any way: a
+  /// backend that watches work on the device (NCCL, whose collectives a replayed graph runs
+  /// unseen) marks the step's end there, so that a peer lost inside it ends this rank too.
+  void step_enqueued() { step_enqueued(step_); }
 
  protected:
-  /// A backend's hook at set_step (NCCL's watchdog marks the steps replayed from a graph there).
-  virtual void step_started(int64_t) {}
+  virtual void step_enqueued(int64_t) {}
   /// Checks a collective's tensor: defined, on `device`.
   static void check_tensor(const char* collective, const Tensor& t, Device device);
   /// `whole` holds world_size() times the elements of `part`, of one dtype (reduce_scatter's

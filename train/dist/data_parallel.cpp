@@ -26,6 +26,15 @@ DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options opt
   for (size_t i = 0; i < hooked_.size(); ++i)
     hook_ids_.push_back(add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); }));
   if (optimizer_.sharded()) optimizer_.set_shard_collectives(this);
+  if (options_.reduce_dtype) {
+    const GradBuffer& grads = optimizer_.grad_buffer();
+    for (size_t g = 0; g < grads.groups(); ++g) {
+      const Tensor& flat = grads.storage(g);
+      wire_.push_back(*options_.reduce_dtype == flat.dtype()
+                          ? Tensor()
+                          : Tensor::empty({flat.numel()}, *options_.reduce_dtype, flat.device()));
+    }
+  }
 }
 
 // The optimizer is not touched here: it may be gone already (a binary builds it after joining
@@ -85,12 +94,17 @@ void DataParallel::start_buckets(size_t end) {
     const Tensor& flat = grads.storage(b.group);
     const Tensor bucket = flat.narrow(0, b.begin, b.size());
     if (options_.trace) note("start " + std::to_string(next_bucket_));
+    const Tensor wire = b.group < wire_.size() && wire_[b.group].defined()
+                            ? wire_[b.group].narrow(0, b.begin, b.size())
+                            : Tensor();
     if (optimizer_.sharded()) {
       const auto [first, last] = b.chunk(rank(), world_size());
-      pending_.push_back(comm_.reduce_scatter(bucket, flat.narrow(0, first, last - first),
-                                              CommOp::Average));
+      const Tensor chunk = flat.narrow(0, first, last - first);
+      pending_.push_back(wire.defined() ? comm_.reduce_scatter_via(bucket, wire, chunk, CommOp::Average)
+                                        : comm_.reduce_scatter(bucket, chunk, CommOp::Average));
     } else {
-      pending_.push_back(comm_.all_reduce(bucket, CommOp::Average));
+      pending_.push_back(wire.defined() ? comm_.all_reduce_via(bucket, wire, CommOp::Average)
+                                        : comm_.all_reduce(bucket, CommOp::Average));
     }
   }
 }

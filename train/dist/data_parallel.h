@@ -18,6 +18,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ class DataParallel : public GradientSync, public ShardCollectives {
     bool check_replicas = false;
     /// Record the order in which gradients became ready and buckets started (trace()).
     bool trace = false;
+    /// The dtype gradients cross the wire in: their own (f32), or BF16, which halves the bytes
+    /// (each rank's gradients rounded to bf16, reduced in bf16, widened back), as llm.c does.
+    std::optional<DType> reduce_dtype = {};
   };
   /// The optimizer must have been built with this run's DataPartition (rank, world size); it is
   /// used until the last step, and not in the destructor.
@@ -59,6 +63,11 @@ class DataParallel : public GradientSync, public ShardCollectives {
   /// The mean over the ranks of each rank's `value` (a validation loss of its part of the data),
   /// through a collective on the training device; every rank calls it and gets the same result.
   double mean_over_ranks(double value);
+
+  /// Brackets each training step's enqueueing: `step` names the collectives in errors, and
+  /// end_step() lets the backend watch the step's end (a lost peer inside a replayed graph).
+  void begin_step(int64_t step) { comm_.set_step(step); }
+  void end_step() { comm_.step_enqueued(); }
 
   // GradientSync: the step's reduction.
   void before_backward(bool last) override;
@@ -93,6 +102,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   bool armed_ = false;                           // inside the last micro-batch's backward
   std::vector<std::unique_ptr<Work>> pending_;
   std::vector<std::string> trace_;
+  std::vector<Tensor> wire_;  // per gradient group, with a reduce_dtype of its own: the narrow copies sent
   Tensor gathered_offsets_;  // bag_exchange's offsets of the gathered bags
   Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
 };

@@ -2,13 +2,14 @@
 // single process; values that do not fit are errors naming the variable.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
 
 #include "lib/error.h"
 #include "tests/lib/test_util.h"
-#include "train/dist/launch_env.h"
+#include "lib/launch_env.h"
 
 namespace ft {
 namespace {
@@ -74,26 +75,49 @@ TEST(LaunchEnv, BadValuesNameTheVariable) {
   EXPECT_NE(message({{"MASTER_PORT", "70000"}}).find("MASTER_PORT=70000 is not a port"), std::string::npos);
 }
 
-TEST(LaunchEnv, EachRankIsPinnedToTheGpuOfItsLocalRank) {
-  const char* before = std::getenv("CUDA_VISIBLE_DEVICES");
-  const std::string saved = before ? before : "";
-  LaunchEnv env;
-  env.world_size = 4;
-  env.local_rank = 2;
-  ::unsetenv("CUDA_VISIBLE_DEVICES");
-  EXPECT_EQ(pin_gpu_to_local_rank(env), "2");
-  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "2");
-  ::setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7", 1);
-  EXPECT_EQ(pin_gpu_to_local_rank(env), "6");
-  EXPECT_STREQ(std::getenv("CUDA_VISIBLE_DEVICES"), "6");
-  EXPECT_EQ(pin_gpu_to_local_rank(env), "");  // one GPU listed: pinned already
-  ::setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
-  EXPECT_FT_ERROR(pin_gpu_to_local_rank(env), "local rank 2");
-  env.world_size = 1;
-  env.local_rank = 0;
-  EXPECT_EQ(pin_gpu_to_local_rank(env), "");  // a single process: left alone
-  if (before) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
-  else ::unsetenv("CUDA_VISIBLE_DEVICES");
+TEST(LaunchEnv, EachRankGetsTheGpuOfItsLocalRank) {
+  EXPECT_EQ(gpu_for_local_rank(nullptr, 2).visible, "2");
+  EXPECT_EQ(gpu_for_local_rank("4,5,6,7", 2).visible, "6");
+  EXPECT_EQ(gpu_for_local_rank("GPU-aa,GPU-bb", 1).visible, "GPU-bb");
+  EXPECT_EQ(gpu_for_local_rank("6", 2).visible, "");  // one GPU listed: the launcher pinned it
+  const GpuChoice none = gpu_for_local_rank("0,1", 2);
+  EXPECT_EQ(none.visible, "");
+  EXPECT_NE(none.problem.find("local rank 2 has no GPU in CUDA_VISIBLE_DEVICES='0,1'"), std::string::npos);
+}
+
+TEST(LaunchEnv, TorchrunsAgentStoreAndRestartCount) {
+  const LaunchEnv env = from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                              {"TORCHELASTIC_RESTART_COUNT", "3"}});
+  EXPECT_TRUE(env.agent_store);
+  EXPECT_EQ(env.restart_count, 3);
+  EXPECT_FALSE(from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}}).agent_store);
+  EXPECT_FALSE(from({{"RANK", "1"}, {"WORLD_SIZE", "2"}}).agent_store);
+}
+
+// What a program linking the library sees: the probe's own static initializer reads
+// CUDA_VISIBLE_DEVICES, and must already see the pinned value (the library pins when loaded).
+std::string probe(const std::string& env) {
+  const std::string command = "env -u CUDA_VISIBLE_DEVICES -u RANK -u WORLD_SIZE -u LOCAL_RANK " + env + " " +
+                              FT_PINNING_PROBE + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string out;
+  char buffer[256];
+  while (pipe && std::fgets(buffer, sizeof(buffer), pipe)) out += buffer;
+  if (pipe) ::pclose(pipe);
+  return out;
+}
+
+TEST(LaunchEnv, TheLibraryPinsBeforeTheProgramsStaticInitializers) {
+  EXPECT_EQ(probe("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1"), "static init: 1; pinned: 1 (1)\n");
+  EXPECT_EQ(probe("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=3,5"), "static init: 5; pinned: 1 (5)\n");
+  EXPECT_EQ(probe("OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=3,5"),
+            "static init: 5; pinned: 1 (5)\n");
+  EXPECT_EQ(probe("RANK=0 WORLD_SIZE=1 CUDA_VISIBLE_DEVICES=3,5"), "static init: 3,5; pinned: 0 ()\n");
+  EXPECT_EQ(probe("FT_PIN_GPU=0 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1"), "static init: unset; pinned: 0 ()\n");
+  const std::string bad = probe("RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=0");
+  EXPECT_EQ(bad, "static init: 0; pinned: 0 (0)\n");  // one GPU listed: the launcher's own pinning
+  EXPECT_NE(probe("RANK=1 WORLD_SIZE=3 LOCAL_RANK=2 CUDA_VISIBLE_DEVICES=0,1").find("problem: local rank 2 has no GPU"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-#include "train/dist/launch_env.h"
+#include "lib/launch_env.h"
 
 #include <unistd.h>
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -52,6 +53,10 @@ LaunchEnv launch_env_from(const std::function<const char*(const char*)>& get) {
     FT_CHECK(env.master_port > 0 && env.master_port < 65536, "launch environment: MASTER_PORT=", env.master_port,
              " is not a port");
   }
+  env.agent_store = env.launcher == "torchrun" && have("TORCHELASTIC_USE_AGENT_STORE") &&
+                    std::strcmp(get("TORCHELASTIC_USE_AGENT_STORE"), "True") == 0;
+  if (have("TORCHELASTIC_RESTART_COUNT"))
+    env.restart_count = parse_int("TORCHELASTIC_RESTART_COUNT", get("TORCHELASTIC_RESTART_COUNT"));
   for (const char* name : {"FT_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"})
     if (have(name)) {
       env.run_id = get(name);
@@ -67,21 +72,52 @@ LaunchEnv launch_env() {
   return launch_env_from([](const char* name) { return std::getenv(name); });
 }
 
-std::string pin_gpu_to_local_rank(const LaunchEnv& env) {
-  if (!env.distributed()) return "";
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+GpuChoice gpu_for_local_rank(const char* visible, int local_rank) {
+  if (!visible) return {std::to_string(local_rank), ""};
   std::vector<std::string> list;
-  if (visible) {
-    std::stringstream entries(visible);
-    for (std::string item; std::getline(entries, item, ',');)
-      if (!item.empty()) list.push_back(item);
-    if (list.size() <= 1) return "";  // pinned already (or no GPU at all)
-    FT_CHECK(static_cast<size_t>(env.local_rank) < list.size(), "local rank ", env.local_rank,
-             " has no GPU in CUDA_VISIBLE_DEVICES='", visible, "' (", list.size(), " listed)");
-  }
-  const std::string gpu = visible ? list[static_cast<size_t>(env.local_rank)] : std::to_string(env.local_rank);
-  ::setenv("CUDA_VISIBLE_DEVICES", gpu.c_str(), 1);
-  return gpu;
+  std::stringstream entries(visible);
+  for (std::string item; std::getline(entries, item, ',');)
+    if (!item.empty()) list.push_back(item);
+  if (list.size() <= 1) return {};  // pinned already by the launcher (or no GPU at all)
+  if (static_cast<size_t>(local_rank) >= list.size())
+    return {"", "local rank " + std::to_string(local_rank) + " has no GPU in CUDA_VISIBLE_DEVICES='" + visible + "' (" +
+                    std::to_string(list.size()) + " listed)"};
+  return {list[static_cast<size_t>(local_rank)], ""};
 }
+
+namespace {
+
+GpuPinning& pinning_state() {
+  static GpuPinning state;
+  return state;
+}
+
+// Runs when the library is loaded: before main, and (priority 101, the first a program may use)
+// before the program's own static initializers, so that no CUDA call can come first. CUDA reads
+// CUDA_VISIBLE_DEVICES once, when it starts; setting it later changes nothing. Nothing may throw
+// here: a problem is kept for the runtime to raise at the first CUDA use.
+__attribute__((constructor(101))) void pin_gpu_when_loaded() {
+  GpuPinning& state = pinning_state();
+  try {
+    const char* opt_out = std::getenv("FT_PIN_GPU");
+    if (opt_out && std::strcmp(opt_out, "0") == 0) return;
+    const LaunchEnv env = launch_env();
+    if (!env.distributed()) return;
+    state.local_rank = env.local_rank;
+    const GpuChoice choice = gpu_for_local_rank(std::getenv("CUDA_VISIBLE_DEVICES"), env.local_rank);
+    state.problem = choice.problem;
+    if (!choice.visible.empty()) {
+      ::setenv("CUDA_VISIBLE_DEVICES", choice.visible.c_str(), 1);
+      state.pinned = true;
+    }
+    if (const char* now = std::getenv("CUDA_VISIBLE_DEVICES")) state.visible = now;
+  } catch (const std::exception& e) {
+    state.problem = e.what();  // a malformed launch environment; launch_env() raises it again later
+  }
+}
+
+}  // namespace
+
+const GpuPinning& gpu_pinning() { return pinning_state(); }
 
 }  // namespace ft
