@@ -58,14 +58,14 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   FT_CHECK(when == "auto" || when == "on", program, ": --data-parallel must be auto or on, got '", when, "'");
   const int64_t zero = args.integer("zero", 0);
   FT_CHECK(zero == 0 || zero == 1, program, ": --zero must be 0 or 1, got ", zero);
+  const std::string reduce = args.str("grad-reduce");
+  FT_CHECK(reduce == "f32" || reduce == "bf16", program, ": --grad-reduce must be f32 or bf16, got '", reduce, "'");
   const double bucket_mb = args.number("bucket-mb", 0);
   FT_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, program, ": --bucket-mb must be in (0, 1e6], got ", bucket_mb);
   if (!run.env.distributed() && when != "on") {
     FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
     return run;
   }
-  const std::string reduce = args.str("grad-reduce");
-  FT_CHECK(reduce == "f32" || reduce == "bf16", program, ": --grad-reduce must be f32 or bf16, got '", reduce, "'");
   const double timeout_s = args.number("comm-timeout", 0);
   FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
