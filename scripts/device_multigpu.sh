@@ -209,7 +209,7 @@ scaling() {
     w=$(grep -o 'wall_ms=[0-9.]*' "$logs/gpt2-$N-$name.log" | cut -d= -f2)
     m=$(late_windows "$logs/gpt2-$N-$name.log")
     row "gpt2-124M on $N GPUs, $name: wall ${w:-?} ms/step, $(awk -v w="${w:-0}" -v n=$N -v w1="${w1:-0}" 'BEGIN { if (w > 0) printf "%.0f tok/s, scaling %.3fx", n * 16384 / w * 1000, n * w1 / w }'); windows after step 100: median ${m:-?} ms, $(awk -v m="${m:-0}" -v n=$N -v m1="${m1:-0}" 'BEGIN { if (m > 0) printf "scaling %.3fx", n * m1 / m }')"
-    grep -h "optimizer state" "$logs/gpt2-$N-$name.log" | head -1 >>"$summary"
+    grep -h "optimizer state\|gradient reduction in the last step" "$logs/gpt2-$N-$name.log" >>"$summary"
   done
   phase "reduction alone"
   FT_RUN_ID=bench MASTER_PORT=$(next_port) scripts/launch.sh $N $B/tests/ft-comm-check --device cuda --bench-mb 475 \
@@ -261,24 +261,25 @@ PY
   row "ft-dlrm, 200 steps of $((N * 8192)): 1 process $(grep -o 'samples_per_s=[0-9.]*\|test_auc=[0-9.]*\|log_loss=[0-9.]*' "$logs/dlrm-1.log" | tr '\n' ' ')| $N ranks $(grep -o 'samples_per_s=[0-9.]*\|test_auc=[0-9.]*\|log_loss=[0-9.]*' "$logs/dlrm-$N.log" | tr '\n' ' ')"
 }
 
-# ---- tune: what the step's reduction costs under NCCL's CTA count and the bucket size ----
+# ---- tune: A/B runs of the gpt2-124M step on 1 and N GPUs, one pair a variant ----
+# TUNE="name:ENV=V ...:extra flags;..." picks the variants (default: graph and eager, each with
+# the 25 MB buckets and with one bucket, which leaves the reduction nothing to hide behind).
 tune() {
   phase "tune"
-  local gpt="--train /tmp/shard.bin --model d12 --batch 16 --seq 1024 --steps 80 --log-every 20"
-  $G $gpt >"$logs/tune-1.log" 2>&1
-  local w1
-  w1=$(grep -o 'wall_ms=[0-9.]*' "$logs/tune-1.log" | cut -d= -f2)
-  row "tune: 1 GPU ${w1:-?} ms"
-  for variant in "high::" "normal:FT_COMM_STREAM_PRIORITY=normal:" "high-nopdl:FT_DEPENDENT_LAUNCH=0:" \
-      "normal-nopdl:FT_COMM_STREAM_PRIORITY=normal FT_DEPENDENT_LAUNCH=0:" "high-bf16::--grad-reduce bf16" \
-      "high-ctas8:NCCL_MAX_CTAS=8:" "high-b50::--bucket-mb 50" "high-zero1-bf16::--zero 1 --grad-reduce bf16"; do
+  local gpt="--train /tmp/shard.bin --model d12 --batch 16 --seq 1024 --steps 150 --log-every 50"
+  local variants=${TUNE:-"graph::;graph-onebucket::--bucket-mb 2000;eager::--graph 0;eager-onebucket::--graph 0 --bucket-mb 2000"}
+  IFS=';' read -ra list <<<"$variants"
+  for variant in "${list[@]}"; do
     local name=${variant%%:*} rest=${variant#*:}
     local envs=${rest%%:*} extra=${rest#*:}
+    env $envs $G $gpt $extra >"$logs/tune-$name-1.log" 2>&1
     env $envs FT_RUN_ID=tune-$name MASTER_PORT=$(next_port) scripts/launch.sh $N $G $gpt $extra \
-      >"$logs/tune-$name.log" 2>&1
-    local w
-    w=$(grep -o 'wall_ms=[0-9.]*' "$logs/tune-$name.log" | cut -d= -f2)
-    row "tune $name: ${w:-?} ms, $(awk -v w="${w:-0}" -v n=$N -v w1="${w1:-0}" 'BEGIN { if (w > 0) printf "scaling %.3fx", n * w1 / w }')"
+      >"$logs/tune-$name-$N.log" 2>&1
+    local w1 w
+    w1=$(late_windows "$logs/tune-$name-1.log")
+    w=$(late_windows "$logs/tune-$name-$N.log")
+    grep -h "gradient reduction in the last step" "$logs/tune-$name-$N.log" >>"$summary"
+    row "tune $name: 1 GPU ${w1:-?} ms, $N GPUs ${w:-?} ms, $(awk -v w="${w:-0}" -v n=$N -v w1="${w1:-0}" 'BEGIN { if (w > 0) printf "scaling %.3fx, +%.2f ms", n * w1 / w, w - w1 }')"
   done
 }
 

@@ -257,6 +257,7 @@ int run(int argc, char** argv) {
   }
   const ft::FitSummary summary = trainer.fit(steps);
   const ft::BinaryMetrics test = eval_on(split.test, 0);
+  ft::cli::print_reduction_timing(dp, "ft-dlrm");
   if (!dp.primary()) return 0;  // every rank evaluated the same weights; rank 0 reports
   std::printf("ft-dlrm: test: %s\n", metrics_line(test).c_str());
   if (std::filesystem::exists(data_path + ".json")) {

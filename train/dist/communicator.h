@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lib/tensor.h"
@@ -37,6 +38,14 @@ struct CommOptions {
   /// Gloo across hosts: "host:port" of a Redis server for the rendezvous ($FT_REDIS), instead of
   /// the folder.
   std::string redis = {};
+};
+
+/// How a step's collectives sat against the computation they overlap (NCCL, timed on the device).
+struct CommTiming {
+  int collectives = 0;
+  double busy_ms = 0;     // the collectives' own time on the communication stream, summed
+  double exposed_ms = 0;  // of it, what ran after the computation had ended
+  double hidden() const { return busy_ms > 0 ? 1.0 - exposed_ms / busy_ms : 1.0; }
 };
 
 class Communicator {
@@ -73,6 +82,17 @@ class Communicator {
   /// backend that watches work on the device (NCCL, whose collectives a replayed graph runs
   /// unseen) marks the step's end there, so that a peer lost inside it ends this rank too.
   void step_enqueued() { step_enqueued(step_); }
+
+  /// Times, on the device, the collectives enqueued from begin_timed_region() to
+  /// end_timed_region() against the computation enqueued before mark_computation_done() (data
+  /// parallelism brackets a step's reduction with them, marking the end of backward). Backends
+  /// that cannot time (Gloo) ignore all three.
+  virtual void begin_timed_region() {}
+  virtual void mark_computation_done() {}
+  virtual void end_timed_region() {}
+  /// The last timed region that has run (synchronizes); nullopt when none was timed. In a replayed
+  /// graph, the last replay's.
+  virtual std::optional<CommTiming> last_timing() { return std::nullopt; }
 
  protected:
   virtual void step_enqueued(int64_t) {}

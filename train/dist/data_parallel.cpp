@@ -67,6 +67,7 @@ void DataParallel::before_backward(bool last) {
   if (!last) return;
   if (options_.check_replicas) check_replicas();
   armed_ = true;
+  comm_.begin_timed_region();
   next_bucket_ = 0;
   waiting_.clear();
   for (const FlatLayout::Bucket& b : optimizer_.buckets()) waiting_.push_back(b.members.size());
@@ -112,11 +113,13 @@ void DataParallel::start_buckets(size_t end) {
 void DataParallel::after_backward() {
   FT_CHECK(armed_, "DataParallel: after_backward without before_backward(last = true)");
   note("backward done");
+  comm_.mark_computation_done();
   armed_ = false;
   // The buckets not started hold parameters this backward did not reach, whose views may still
   // be stale (last step's values): they become zeros first.
   optimizer_.grad_buffer().materialize();
   start_buckets(optimizer_.buckets().size());
+  comm_.end_timed_region();
   for (auto& work : pending_) work->wait();
   pending_.clear();
 }

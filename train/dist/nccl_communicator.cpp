@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -144,6 +145,11 @@ class NcclCommunicator : public Communicator {
     poller_.join();
     monitor_.join();
     for (const Watched& w : watched_) cudaEventDestroy(w.done);
+    for (const TimedCollective& t : timed_) {
+      cudaEventDestroy(t.start);
+      cudaEventDestroy(t.end);
+    }
+    if (compute_done_) cudaEventDestroy(compute_done_);
     ncclCommDestroy(comm_);
     cudaEventDestroy(compute_ready_);
     cudaStreamDestroy(comm_stream_);
@@ -247,12 +253,72 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> on_comm_stream(const char* what, Launch&& launch) {
     FT_CUDA_CHECK(cudaEventRecord(compute_ready_, cuda::stream()));
     FT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+    TimedCollective* timed = nullptr;
+    if (timing_) {
+      if (timed_next_ == timed_.size()) timed_.push_back({timing_event(), timing_event()});
+      timed = &timed_[timed_next_++];
+      record_timing(timed->start, comm_stream_);
+    }
     {
       HostCall call(*this, what);
       FT_NCCL_CHECK(launch(), what);
     }
+    if (timed) record_timing(timed->end, comm_stream_);
     watch_for(std::string(what), comm_stream_);
     return std::make_unique<NcclWork>(recorded_event(comm_stream_));
+  }
+
+  // ---- Timing a region's collectives (begin_timed_region) ----
+  // Events with timing, recorded as graph nodes too (cudaEventRecordExternal), so that a replayed
+  // step re-records them: after the run they hold the last replay's times.
+  struct TimedCollective {
+    cudaEvent_t start, end;
+  };
+
+  static cudaEvent_t timing_event() {
+    cudaEvent_t e;
+    FT_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  static void record_timing(cudaEvent_t e, cudaStream_t on) {
+    // The external flag is for a capture only; outside one CUDA refuses it.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    FT_CUDA_CHECK(cudaStreamIsCapturing(on, &capturing));
+    FT_CUDA_CHECK(cudaEventRecordWithFlags(e, on, capturing == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
+                                                                                            : cudaEventRecordExternal));
+  }
+
+  void begin_timed_region() override {
+    timing_ = true;
+    timed_next_ = 0;
+  }
+  void mark_computation_done() override {
+    if (!compute_done_) compute_done_ = timing_event();
+    record_timing(compute_done_, cuda::stream());
+  }
+  void end_timed_region() override {
+    timing_ = false;
+    timed_count_ = timed_next_;
+  }
+
+  std::optional<CommTiming> last_timing() override {
+    if (timed_count_ == 0 || !compute_done_) return std::nullopt;
+    FT_CUDA_CHECK(cudaDeviceSynchronize());
+    CommTiming t;
+    t.collectives = static_cast<int>(timed_count_);
+    for (size_t i = 0; i < timed_count_; ++i) {
+      float ms = 0;
+      FT_CUDA_CHECK(cudaEventElapsedTime(&ms, timed_[i].start, timed_[i].end));
+      t.busy_ms += ms;
+    }
+    // From the end of the computation to the end of each collective: what ran after it.
+    for (size_t i = 0; i < timed_count_; ++i) {
+      float start = 0, end = 0;
+      FT_CUDA_CHECK(cudaEventElapsedTime(&start, compute_done_, timed_[i].start));
+      FT_CUDA_CHECK(cudaEventElapsedTime(&end, compute_done_, timed_[i].end));
+      if (end > 0) t.exposed_ms += end - std::max(0.0f, start);
+    }
+    return t;
   }
 
   // ---- The watchdog ----
@@ -391,6 +457,10 @@ class NcclCommunicator : public Communicator {
   std::string async_error_;           // what NCCL reported, once it did
   std::atomic<bool> stop_{false};
   std::thread poller_, monitor_;
+  bool timing_ = false;
+  std::vector<TimedCollective> timed_;  // the timed region's collectives, in order (reused each step)
+  size_t timed_next_ = 0, timed_count_ = 0;
+  cudaEvent_t compute_done_ = nullptr;
   std::unique_ptr<Heartbeat> heartbeat_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
