@@ -187,9 +187,8 @@ inline Device apply_device_flags(const Args& args, const std::string& program) {
   // local rank's when it was loaded, lib/launch_env.h), so that a launch is easy to check.
   const LaunchEnv env = launch_env();
   if (device.is_cuda() && env.distributed()) {
-    const GpuPinning& pinning = gpu_pinning();
     std::printf("rank %d of %d: %s (local rank %d, CUDA_VISIBLE_DEVICES=%s)\n", env.rank, env.world_size,
-                device_identity().c_str(), env.local_rank, pinning.visible.empty() ? "unset" : pinning.visible.c_str());
+                device_identity().c_str(), env.local_rank, pinned.visible.empty() ? "unset" : pinned.visible.c_str());
     std::fflush(stdout);
   }
   set_kernel_mode(parse_kernel_mode(args.str("kernels")));

@@ -125,10 +125,10 @@ class NcclCommunicator : public Communicator {
       guard.join();
       FT_NCCL_CHECK(result, "ncclCommInitRank");
     }
-    // At the highest priority: the backward's kernels keep every multiprocessor busy (and with
-    // dependent launches the next kernel's blocks are already waiting), so at the default
-    // priority a reduction's blocks would wait for the backward to end instead of running beside
-    // it. FT_COMM_STREAM_PRIORITY=normal leaves it at the default, for comparisons.
+    // At the highest priority, so that a reduction's blocks are scheduled ahead of the backward's
+    // waiting ones when a multiprocessor frees up. On two H200s it made no measurable difference
+    // to the gpt2 step (docs/performance.md, issue 46); FT_COMM_STREAM_PRIORITY=normal leaves it
+    // at the default, for comparisons.
     int lowest = 0, highest = 0;
     FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     const char* priority = std::getenv("FT_COMM_STREAM_PRIORITY");
