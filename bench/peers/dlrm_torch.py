@@ -30,7 +30,7 @@ PRESETS = {  # bottom and top exclude the input widths (13 and D + pairs)
     "kaggle": dict(dim=16, rows=100_000, bottom=[512, 256, 64, 16], top=[512, 256, 1], batch=128, opt="sgd"),
 }
 NUM_DENSE, NUM_TABLES = 13, 26
-# --json's workload of each preset: BENCHMARKS.md's names, those of ft-bench dlrm's bench and mlperf
+# --json's workload of each preset: docs/workloads.md's names, those of ft-bench dlrm's bench and mlperf
 # presets; the kaggle preset is dlrm's own Kaggle recipe, not the dlrm-kaggle workload.
 WORKLOADS = {"bench": "dlrm-kaggle", "mlperf": "dlrm-mlperf", "kaggle": "dlrm kaggle-config"}
 

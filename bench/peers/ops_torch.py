@@ -88,7 +88,7 @@ def main():
 
 def attention(a):
     """Causal attention at ft-bench's shapes: SDPA (PyTorch's flash kernel) and the eager
-    composition, forward and forward + backward, with TFLOP/s counted as BENCHMARKS.md does.
+    composition, forward and forward + backward, with TFLOP/s counted as docs/workloads.md does.
     Returns the results for --json: forward + backward ms, with the forward's as fwd_ms."""
     results = []
     for heads, hs in ((12, 64), (6, 128)):

@@ -1,4 +1,4 @@
-// ft-bench dlrm: whole DLRM training steps (BENCHMARKS.md's dlrm-kaggle and dlrm-mlperf) in both
+// ft-bench dlrm: whole DLRM training steps (docs/workloads.md's dlrm-kaggle and dlrm-mlperf) in both
 // kernel modes, and the embedding bag's and the interaction's kernels alone with their bandwidth.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// ft-bench gpt2: whole training steps of gpt2-124M (BENCHMARKS.md) in both kernel modes; with
+// ft-bench gpt2: whole training steps of gpt2-124M (docs/workloads.md) in both kernel modes; with
 // `lora`, LoRA fine-tuning steps (ft-bench lora, the lora-gpt2 workload).
 #pragma once
 #include <cstdint>
@@ -25,7 +25,7 @@ struct Gpt2BenchOptions {
 };
 
 /// Adds each variant that ran ("fused", "unfused", "fused+dp", ...) under the workload's name:
-/// gpt2-124M (lora-gpt2) at BENCHMARKS.md's shapes, else a name with the shapes in it.
+/// gpt2-124M (lora-gpt2) at docs/workloads.md's shapes, else a name with the shapes in it.
 int run_gpt2_bench(const Gpt2BenchOptions& options, BenchReport& report);
 
 }  // namespace ft::bench

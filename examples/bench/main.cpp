@@ -188,7 +188,7 @@ int run_mlp(int argc, char** argv) {
                      "Times whole mlp-fmnist training steps (784 -> 1024 x3 -> 10, LayerNorm + GELU + Dropout 0.1\n"
                      "after each hidden Linear, cross-entropy, AdamW, bf16) on a fixed random batch in both kernel\n"
                      "modes: what ft-mlp's step costs without its data loading.");
-  args.flag("batch", "4096", "samples per step (BENCHMARKS.md's mlp-fmnist uses 4096)");
+  args.flag("batch", "4096", "samples per step (docs/workloads.md's mlp-fmnist uses 4096)");
   add_step_flags(args, "30", "5", "both", "1", " (ft-mlp's default)");
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
   if (!report) return 0;

@@ -1,4 +1,4 @@
-// ft-bench mlp: whole mlp-fmnist training steps (BENCHMARKS.md) in both kernel modes, on one
+// ft-bench mlp: whole mlp-fmnist training steps (docs/workloads.md) in both kernel modes, on one
 // fixed random batch: ft-mlp's model, loss and optimizer without its data loading.
 #pragma once
 #include <cstdint>

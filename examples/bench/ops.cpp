@@ -1,5 +1,5 @@
 // ft-bench ops: each memory-bound fused op, forward + backward, on the GPT-2 shapes of
-// BENCHMARKS.md, in both kernel modes. Prints the median time, the achieved bandwidth on the
+// docs/workloads.md, in both kernel modes. Prints the median time, the achieved bandwidth on the
 // fewest bytes the measured work must move, its share of the 3.0 TB/s ceiling, and the
 // fused/unfused ratio. Gradients are taken as torch.autograd.grad takes them (ft::gradients),
 // so the time is the op's own: no copy of a gradient into a leaf's .grad().

@@ -12,7 +12,7 @@
 namespace ft::bench {
 
 struct BenchResult {
-  std::string workload;  // BENCHMARKS.md's name at its own shapes ("gpt2-124M"), else one with the shapes
+  std::string workload;  // docs/workloads.md's name at its own shapes ("gpt2-124M"), else one with the shapes
   std::string variant;   // "fused", "unfused", or a peer's ("torch eager naive foreach")
   double ms = 0;         // median, positive
   std::vector<std::pair<std::string, double>> extras;  // finite numbers: "graph", "peak_gb", "tok_per_s"...

@@ -1,4 +1,4 @@
-// The mlp-fmnist model (BENCHMARKS.md), shared by ft-mlp, which trains it, and ft-bench mlp,
+// The mlp-fmnist model (docs/workloads.md), shared by ft-mlp, which trains it, and ft-bench mlp,
 // which times its step: 784 -> hidden x layers -> 10, each hidden Linear followed by LayerNorm,
 // GELU (tanh) and Dropout. A hidden Linear and the norm block after it run as one op
 // (linear_layer_norm_act_dropout: on CUDA in fused mode the norm's backward also gives the

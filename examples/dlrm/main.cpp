@@ -32,7 +32,7 @@ struct Preset {
 };
 
 Preset preset_named(const std::string& name) {
-  // kaggle: dlrm's Kaggle recipe; bench: BENCHMARKS.md's dlrm-kaggle; mlperf: dlrm-mlperf.
+  // kaggle: dlrm's Kaggle recipe; bench: docs/workloads.md's dlrm-kaggle; mlperf: dlrm-mlperf.
   if (name == "kaggle") return {16, 128, 1000000, "512-256-64-16", "512-256-1", "sgd", "0.1", "0.1"};
   if (name == "bench") return {64, 8192, 100000, "512-256-64", "512-256-1", "adamw", "1e-3", "0.01"};
   if (name == "mlperf") return {128, 65536, 1000000, "512-256-128", "1024-1024-512-256-1", "adamw", "1e-3", "0.01"};
@@ -94,7 +94,7 @@ int run(int argc, char** argv) {
   args.flag("make-synthetic", "", "write a synthetic Criteo TSV with --rows lines (labels from a hidden logistic model\n"
                                   "over the hashed features, its AUC written to FILE.json) and exit");
   args.flag("rows", "1000000", "lines for --make-synthetic");
-  args.flag("preset", "kaggle", "kaggle (dlrm's Kaggle recipe: D 16, SGD lr 0.1, batch 128), bench (BENCHMARKS.md's\n"
+  args.flag("preset", "kaggle", "kaggle (dlrm's Kaggle recipe: D 16, SGD lr 0.1, batch 128), bench (docs/workloads.md's\n"
                                 "dlrm-kaggle: D 64, AdamW + sparse SGD, batch 8192) or mlperf (D 128, batch 65536)");
   args.flag("dim", "", "D, the embedding width (the bottom MLP's last width)");
   args.flag("bottom", "", "bottom MLP widths after the 13 dense inputs, e.g. 512-256-64-16");

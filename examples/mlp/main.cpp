@@ -25,7 +25,7 @@ namespace {
 
 int run(int argc, char** argv) {
   ft::cli::Args args("ft-mlp",
-                     "Trains an MLP classifier on Fashion-MNIST (the mlp-fmnist workload of BENCHMARKS.md) and\n"
+                     "Trains an MLP classifier on Fashion-MNIST (the mlp-fmnist workload of docs/workloads.md) and\n"
                      "prints a progress line every few steps and the test accuracy after each epoch.");
   ft::cli::add_device_flags(args);
   args.flag("epochs", "3", "passes over the 60,000 training images");
