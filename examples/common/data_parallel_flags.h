@@ -41,6 +41,8 @@ struct DataParallelRun {
   std::unique_ptr<DataParallel> dp;
   /// For the optimizer's options: the world's padding and buckets, ZeRO-1.
   DataPartition partition;
+  /// --grad-reduce: the dtype gradients cross the wire in, when not their own.
+  std::optional<DType> reduce_dtype;
   BatchShard shard() const { return {env.rank, env.world_size}; }
   bool primary() const { return env.rank == 0; }
   /// For Trainer::Options::data_parallel.
@@ -70,6 +72,7 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
                                {.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
+  if (reduce == "bf16") run.reduce_dtype = DType::BF16;
   run.partition = DataPartition{.rank = run.env.rank,
                                 .world = run.env.world_size,
                                 .bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20)),
@@ -82,17 +85,15 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
 inline void start_data_parallel(DataParallelRun& run, const Args& args, const std::string& program, Module& model,
                                 Optimizer& optimizer) {
   if (!run.comm) return;
-  const bool bf16 = args.str("grad-reduce") == "bf16";
-  run.dp = std::make_unique<DataParallel>(
-      *run.comm, optimizer,
-      DataParallel::Options{.check_replicas = args.integer("check-replicas", 0) != 0,
-                            .reduce_dtype = bf16 ? std::optional<DType>(DType::BF16) : std::nullopt});
+  run.dp = std::make_unique<DataParallel>(*run.comm, optimizer,
+                                          DataParallel::Options{.check_replicas = args.integer("check-replicas", 0) != 0,
+                                                                .reduce_dtype = run.reduce_dtype});
   run.dp->broadcast_parameters(model);
   if (run.primary()) {
     std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s reduced in %s%s\n",
                 program.c_str(), run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
                 run.env.launcher.c_str(), optimizer.buckets().size(), optimizer.buckets().size() == 1 ? "" : "s",
-                bf16 ? "bf16" : "f32", optimizer.sharded() ? ", ZeRO-1" : "");
+                run.reduce_dtype ? dtype_name(*run.reduce_dtype) : "f32", optimizer.sharded() ? ", ZeRO-1" : "");
     // ZeRO-1's point is this figure: one rank's optimizer state against what a whole copy takes.
     const double mb = 1.0 / (1 << 20), state = static_cast<double>(optimizer.state_bytes());
     if (optimizer.sharded())

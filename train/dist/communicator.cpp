@@ -25,6 +25,13 @@ void Communicator::check_parts(const char* collective, const Tensor& whole, cons
            ") times the second, of one dtype");
 }
 
+void Communicator::check_wire(const char* collective, const Tensor& t, const Tensor& wire, Device device) {
+  check_tensor(collective, t, device);
+  check_tensor(collective, wire, device);
+  FT_CHECK(wire.numel() == t.numel(), collective, ": the wire buffer holds ", wire.numel(), " elements, the tensor ",
+           t.numel());
+}
+
 namespace {
 
 /// A collective that was complete when it returned.
@@ -33,9 +40,10 @@ class DoneWork : public Work {
   void wait() override {}
 };
 
-void check_wire(const char* collective, const Tensor& t, const Tensor& wire) {
-  FT_CHECK(wire.defined() && wire.numel() == t.numel() && wire.device() == t.device(), collective, ": the wire buffer ",
-           "must hold as many elements as the tensor (", t.numel(), ") on its device");
+/// t = t rounded to `via`'s dtype (through `via`, as many elements).
+void round_through(const Tensor& t, const Tensor& via) {
+  via.copy_(t);
+  t.copy_(via);
 }
 
 }  // namespace
@@ -44,24 +52,19 @@ void check_wire(const char* collective, const Tensor& t, const Tensor& wire) {
 // around a reduction in the tensor's own dtype: the values a rank contributes, and those it gets
 // back, are what a narrow wire would carry.
 std::unique_ptr<Work> Communicator::all_reduce_via(const Tensor& t, const Tensor& wire, CommOp op) {
-  check_wire("all_reduce_via", t, wire);
-  wire.copy_(t);
-  t.copy_(wire);
+  check_wire("all_reduce_via", t, wire, t.device());
+  round_through(t, wire);
   all_reduce(t, op)->wait();
-  wire.copy_(t);
-  t.copy_(wire);
+  round_through(t, wire);
   return std::make_unique<DoneWork>();
 }
 
 std::unique_ptr<Work> Communicator::reduce_scatter_via(const Tensor& input, const Tensor& wire, const Tensor& out,
                                                        CommOp op) {
-  check_wire("reduce_scatter_via", input, wire);
-  wire.copy_(input);
-  input.copy_(wire);
+  check_wire("reduce_scatter_via", input, wire, input.device());
+  round_through(input, wire);
   reduce_scatter(input, out, op)->wait();
-  const Tensor narrow = wire.narrow(0, 0, out.numel());
-  narrow.copy_(out);
-  out.copy_(narrow);
+  round_through(out, wire.narrow(0, 0, out.numel()));
   return std::make_unique<DoneWork>();
 }
 

@@ -98,6 +98,8 @@ class Communicator {
   virtual void step_enqueued(int64_t) {}
   /// Checks a collective's tensor: defined, on `device`.
   static void check_tensor(const char* collective, const Tensor& t, Device device);
+  /// The *_via collectives' wire buffer: as many elements as `t`, both on `device`.
+  static void check_wire(const char* collective, const Tensor& t, const Tensor& wire, Device device);
   /// `whole` holds world_size() times the elements of `part`, of one dtype (reduce_scatter's
   /// input and output, all_gather's output and input), both on `device`.
   void check_parts(const char* collective, const Tensor& whole, const Tensor& part, Device device) const;

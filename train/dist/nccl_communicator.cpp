@@ -187,10 +187,7 @@ class NcclCommunicator : public Communicator {
   }
   // The casts run on the communication stream, beside backward, like the collective between them.
   std::unique_ptr<Work> all_reduce_via(const Tensor& t, const Tensor& wire, CommOp op) override {
-    check_tensor("all_reduce_via", t, device_);
-    check_tensor("all_reduce_via", wire, device_);
-    FT_CHECK(wire.numel() == t.numel(), "all_reduce_via: the wire buffer holds ", wire.numel(), " elements, the tensor ",
-             t.numel());
+    check_wire("all_reduce_via", t, wire, device_);
     return on_comm_stream("ncclAllReduce", [&] {
       cast_on_comm_stream(t, wire);
       const ncclResult_t result = ncclAllReduce(wire.data_ptr(), wire.data_ptr(), static_cast<size_t>(wire.numel()),
@@ -203,9 +200,7 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Work> reduce_scatter_via(const Tensor& input, const Tensor& wire, const Tensor& out,
                                            CommOp op) override {
     check_parts("reduce_scatter_via", input, out, device_);
-    check_tensor("reduce_scatter_via", wire, device_);
-    FT_CHECK(wire.numel() == input.numel(), "reduce_scatter_via: the wire buffer holds ", wire.numel(),
-             " elements, the input ", input.numel());
+    check_wire("reduce_scatter_via", input, wire, device_);
     // In place, as NCCL allows: this rank's slice of the wire buffer receives its reduction.
     const Tensor slice = wire.narrow(0, rank_ * out.numel(), out.numel());
     return on_comm_stream("ncclReduceScatter", [&] {
@@ -412,11 +407,11 @@ class NcclCommunicator : public Communicator {
       std::optional<std::pair<Watched, std::string>> failure;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        const std::string late = "not done after " + std::to_string(timeout_.count() / 1000.0) + " s (--comm-timeout)";
         if (!async_error_.empty())
           failure.emplace(watched_.empty() ? Watched{"a collective", step(), nullptr, {}} : watched_.front(), async_error_);
         else if (!watched_.empty() && now - watched_.front().since > timeout_)
-          failure.emplace(watched_.front(), late);
+          failure.emplace(watched_.front(),
+                          "not done after " + std::to_string(timeout_.count() / 1000.0) + " s (--comm-timeout)");
         else if (host_call_ && now - host_call_->since > timeout_)
           failure.emplace(*host_call_, "the host call did not return after " +
                                            std::to_string(timeout_.count() / 1000.0) + " s (--comm-timeout)");
