@@ -1,10 +1,10 @@
 #include "layers/activation.h"
 
 #include "lib/error.h"
-#include "lib/ops/dropout.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/bias_act.h"
-#include "lib/ops/random.h"
+#include "lib/ops/bias_act/bias_act.h"
+#include "lib/ops/dropout/dropout.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/random/random.h"
 
 namespace ft {
 

@@ -1,7 +1,7 @@
 #include "layers/embedding.h"
 
-#include "lib/ops/elementwise.h"
-#include "lib/ops/shape_ops.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/shape_ops/shape_ops.h"
 
 namespace ft {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "layers/module.h"
-#include "lib/ops/embedding_bag.h"
+#include "lib/ops/embedding_bag/embedding_bag.h"
 
 namespace ft {
 

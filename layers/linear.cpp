@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "lib/error.h"
-#include "lib/ops/elementwise.h"
+#include "lib/ops/elementwise/elementwise.h"
 
 namespace ft {
 

@@ -1,7 +1,7 @@
-// Linear layer: y = act(x·Wᵀ + b) through the fused-op dispatch of lib/ops/linear.h.
+// Linear layer: y = act(x·Wᵀ + b) through the fused-op dispatch of lib/ops/linear/linear.h.
 #pragma once
 #include "layers/module.h"
-#include "lib/ops/linear.h"
+#include "lib/ops/linear/linear.h"
 
 namespace ft {
 

@@ -3,10 +3,10 @@
 #include <cmath>
 
 #include "lib/error.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/linear.h"
-#include "lib/ops/lora_linear.h"
-#include "lib/ops/random.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/linear/linear.h"
+#include "lib/ops/lora_linear/lora_linear.h"
+#include "lib/ops/random/random.h"
 
 namespace ft {
 

@@ -1,5 +1,5 @@
 // LoRALinear: a frozen Linear with a trainable low-rank adapter, as Hugging Face PEFT's LoRA
-// layer: y = act(x·Wᵀ + b + s·(drop(x)·Aᵀ)·Bᵀ) through lib/ops/lora_linear.h, s = α/r (α/√r with
+// layer: y = act(x·Wᵀ + b + s·(drop(x)·Aᵀ)·Bᵀ) through lib/ops/lora_linear/lora_linear.h, s = α/r (α/√r with
 // rsLoRA). A [r, IN] starts as PEFT's (Kaiming-uniform, ±1/√IN) and B [OUT, r] at zero, so a new
 // adapter changes nothing. Parameters: the base's `weight` and `bias` (frozen, under the base's
 // own names, so a checkpoint of the model without adapters still loads) and `lora_A.weight`,

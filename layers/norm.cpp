@@ -2,10 +2,10 @@
 
 #include "layers/linear.h"
 #include "lib/error.h"
-#include "lib/ops/layer_norm.h"
-#include "lib/ops/linear.h"
-#include "lib/ops/linear_norm.h"
-#include "lib/ops/random.h"
+#include "lib/ops/linear/linear.h"
+#include "lib/ops/linear_norm/linear_norm.h"
+#include "lib/ops/norm/layer_norm.h"
+#include "lib/ops/random/random.h"
 
 namespace ft {
 

@@ -2,7 +2,7 @@
 // LayerNorm → activation → Dropout as one module over one fused op (layer_norm_act_dropout).
 #pragma once
 #include "layers/module.h"
-#include "lib/ops/activation.h"
+#include "lib/ops/activation/activation.h"
 
 namespace ft {
 

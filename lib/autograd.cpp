@@ -9,7 +9,7 @@
 #include <unordered_set>
 
 #include "lib/error.h"
-#include "lib/ops/elementwise.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "lib/runtime.h"
 
 namespace ft {

@@ -125,7 +125,7 @@ GradOutput grad_output(size_t input, bool wanted, const Shape& shape, DType dtyp
 bool completes_input_gradient(size_t input);
 /// Inside a backward that run_backward is calling: the f32 CUDA gradient view of `leaf`, which
 /// need not be an input of the running node (an op that hands a gradient to the node before it,
-/// lib/ops/linear.h's BiasGradHandoff), for the caller to write all of it now (overwritten while
+/// lib/ops/linear/linear.h's BiasGradHandoff), for the caller to write all of it now (overwritten while
 /// the view is logically zero, else added into); the view then counts as written. Undefined
 /// when the leaf has no such view. The node whose input the leaf is must return the view itself
 /// as that input's gradient (autograd then adds nothing more).

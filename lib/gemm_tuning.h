@@ -1,8 +1,8 @@
 // Autotuned cuBLASLt choices kept in a text file (PyTorch TunableOp's idea): a process that finds
 // a product configuration there runs the algorithm recorded for it instead of timing the
 // candidates again, so every process that shares the file picks the same algorithms and gets
-// bit-identical results. lib/cuda/matmul.cu reads and writes it when autotuning is on and a file
-// is named (lib/ops/matmul.h).
+// bit-identical results. lib/ops/matmul/matmul.cu reads and writes it when autotuning is on and a file
+// is named (lib/ops/matmul/matmul.h).
 //
 // Format: the first line is "fusedtrain gemm tuning v1 <validator>", the validator naming the
 // device and the cuBLASLt version the choices were timed on; each further line is a

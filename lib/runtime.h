@@ -146,7 +146,7 @@ inline bool env_switch(const char* name) {
 /// With FT_FILL_UNINITIALIZED=1 in the environment, allocate fills every new allocation with
 /// 0xFF bytes: NaN in every float dtype, -1 in the integer ones (PyTorch's
 /// fill_uninitialized_memory does the same). A result that reads memory nothing wrote then turns
-/// NaN instead of quietly plausible; scripts/device_sanitize.sh runs the GPU suite so, because
+/// NaN instead of quietly plausible; scripts/device/run.sh sanitize runs the GPU suite so, because
 /// compute-sanitizer's initcheck cannot see writes made by the bulk copy engine. For checking,
 /// not speed: it costs a memset per allocation.
 inline bool fill_uninitialized() {
@@ -186,5 +186,10 @@ void copy_to_device_async(void* dst, const void* src, size_t bytes);
 /// synchronize() raises the error), for staging it with write_on_device. Null without CUDA.
 const void* device_error_word_address();
 }  // namespace runtime
+
+namespace cuda {
+/// Codes kernels OR into the device error word; raised as ft::Error at the next synchronizing read.
+enum DeviceErrorCode : unsigned { kIndexOutOfRange = 1u, kTargetOutOfRange = 2u, kNormZeroWeight = 4u };
+}  // namespace cuda
 
 }  // namespace ft

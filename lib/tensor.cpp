@@ -6,12 +6,13 @@
 #include <sstream>
 
 #include "lib/autograd.h"
-#include "lib/cuda/launchers.h"
+#include "lib/cpu_dispatch.h"
 #include "lib/error.h"
-#include "lib/ops/cpu_dispatch.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/random.h"
-#include "lib/ops/shape_ops.h"
+#include "lib/kernel_mode.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/elementwise/elementwise_cuda.h"
+#include "lib/ops/random/random.h"
+#include "lib/ops/shape_ops/shape_ops.h"
 #include "lib/runtime.h"
 
 namespace ft {
@@ -64,7 +65,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 void Tensor::fill_(double value) const {
   check_defined(*this, "fill_", "tensor");
   if (is_cuda()) {
-    cuda::fill(*this, value);
+    if constexpr (kCudaBuild) cuda::fill(*this, value);
     return;
   }
   cpu::dispatch_all(dtype(), [&](auto tag) {
@@ -77,7 +78,7 @@ void Tensor::fill_(double value) const {
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   Tensor t = empty({n}, dtype, device);
   if (device.is_cuda()) {
-    cuda::arange(t);
+    if constexpr (kCudaBuild) cuda::arange(t);
   } else {
     cpu::dispatch_all(dtype, [&](auto tag) {
       using T = decltype(tag);

@@ -5,7 +5,7 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/elementwise.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "optim/multi_tensor.h"
 
 namespace ft {
@@ -34,10 +34,11 @@ void AdamW::update() {
       const Piece& p = pieces()[k];
       slots.push_back({p.grad, p.value, p.master, s.m, s.v, s.decay, static_cast<int32_t>(k)});
     }
-    multi_tensor::adamw(slots,
-                        {options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
-                         options_.stochastic_rounding, options_.seed},
-                        state_);
+    if constexpr (kCudaBuild)
+      multi_tensor::adamw(slots,
+                          {options_.beta1, options_.beta2, options_.eps, options_.weight_decay,
+                           options_.stochastic_rounding, options_.seed},
+                          state_);
     return;
   }
   for (size_t k = 0; k < pieces().size(); ++k) update_twin(k);

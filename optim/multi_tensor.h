@@ -1,7 +1,8 @@
 // The fused optimizer kernels: multi-tensor ops on CUDA that cover a whole list of tensors in a
 // few launches (optim/cuda/multi_tensor_apply.cuh says how the lists are cut into units).
 // Their twins are the per-tensor primitive updates in optimizer.cpp, adamw.cpp and sgd.cpp;
-// the callers choose between the two with use_fused and fused_supported.
+// the callers choose between the two with use_fused and fused_supported. Defined only in a CUDA
+// build (optim/cuda/multi_tensor.cu): every call sits under `if constexpr (kCudaBuild)`.
 #pragma once
 #include <cstdint>
 #include <functional>

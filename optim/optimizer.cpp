@@ -8,8 +8,8 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/reduce.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/reduce/reduce.h"
 #include "optim/multi_tensor.h"
 
 namespace ft {
@@ -30,7 +30,9 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& params) {
 }
 
 bool fused_for(const std::vector<Tensor>& tensors, DType state_dtype) {
-  return !tensors.empty() && use_fused(tensors.front()) && multi_tensor::fused_supported(tensors, state_dtype);
+  if constexpr (kCudaBuild)
+    return !tensors.empty() && use_fused(tensors.front()) && multi_tensor::fused_supported(tensors, state_dtype);
+  return false;
 }
 
 // The twin of the norm: a sum of squares per tensor (f32, or f64 for f64 gradients), added up.
@@ -302,7 +304,8 @@ void Optimizer::set_skipped_steps(int64_t skipped) {
 bool Optimizer::fused_update() const {
   std::vector<Tensor> touched;
   for (const Piece& p : pieces_) touched.insert(touched.end(), {p.grad, p.value, p.master});
-  return use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype());
+  if constexpr (kCudaBuild) return use_fused(params_.front()) && multi_tensor::fused_supported(touched, state_dtype());
+  return false;
 }
 
 Tensor Optimizer::scalar_as(const Tensor& scalar, DType dtype) {
@@ -397,10 +400,10 @@ void Optimizer::step() {
   } else if (need_norm) {
     grads = grads_.flats();
   }
-  if (fused_for(grads.empty() ? std::vector<Tensor>{params_.front()} : grads, state_dtype()))
-    multi_tensor::settle_step(grads, state_, policy_, sum_across);
-  else
+  if (!fused_for(grads.empty() ? std::vector<Tensor>{params_.front()} : grads, state_dtype()))
     settle_step_twin(grads, state_, policy_, sum_across);
+  else if constexpr (kCudaBuild)
+    multi_tensor::settle_step(grads, state_, policy_, sum_across);
   norm_computed_ = need_norm;
   update();
   if (sharded()) gather_parameters();
@@ -410,10 +413,12 @@ Tensor grad_norm(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
   const std::vector<Tensor> grads = gradients(params);
   FT_CHECK(!grads.empty(), "grad_norm: no parameter has a gradient");
-  if (fused_for(grads, DType::F32)) {
-    const Tensor norm = Tensor::empty({1}, DType::F32, grads.front().device());
-    multi_tensor::settle_step(grads, StepState{.grad_norm = norm}, StepPolicy{.skip_nonfinite = false}, {});
-    return norm.reshape({});
+  if constexpr (kCudaBuild) {
+    if (fused_for(grads, DType::F32)) {
+      const Tensor norm = Tensor::empty({1}, DType::F32, grads.front().device());
+      multi_tensor::settle_step(grads, StepState{.grad_norm = norm}, StepPolicy{.skip_nonfinite = false}, {});
+      return norm.reshape({});
+    }
   }
   const DType dtype = grads.front().dtype() == DType::F64 ? DType::F64 : DType::F32;
   return grad_norm_twin(grads, dtype).reshape({});
@@ -425,12 +430,15 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   const std::vector<Tensor> grads = gradients(params);
   FT_CHECK(!grads.empty(), "clip_grad_norm: no parameter has a gradient");
   const StepPolicy policy{.max_grad_norm = max_norm, .skip_nonfinite = false};
-  if (fused_for(grads, DType::F32)) {
-    const Device device = grads.front().device();
-    const StepState s{.grad_norm = Tensor::empty({1}, DType::F32, device), .clip = Tensor::empty({1}, DType::F32, device)};
-    multi_tensor::settle_step(grads, s, policy);
-    multi_tensor::scale(grads, s.clip);
-    return s.grad_norm.reshape({});
+  if constexpr (kCudaBuild) {
+    if (fused_for(grads, DType::F32)) {
+      const Device device = grads.front().device();
+      const StepState s{.grad_norm = Tensor::empty({1}, DType::F32, device),
+                        .clip = Tensor::empty({1}, DType::F32, device)};
+      multi_tensor::settle_step(grads, s, policy);
+      multi_tensor::scale(grads, s.clip);
+      return s.grad_norm.reshape({});
+    }
   }
   const Tensor norm = grad_norm_twin(grads, grads.front().dtype() == DType::F64 ? DType::F64 : DType::F32);
   const Tensor one = scalar_like(norm, 1.0);

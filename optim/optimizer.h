@@ -51,7 +51,7 @@ struct StepState {
   Tensor clip = {};       // this step: the factor the update scales gradients by
 };
 
-/// How a data-parallel run divides the optimizer's flat buffers (train/dist/data_parallel.h). The
+/// How a data-parallel run divides the optimizer's flat buffers (train/distributed/data_parallel.h). The
 /// buffers of every rank get the same layout, padded so that each bucket splits into `world`
 /// equal chunks; with `shard_state` (ZeRO-1) a rank keeps the master weights and moments of its
 /// chunk of every bucket only, updates that chunk, and the step ends by gathering the updated

@@ -3,7 +3,7 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/elementwise.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "optim/multi_tensor.h"
 
 namespace ft {
@@ -28,7 +28,7 @@ void SGD::update() {
       slots.push_back({p.grad, p.value, p.master, momentum_.empty() ? Tensor() : momentum_[k], Tensor(), true,
                        static_cast<int32_t>(k)});
     }
-    multi_tensor::sgd(slots, {options_.momentum, options_.weight_decay}, state_);
+    if constexpr (kCudaBuild) multi_tensor::sgd(slots, {options_.momentum, options_.weight_decay}, state_);
     return;
   }
   for (size_t k = 0; k < pieces().size(); ++k) update_twin(k);

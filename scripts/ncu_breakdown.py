@@ -1,5 +1,5 @@
 """Where a training step's time goes, kernel by kernel, from `ncu --csv --page raw` (stdin)
-with the metrics that scripts/device_breakdown.sh asks for. Launches are grouped by kernel name
+with the metrics that the unfused suite's BREAKDOWN=1 (scripts/device/suites/unfused.sh) asks for. Launches are grouped by kernel name
 and launch shape (a GPT-2 layer's kernels then show up 12 times in one group), and the groups
 are printed largest first with their share of the summed kernel time and the DRAM bandwidth
 they reached. `--steps N` divides the totals by N when the profile covered N steps.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the README's two pictures from the log folder of one scripts/device_unfused.sh call
+# Draws the README's two pictures from the log folder of one scripts/device/run.sh unfused call
 # (logs-unfused/ out of its logs-unfused.tgz): ft-mlp's loss curves, fused and unfused, and
 # ft-bench's fused / unfused bars beside the PyTorch peers measured in the same call.
 #   scripts/readme_plots.sh LOGS_DIR [OUT_DIR=docs/img]

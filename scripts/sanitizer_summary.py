@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarizes compute-sanitizer logs written by scripts/device_sanitize.sh.
+"""Summarizes compute-sanitizer logs written by scripts/device/run.sh sanitize.
 
 Each log (<tool>-<shard>.log) holds a gtest shard's output with the tool's reports interleaved,
 so a report belongs to the test whose "[ RUN ]" line came last. Reports are grouped by tool,

@@ -67,7 +67,7 @@ def main():
     fused_ms = time_adamw_step(shapes, a.warmup, a.iterations, fused=True)
     foreach_ms = time_adamw_step(shapes, a.warmup, a.iterations, foreach=True)
     forloop_ms = time_adamw_step(shapes, a.warmup, a.iterations, foreach=False, fused=False)
-    # New keys go at the end: device_check.sh and device_profile.sh read this line.
+    # New keys go at the end: the device suites ops and profile read this line.
     print(f"RESULT op=adamw-gpt2 torch_fused_ms={fused_ms:.4f} torch_foreach_ms={foreach_ms:.4f} "
           f"params={numel} tensors={len(shapes)} torch_forloop_ms={forloop_ms:.4f}", flush=True)
     moved_gb = numel * BYTES_PER_PARAM / 1e9

@@ -1,4 +1,4 @@
-"""GPT-2 in plain PyTorch, built as fusedtrain's layers/gpt.cpp builds it and with its parameter
+"""GPT-2 in plain PyTorch, built as fusedtrain's models/gpt2/gpt.cpp builds it and with its parameter
 names (so ft-gpt2's safetensors load as they are): tied token embedding, learned positions,
 pre-LayerNorm blocks, fused QKV projection, tanh GELU, final LayerNorm, mean cross-entropy.
 Optional LoRA adapters (add_lora) as Hugging Face PEFT defines them, with ft's names. Attention
@@ -15,7 +15,7 @@ LORA_TARGETS = {"qkv": "attn.c_attn", "attn_proj": "attn.c_proj", "fc": "mlp.c_f
 
 
 class GPT(torch.nn.Module):
-    """GPT-2 as ft's layers/gpt.cpp builds it, with ft's parameter names. `attention` is "sdpa"
+    """GPT-2 as ft's models/gpt2/gpt.cpp builds it, with ft's parameter names. `attention` is "sdpa"
     (F.scaled_dot_product_attention, causal) or "naive" (scores, mask, softmax and the product with
     v as separate ops: what an unfused eager model runs)."""
 
@@ -109,7 +109,7 @@ class GPT(torch.nn.Module):
 
 
 def init_gpt2_(model, seed=0):
-    """GPT-2's initialization, as layers/gpt.cpp draws it (not the same numbers): N(0, 0.02²)
+    """GPT-2's initialization, as models/gpt2/gpt.cpp draws it (not the same numbers): N(0, 0.02²)
     weights, projections into the residual stream scaled by 1/√(2L), unit norm gains, zero biases."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     with torch.no_grad():

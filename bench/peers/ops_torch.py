@@ -38,7 +38,7 @@ def main():
         torch.autograd.grad(F.layer_norm(x + r, (c,), w, b), (x, r, w, b), dy)
 
     def ln_composite():
-        # The twin's own op sequence (lib/ops/layer_norm.cpp's composite): layer norm written in
+        # The twin's own op sequence (lib/ops/norm/layer_norm.cpp's composite): layer norm written in
         # primitives, in f32, as a user without F.layer_norm would write it.
         s = (x + r).float()
         centered = s - s.mean(-1, keepdim=True)

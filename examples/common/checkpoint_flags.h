@@ -1,5 +1,5 @@
 // --ckpt-dir, --ckpt-every and --resume, the same in every binary: checkpoints go through
-// train/checkpoint.h (atomic folders, `latest`), and a resumed run continues exactly (model,
+// train/io/checkpoint.h (atomic folders, `latest`), and a resumed run continues exactly (model,
 // optimizer state, step count, data position).
 #pragma once
 #include <cstdio>
@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "examples/common/cli.h"
-#include "lib/parse.h"
-#include "train/checkpoint.h"
 #include "lib/launch_env.h"
-#include "train/trainer.h"
+#include "lib/parse.h"
+#include "train/io/checkpoint.h"
+#include "train/loop/trainer.h"
 
 namespace ft::cli {
 

@@ -15,10 +15,10 @@
 #include "lib/error.h"
 #include "lib/gemm_tuning.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/matmul.h"
+#include "lib/launch_env.h"
+#include "lib/ops/matmul/matmul.h"
 #include "lib/parse.h"
 #include "lib/runtime.h"
-#include "lib/launch_env.h"
 
 namespace ft::cli {
 
@@ -93,7 +93,7 @@ class Args {
   std::map<std::string, std::string> values_, help_;
 };
 
-/// Declares --gemm-tuning: which cuBLASLt algorithm each product runs (lib/ops/matmul.h).
+/// Declares --gemm-tuning: which cuBLASLt algorithm each product runs (lib/ops/matmul/matmul.h).
 inline void add_gemm_tuning_flag(Args& args) {
   args.flag("gemm-tuning", "auto",
             "on CUDA, cuBLASLt's algorithm for each product shape. auto: time its first 8 candidates\n"

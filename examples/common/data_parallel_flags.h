@@ -11,10 +11,10 @@
 #include <optional>
 
 #include "examples/common/cli.h"
-#include "train/batches.h"
-#include "train/dist/communicator.h"
-#include "train/dist/data_parallel.h"
 #include "lib/launch_env.h"
+#include "train/data/batches.h"
+#include "train/distributed/communicator.h"
+#include "train/distributed/data_parallel.h"
 
 namespace ft::cli {
 

@@ -1,8 +1,8 @@
 // The range of ids of one bag, checked: shared by the twin's bag_rows kernel and the fused
 // embedding bag's kernels, so that both read offsets (and flag bad ones) the same way.
 #pragma once
-#include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
+#include "lib/runtime.h"  // the device error codes
 
 namespace ft::cuda {
 

@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "lib/cuda/dependent_launch.cuh"
-#include "lib/cuda/launchers.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
 #include "lib/tensor.h"

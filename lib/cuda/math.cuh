@@ -10,9 +10,8 @@
 
 #include "lib/cuda/mma.cuh"
 #include "lib/dtype.h"
+#include "lib/elementwise_math.h"
 #include "lib/error.h"
-#include "lib/ops/activation.h"
-#include "lib/ops/elementwise_math.h"
 #include "lib/philox.h"
 
 namespace ft::cuda {
@@ -77,7 +76,7 @@ __device__ __forceinline__ float tanh_of(float x, bool fast) {
   return y;
 }
 
-/// GELU, tanh form, and its derivative (the formulas of lib/ops/elementwise_math.h).
+/// GELU, tanh form, and its derivative (the formulas of lib/elementwise_math.h).
 struct TanhOf {
   bool fast;
   __device__ __forceinline__ float operator()(float v) const { return tanh_of(v, fast); }

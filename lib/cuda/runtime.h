@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <string>
 
-#include "lib/cuda/launchers.h"
+#include "lib/autograd.h"
 #include "lib/error.h"
+#include "lib/runtime.h"
+#include "lib/tensor.h"
 
 namespace ft::cuda {
 
@@ -83,7 +85,7 @@ std::string memory_summary();
 /// the bulk copy engine's copies out of shared memory (its version 2025.3 reports later reads of
 /// such memory as uninitialized, tests/sanitizer/bulk_copy_probe.cu shows it, and its
 /// millions of reports slow it tenfold). With FT_INITCHECK=1 in the environment (set by
-/// scripts/device_sanitize.sh for initcheck only) the range is cleared first by a memset, a write
+/// scripts/device/run.sh sanitize for initcheck only) the range is cleared first by a memset, a write
 /// initcheck does see; otherwise nothing happens. Whether these writers fill their whole output
 /// is checked apart, by the suite run with FT_FILL_UNINITIALIZED=1.
 void before_untracked_write(void* begin, size_t bytes);

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "examples/bench/report.h"
+#include "bench/ft-bench/report.h"
 #include "lib/error.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"

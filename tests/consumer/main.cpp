@@ -6,8 +6,8 @@
 #include <fusedtrain/layers/activation.h>
 #include <fusedtrain/layers/linear.h>
 #include <fusedtrain/layers/sequential.h>
-#include <fusedtrain/lib/ops/elementwise.h>
-#include <fusedtrain/lib/ops/reduce.h>
+#include <fusedtrain/lib/ops/elementwise/elementwise.h>
+#include <fusedtrain/lib/ops/reduce/reduce.h>
 #include <fusedtrain/lib/runtime.h>
 #include <fusedtrain/optim/adamw.h>
 

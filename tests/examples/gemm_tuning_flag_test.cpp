@@ -13,7 +13,7 @@
 
 #include "examples/common/cli.h"
 #include "lib/gemm_tuning.h"
-#include "lib/ops/matmul.h"
+#include "lib/ops/matmul/matmul.h"
 #include "lib/runtime.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"

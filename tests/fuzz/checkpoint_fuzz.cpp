@@ -1,4 +1,4 @@
-// Fuzz target: what load_checkpoint parses besides tensors (train/checkpoint_records.h and the
+// Fuzz target: what load_checkpoint parses besides tensors (train/io/checkpoint_records.h and the
 // optimizer file's safetensors header). The input is the manifest's text, a NUL byte, then the
 // bytes of optimizer.safetensors, whose metadata holds the step and the Philox counter. An
 // accepted manifest writes back (format_checkpoint_manifest) to text that reads the same.
@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "train/checkpoint_records.h"
-#include "train/safetensors_header.h"
+#include "train/io/checkpoint_records.h"
+#include "train/io/safetensors_header.h"
 
 namespace {
 

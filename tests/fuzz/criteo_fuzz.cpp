@@ -1,4 +1,4 @@
-// Fuzz target: the Criteo TSV parser (train/criteo_tsv.h), strict and skipping bad lines. An
+// Fuzz target: the Criteo TSV parser (train/data/criteo_tsv.h), strict and skipping bad lines. An
 // accepted parse has N >= 1 rows of 1 + 13 + 26 values, labels 0 or 1 and dense values
 // log(max(x, 0) + 1) (finite, not negative); skipping counts every line as a row or a bad line;
 // and text the strict parser accepts reads the same with skipping on.
@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "train/criteo_tsv.h"
+#include "train/data/criteo_tsv.h"
 
 namespace {
 

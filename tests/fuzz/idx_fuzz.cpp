@@ -1,7 +1,7 @@
-// Fuzz target: IDX files (train/idx.h): parse_idx on the bytes and, for a gzip stream, read_idx
+// Fuzz target: IDX files (train/data/idx.h): parse_idx on the bytes and, for a gzip stream, read_idx
 // on the bytes written to a file. An accepted array's payload is exactly the product of its dims.
 #include "tests/fuzz/fuzz_check.h"
-#include "train/idx.h"
+#include "train/data/idx.h"
 
 namespace {
 

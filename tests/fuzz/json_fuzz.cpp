@@ -1,11 +1,11 @@
-// Fuzz target: the JSON reader every header and config file goes through (train/json.h). Beyond
+// Fuzz target: the JSON reader every header and config file goes through (train/io/json.h). Beyond
 // "a value or an ft::Error": a header accepted with integers only reads the same with every
 // scalar allowed, and each string and number read writes back (json_quote, json_number) to text
 // that reads as the same value.
 #include <cstring>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "train/json.h"
+#include "train/io/json.h"
 
 namespace {
 

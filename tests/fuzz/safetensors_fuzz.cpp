@@ -1,4 +1,4 @@
-// Fuzz target: safetensors headers (train/safetensors_header.h). The input is a whole file: the
+// Fuzz target: safetensors headers (train/io/safetensors_header.h). The input is a whole file: the
 // 8-byte length, the JSON header and the data. An accepted header names only ranges that lie in
 // the data, that do not overlap and whose size is exactly dtype size × the shape's elements; the
 // target then copies every tensor's bytes as load_safetensors does, so a range that overran the
@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "train/safetensors_header.h"
+#include "train/io/safetensors_header.h"
 
 namespace {
 

@@ -7,5 +7,5 @@ set(FT_FUZZ_TARGETS json cli idx token_shards safetensors checkpoint criteo)
 # tensor library, so that the sanitized build stays small.
 set(FT_FUZZ_PARSER_SOURCES
   lib/error.cpp lib/parse.cpp lib/dtype.cpp
-  train/json.cpp train/idx.cpp train/token_shard_format.cpp train/safetensors_header.cpp
-  train/checkpoint_records.cpp train/criteo_tsv.cpp)
+  train/io/json.cpp train/data/idx.cpp train/data/token_shard_format.cpp train/io/safetensors_header.cpp
+  train/io/checkpoint_records.cpp train/data/criteo_tsv.cpp)

@@ -1,4 +1,4 @@
-// Fuzz target: llm.c token shards and text read as tokens (train/token_shard_format.h). The input
+// Fuzz target: llm.c token shards and text read as tokens (train/data/token_shard_format.h). The input
 // is a whole shard file: an accepted header's count matches the file's size exactly, and the
 // token check refuses a shard exactly when one of its ids is outside the vocabulary. The same
 // bytes as a text file (one token a byte) are checked against a vocabulary of 128.
@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "train/token_shard_format.h"
+#include "train/data/token_shard_format.h"
 
 namespace {
 

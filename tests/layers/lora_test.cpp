@@ -7,10 +7,10 @@
 #include <cmath>
 #include <map>
 
-#include "layers/gpt.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/runtime.h"
+#include "models/gpt2/gpt.h"
 #include "optim/adamw.h"
 #include "tests/lib/test_util.h"
 

@@ -8,10 +8,10 @@
 #include "layers/norm.h"
 #include "layers/sequential.h"
 #include "lib/error.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/layer_norm.h"
-#include "lib/ops/matmul.h"
-#include "lib/ops/reduce.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/matmul/matmul.h"
+#include "lib/ops/norm/layer_norm.h"
+#include "lib/ops/reduce/reduce.h"
 #include "tests/lib/test_util.h"
 
 namespace ft {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "lib/autograd.h"
-#include "lib/ops/matmul.h"
-#include "lib/ops/shape_ops.h"
+#include "lib/ops/matmul/matmul.h"
+#include "lib/ops/shape_ops/shape_ops.h"
 #include "tests/lib/test_util.h"
 
 namespace ft {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/ops/elementwise.h"
-#include "lib/ops/shape_ops.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/shape_ops/shape_ops.h"
 #include "tests/lib/test_util.h"
 
 #if FT_WITH_CUDA

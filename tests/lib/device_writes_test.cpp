@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "lib/ops/elementwise.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "lib/runtime.h"
 #include "tests/lib/test_util.h"
 

@@ -3,13 +3,13 @@
 // synchronizing read, as the headers promise, and leave the device usable afterwards.
 #include <vector>
 
-#include "lib/ops/cross_entropy.h"
-#include "lib/ops/dropout.h"
-#include "lib/ops/layer_norm.h"
-#include "lib/ops/linear.h"
-#include "lib/ops/matmul.h"
-#include "lib/ops/random.h"
-#include "lib/ops/shape_ops.h"
+#include "lib/ops/cross_entropy/cross_entropy.h"
+#include "lib/ops/dropout/dropout.h"
+#include "lib/ops/linear/linear.h"
+#include "lib/ops/matmul/matmul.h"
+#include "lib/ops/norm/layer_norm.h"
+#include "lib/ops/random/random.h"
+#include "lib/ops/shape_ops/shape_ops.h"
 #include "tests/lib/test_util.h"
 
 #if FT_WITH_CUDA

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/ops/random.h"
+#include "lib/ops/random/random.h"
 #include "tests/lib/test_util.h"
 
 namespace ft {

@@ -23,8 +23,8 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/reduce.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/reduce/reduce.h"
 #include "lib/runtime.h"
 #include "lib/tensor.h"
 
@@ -47,7 +47,7 @@ namespace ft::test {
 
 // ---- sizes under a sanitizer
 //
-// scripts/device_sanitize.sh sets FT_UNDER_SANITIZER=1 for the processes it runs under a
+// scripts/device/run.sh sanitize sets FT_UNDER_SANITIZER=1 for the processes it runs under a
 // compute-sanitizer tool. Racecheck slows every memory access ~100x, and the few tests whose
 // size serves only the plain run (the optimizer's fused-vs-twin runs over 120 tensors, one of
 // them 21M elements, for 20 steps) then take longer than a whole device call. Under a tool they
@@ -119,7 +119,7 @@ inline Tensor positive_tensor(const Shape& shape, DType dtype, Device device, Ge
 
 /// Magnitudes uniform in [0.5, 2) with random signs: norm gains. The fused norms' backward
 /// takes x̂ = (out − b)/w from their rounded output, which loses about u·|b/w| near w = 0
-/// (lib/ops/layer_norm.h); trained gains stay away from 0, and so do these.
+/// (lib/ops/norm/layer_norm.h); trained gains stay away from 0, and so do these.
 inline Tensor gain_tensor(const Shape& shape, DType dtype, Device device, Generator& gen) {
   std::vector<double> v = Tensor::rand(shape, gen, DType::F64, kCPU).to_vector();
   const std::vector<double> sign = Tensor::rand(shape, gen, DType::F64, kCPU).to_vector();

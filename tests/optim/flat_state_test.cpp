@@ -7,9 +7,9 @@
 
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
-#include "lib/ops/elementwise.h"
-#include "lib/ops/matmul.h"
-#include "lib/ops/reduce.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/matmul/matmul.h"
+#include "lib/ops/reduce/reduce.h"
 #include "lib/runtime.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "lib/error.h"
-#include "lib/ops/elementwise.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "lib/runtime.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"

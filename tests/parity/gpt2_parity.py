@@ -44,7 +44,7 @@ def main():
     ap.add_argument("--kernels", default="fused", choices=["fused", "unfused"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--device", default="cuda", help="where both sides run (cpu: a check of this script itself)")
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "docs", "*.md"))
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "data", "text", "*.txt"))
     ap.add_argument("--work", default="", help="folder for ft-gpt2's dumps (default: a temporary one)")
     ap.add_argument("--loss-tol", type=float, default=0.01, help="relative, step 1's loss")
     ap.add_argument("--grad-tol", type=float, default=0.05, help="norm-wise relative, each gradient")

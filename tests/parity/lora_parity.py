@@ -9,7 +9,9 @@ dropout 0, all four linears of every block, unless the flags say otherwise) in t
   run B: --resume from the halfway checkpoint for one step, with --dump-dir (that step's gradients).
 PyTorch (bench/peers/gpt2_model.py, fp32: the reference) then checks:
   1. step 1 from run A's initial parameters: the loss, and every adapter's gradient (lora_B's
-     within bf16 tolerance, norm-wise; lora_A's exactly zero on both sides, since B starts at 0);
+     norm-wise within --grad-tol, or on the GPU three times PyTorch's own bf16-autocast
+     gradient's drift from fp32 when that is larger; lora_A's exactly zero on both sides, since
+     B starts at 0);
   2. the halfway checkpoint's PEFT files (adapter_model.safetensors: every expected name, shape
      and dtype; adapter_config.json: the run's settings), and the step after it from those
      adapters on the base of run A: its loss and every adapter gradient against run B's dump
@@ -50,7 +52,7 @@ VOCAB, BLOCK, MODEL = 256, 1024, dict(layers=6, heads=6, channels=384)
 # lr 2e-3 (constant): the adapters move clearly in 20 steps (B from zero to ~lr·steps per entry)
 # while PyTorch's fp32 and bf16 curves stay close (3e-4 apart at worst on the H100, 2e-4 on the CPU).
 BATCH, SEQ, LR, BETAS, EPS, WD, CLIP = 8, 128, 2e-3, (0.9, 0.95), 1e-8, 0.1, 1.0
-# PEFT's names and the target_modules entries ft-gpt2 writes (train/peft_adapter.h).
+# PEFT's names and the target_modules entries ft-gpt2 writes (train/io/peft_adapter.h).
 PEFT_PREFIX = "base_model.model.transformer."
 PEFT_MODULES = {"qkv": "c_attn", "attn_proj": "attn.c_proj", "fc": "c_fc", "mlp_proj": "mlp.c_proj"}
 
@@ -88,14 +90,15 @@ def main():
     ap.add_argument("--kernels", default="fused", choices=["fused", "unfused"])
     ap.add_argument("--steps", type=int, default=20, help="steps of run A (checkpoints halfway and at the end)")
     ap.add_argument("--device", default="cuda", help="where both sides run (cpu: a check of this script itself)")
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "docs", "*.md"))
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "data", "text", "*.txt"))
     ap.add_argument("--work", default="", help="folder for the base model, dumps and checkpoints (default: temporary)")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--alpha", type=float, default=16.0)
     ap.add_argument("--targets", default="qkv,attn_proj,fc,mlp_proj")
     ap.add_argument("--rslora", type=int, default=0, choices=[0, 1])
     ap.add_argument("--loss-tol", type=float, default=0.01, help="relative, a step's loss")
-    ap.add_argument("--grad-tol", type=float, default=0.05, help="norm-wise relative, each adapter gradient")
+    ap.add_argument("--grad-tol", type=float, default=0.05,
+                    help="norm-wise relative, each adapter gradient (ft in bf16: at least; else 3x torch bf16's drift)")
     ap.add_argument("--curve-tol", type=float, default=0.01,
                     help="relative, each step's loss over the run, at least (else twice torch bf16's drift from fp32)")
     ap.add_argument("--param-tol", type=float, default=1e-3,
@@ -180,6 +183,20 @@ def main():
         ids, tgt = batch(s)
         loss = model(ids, tgt)
         loss.backward()
+        # PyTorch's own bf16-autocast gradients at the same point: ft in bf16 (the GPU) may differ
+        # from fp32 by three times their drift, as for the final adapters below (the adapters'
+        # small gradients early on carry several percent of bf16 rounding on some batches).
+        drift = {}
+        if a.device == "cuda":
+            fp32_grads = {n: p.grad.clone() for n, p in model.lora.items()}
+            for param in model.lora.values():
+                param.grad = None
+            with torch.autocast(a.device, dtype=torch.bfloat16):
+                bf16_loss = model(ids, tgt)
+            bf16_loss.backward()
+            drift = {n: rel(p.grad, fp32_grads[n]) if fp32_grads[n].any() else 0.0 for n, p in model.lora.items()}
+            for n, p in model.lora.items():
+                p.grad = fp32_grads[n]
         with safe_open(grads_path, "pt") as f:
             meta = f.metadata()
             ft_grads = {k: f.get_tensor(k) for k in f.keys()}
@@ -198,12 +215,14 @@ def main():
                       f"{len(names) - len(nonzero)}/{len(names)}", "all", not nonzero, f"non-zero: {nonzero[:4]}" if nonzero else "")
                 continue
             errs = {n: rel(ft_grads[n].to(a.device), model.lora[n].grad) for n in names}
-            over = sorted((n for n in names if errs[n] > a.grad_tol), key=errs.get, reverse=True)
+            allowed = {n: max(a.grad_tol, 3.0 * drift.get(n, 0.0)) for n in names}
+            over = sorted((n for n in names if errs[n] > allowed[n]), key=errs.get, reverse=True)
             zero = [n for n in names if not model.lora[n].grad.any()]
             worst = max(errs, key=errs.get)
             check(f"{label}: {half_name} grads, worst ({worst.rsplit('.lora_', 1)[0]})", f"{errs[worst]:.2e}",
-                  a.grad_tol, not over and not zero,
-                  (f"{len(over)}/{len(names)} over: " + ", ".join(f"{n} {errs[n]:.2e}" for n in over[:3])
+                  f"{allowed[worst]:.2e}", not over and not zero,
+                  (f"{len(over)}/{len(names)} over: " + ", ".join(f"{n} {errs[n]:.2e} (allowed {allowed[n]:.2e})"
+                                                                   for n in over[:3])
                    if over else "")
                   + (f" torch's is zero for {zero[:2]}" if zero else ""))
 

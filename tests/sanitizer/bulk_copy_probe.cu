@@ -5,7 +5,7 @@
 // element of each, and each is copied to the host. Run plain, it checks that every buffer holds what was
 // written. Run under `compute-sanitizer --tool initcheck`, reports on the bulk- or
 // cuBLAS-written buffers alone mean the tool does not track those writes, so its reports on
-// memory written that way are the tool's, not the program's. scripts/device_sanitize.sh runs it
+// memory written that way are the tool's, not the program's. scripts/device/run.sh sanitize runs it
 // first and prints what it found.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

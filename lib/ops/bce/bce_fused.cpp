@@ -1,0 +1,32 @@
+// binary_cross_entropy_with_logits' fused path (CUDA builds only): the mean loss and dlogits in one
+// kernel, dlogits scaled by the upstream gradient in backward.
+#include <memory>
+#include <vector>
+
+#include "lib/autograd.h"
+#include "lib/error.h"
+#include "lib/ops/bce/bce_cuda.h"
+#include "lib/ops/cross_entropy/cross_entropy_cuda.h"
+#include "lib/ops/elementwise/elementwise.h"
+
+namespace ft::cuda {
+
+Tensor bce_with_logits_fused(const Tensor& logits, const Tensor& targets) {
+  Tensor loss = Tensor::empty({1}, DType::F32, logits.device());
+  const bool grad = needs_grad({&logits});
+  Tensor dlogits = grad ? Tensor::empty(logits.shape(), logits.dtype(), logits.device()) : Tensor();
+  bce_with_logits_forward(logits, targets, loss, dlogits);
+  Tensor out = loss.reshape({});
+  if (!grad) return out;
+  // dlogits is final up to the upstream factor, applied in place: the node runs once.
+  auto consumed = std::make_shared<bool>(false);
+  return record("binary_cross_entropy_with_logits", out, {logits}, [dlogits, consumed](const Tensor& g) {
+    FT_CHECK(!*consumed, "binary_cross_entropy_with_logits (fused): backward ran twice through one forward; its "
+                         "gradient is scaled in place, so retain_graph is not supported here");
+    *consumed = true;
+    if (!is_unit_seed(g)) scale_by_upstream(dlogits, ft::cast(g, DType::F32));
+    return std::vector<Tensor>{dlogits};
+  });
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,46 @@
+// DLRM (facebookresearch/dlrm, dot interaction): dense features → bottom MLP (Linear + ReLU
+// on every layer); each categorical feature → its table's embedding bag; the bottom output and
+// the T pooled vectors → their pairwise dot products after the bottom output
+// (lib/ops/dot_interaction/dot_interaction.h) → top MLP (Linear + ReLU, the last layer without) → one logit.
+// Letters: B samples, T tables of D columns; the bottom MLP ends at D.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "layers/embedding_bag.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace ft {
+
+class DLRM : public Module {
+ public:
+  struct Options {
+    int64_t dense_features = 13;
+    std::vector<int64_t> bottom = {};  ///< widths after the input; the last is D
+    std::vector<int64_t> top = {};     ///< widths after the interaction; the last is 1
+    EmbeddingBagCollection::Options tables = {};  ///< its dim must be D
+  };
+  /// Linear weights normal(0, √(2 / (in + out))) and biases normal(0, √(1 / out)), tables
+  /// uniform in ±√(1 / rows): facebookresearch/dlrm's initialization, drawn from gen.
+  DLRM(Options options, Generator& gen);
+  /// dense [B, dense_features] (any floating dtype; cast to the model's), sparse ids i32/i64
+  /// [B, T]: the logits [B].
+  Tensor logits(const Tensor& dense, const Tensor& sparse_ids);
+  /// Every parameter but the tables (which update themselves in backward): the optimizer's.
+  std::vector<Tensor> dense_parameters() const;
+  /// The width of the top MLP's input: D + (T + 1)·T / 2.
+  int64_t interaction_width() const;
+  /// Model FLOPs per sample, forward and backward (2·MACs forward, twice that backward), of the
+  /// MLPs and the interaction.
+  double flops_per_sample() const;
+  EmbeddingBagCollection& tables() { return *tables_; }
+  const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+  std::vector<std::shared_ptr<Linear>> bottom_, top_;
+  std::shared_ptr<EmbeddingBagCollection> tables_;
+};
+
+}  // namespace ft

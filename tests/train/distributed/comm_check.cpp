@@ -1,0 +1,232 @@
+// ft-comm-check [--device cuda]: run under scripts/launch.sh N, it checks every collective of the run's
+// communicator against sums computed locally (each rank can draw every rank's inputs, since rank
+// r's come from seed r), over sizes that do not divide by the world size, in f32 and f64. With
+// --fault kill|stop the last rank kills or stops itself after --fault-after collectives, and the
+// others must fail with an ft::Error naming it within --comm-timeout-ms (the ctest checks the
+// message); a rank that hangs or crashes fails the test. On CUDA each rank first names its GPU
+// (a device script checks that N ranks got N GPUs); --hold-ms keeps the ranks alive that long at
+// the end, so that nvidia-smi can see which process holds which GPU. --bench-mb M times, instead,
+// gradient-sized all-reduces: M MB of f32 in 25 MB buckets, with f32 and bf16 on the wire.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lib/error.h"
+#include "lib/runtime.h"
+#include "lib/tensor.h"
+#include "train/distributed/communicator.h"
+
+namespace {
+
+using ft::CommOp;
+using ft::Tensor;
+
+/// Rank r's input of `n` values for collective number `call`: drawn from (r, call), so every
+/// rank can build every other rank's.
+std::vector<double> inputs_of(int rank, int call, int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1) + static_cast<uint64_t>(call) * 7919u;
+  for (double& e : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    e = static_cast<double>(x % 2001) / 1000.0 - 1.0;  // in [-1, 1], never all zero
+  }
+  return v;
+}
+
+ft::Device on_device = ft::kCPU;  // where the collectives' tensors live (--device)
+
+Tensor to_tensor(const std::vector<double>& v, ft::DType dtype) {
+  return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}, ft::DType::F64).to(dtype).to(on_device);
+}
+
+int failures = 0;
+
+void expect_close(const std::string& what, const Tensor& got, const std::vector<double>& want, double tol) {
+  const Tensor g = got.to(ft::kCPU).to(ft::DType::F64);
+  const double* p = g.data<double>();
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::fabs(p[i] - want[i]) > tol * (1.0 + std::fabs(want[i]))) {
+      std::printf("FAIL %s: element %zu is %.17g, expected %.17g\n", what.c_str(), i, p[i], want[i]);
+      ++failures;
+      return;
+    }
+}
+
+/// --bench-mb: the all-reduce of `mb` MB of f32 gradients in 25 MB buckets back to back, as a
+/// data-parallel step issues them, with nothing else running; the median of 10 rounds after 3.
+int bench(ft::Communicator& comm, double mb) {
+  const int64_t total = static_cast<int64_t>(mb * (1 << 20) / 4), bucket = (int64_t{25} << 20) / 4;
+  Tensor grads = to_tensor(inputs_of(comm.rank(), 0, total), ft::DType::F32);
+  Tensor wire = Tensor::empty({total}, ft::DType::BF16, on_device);
+  for (const bool narrow : {false, true}) {
+    std::vector<double> ms;
+    for (int round = 0; round < 13; ++round) {
+      ft::synchronize();
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<std::unique_ptr<ft::Work>> works;
+      for (int64_t at = 0; at < total; at += bucket) {
+        const int64_t n = std::min(bucket, total - at);
+        works.push_back(narrow ? comm.all_reduce_via(grads.narrow(0, at, n), wire.narrow(0, at, n), CommOp::Average)
+                               : comm.all_reduce(grads.narrow(0, at, n), CommOp::Average));
+      }
+      for (auto& w : works) w->wait();
+      ft::synchronize();  // the host clock is read only after the device is done
+      if (round >= 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    // Bus bandwidth as NCCL's tests count it: each byte crosses 2 (N - 1) / N links' worth.
+    const int world = comm.world_size();
+    const double bytes = static_cast<double>(total) * (narrow ? 2 : 4);
+    if (comm.rank() == 0)
+      std::printf("RESULT allreduce mb=%.1f wire=%s world=%d ms=%.3f busbw_gbs=%.1f\n", mb, narrow ? "bf16" : "f32",
+                  world, median, bytes * 2.0 * (world - 1) / world / (median * 1e6));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string fault;
+  int fault_after = 3;
+  int timeout_ms = 5000;
+  int hold_ms = 0;
+  double bench_mb = 0;
+  ft::Device device = ft::kCPU;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--device")) device = ft::Device::parse(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--fault")) fault = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--fault-after")) fault_after = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--comm-timeout-ms")) timeout_ms = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--hold-ms")) hold_ms = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--bench-mb")) bench_mb = std::atof(argv[i + 1]);
+  }
+  try {
+    const ft::LaunchEnv env = ft::launch_env();
+    on_device = device;
+    auto comm = ft::make_communicator(env, device, {.timeout = std::chrono::milliseconds(timeout_ms)});
+    const int rank = comm->rank(), world = comm->world_size();
+    if (device.is_cuda()) {
+      std::printf("rank %d of %d: GPU %s\n", rank, world, ft::device_identity().c_str());
+      std::fflush(stdout);
+    }
+    if (bench_mb > 0) return bench(*comm, bench_mb);
+    int call = 0;
+    if (!fault.empty()) {
+      // Collectives until the last rank leaves; the others must end with a clear error.
+      for (int step = 1;; ++step) {
+        comm->set_step(step);
+        if (rank == world - 1 && step > fault_after) {
+          std::printf("rank %d: %s myself at step %d\n", rank, fault == "kill" ? "killing" : "stopping", step);
+          std::fflush(stdout);
+          raise(fault == "kill" ? SIGKILL : SIGSTOP);
+        }
+        Tensor t = to_tensor(inputs_of(rank, step, 1000), ft::DType::F32);
+        comm->all_reduce(t, CommOp::Sum)->wait();
+      }
+    }
+    for (ft::DType dtype : {ft::DType::F32, ft::DType::F64}) {
+      const double tol = dtype == ft::DType::F32 ? 1e-5 : 1e-12;
+      const std::string tag = std::string(" ") + ft::dtype_name(dtype);
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) {
+        const std::string size = " n=" + std::to_string(n);
+        // all_reduce, sum and average
+        for (CommOp op : {CommOp::Sum, CommOp::Average}) {
+          ++call;
+          std::vector<double> want(static_cast<size_t>(n), 0.0);
+          for (int r = 0; r < world; ++r) {
+            const std::vector<double> v = inputs_of(r, call, n);
+            for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
+          }
+          if (op == CommOp::Average)
+            for (double& w : want) w /= world;
+          Tensor t = to_tensor(inputs_of(rank, call, n), dtype);
+          comm->all_reduce(t, op)->wait();
+          expect_close((op == CommOp::Sum ? "all_reduce sum" : "all_reduce average") + tag + size, t, want, tol);
+        }
+        // reduce_scatter: [world * n] in, this rank's [n] slice of the sum out
+        ++call;
+        std::vector<double> want(static_cast<size_t>(n), 0.0);
+        for (int r = 0; r < world; ++r) {
+          const std::vector<double> v = inputs_of(r, call, n * world);
+          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)];
+        }
+        Tensor out = Tensor::empty({n}, dtype, on_device);
+        comm->reduce_scatter(to_tensor(inputs_of(rank, call, n * world), dtype), out, CommOp::Sum)->wait();
+        expect_close("reduce_scatter" + tag + size, out, want, tol);
+        // all_gather
+        ++call;
+        std::vector<double> gathered;
+        for (int r = 0; r < world; ++r) {
+          const std::vector<double> v = inputs_of(r, call, n);
+          gathered.insert(gathered.end(), v.begin(), v.end());
+        }
+        Tensor all = Tensor::empty({n * world}, dtype, on_device);
+        comm->all_gather(to_tensor(inputs_of(rank, call, n), dtype), all)->wait();
+        expect_close("all_gather" + tag + size, all, to_tensor(gathered, dtype).to_vector(), 0);
+        // broadcast from the last rank
+        ++call;
+        Tensor b = to_tensor(inputs_of(rank, call, n), dtype);
+        comm->broadcast(b, world - 1)->wait();
+        expect_close("broadcast" + tag + size, b, to_tensor(inputs_of(world - 1, call, n), dtype).to_vector(), 0);
+      }
+    }
+    // Through a bf16 wire: each rank's values rounded to bf16, reduced, the result rounded again
+    // (summed in bf16 by NCCL, in f32 on Gloo: a bf16 ulp apart at most for 2 to 4 ranks).
+    for (int64_t n : {int64_t{7}, int64_t{100003}}) {
+      const std::string size = " n=" + std::to_string(n);
+      ++call;
+      std::vector<double> want(static_cast<size_t>(n), 0.0);
+      for (int r = 0; r < world; ++r) {
+        const std::vector<double> v = to_tensor(inputs_of(r, call, n), ft::DType::BF16).to(ft::kCPU).to_vector();
+        for (size_t i = 0; i < want.size(); ++i) want[i] += v[i] / world;
+      }
+      Tensor t = to_tensor(inputs_of(rank, call, n), ft::DType::F32);
+      Tensor wire = Tensor::empty({n}, ft::DType::BF16, on_device);
+      comm->all_reduce_via(t, wire, CommOp::Average)->wait();
+      expect_close("all_reduce_via bf16" + size, t, want, 2e-2);
+      ++call;
+      std::vector<double> slice(static_cast<size_t>(n), 0.0);
+      for (int r = 0; r < world; ++r) {
+        const std::vector<double> v = to_tensor(inputs_of(r, call, n * world), ft::DType::BF16).to(ft::kCPU).to_vector();
+        for (int64_t i = 0; i < n; ++i) slice[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)] / world;
+      }
+      Tensor out = Tensor::empty({n}, ft::DType::F32, on_device);
+      Tensor wide = Tensor::empty({n * world}, ft::DType::BF16, on_device);
+      comm->reduce_scatter_via(to_tensor(inputs_of(rank, call, n * world), ft::DType::F32), wide, out,
+                               CommOp::Average)->wait();
+      expect_close("reduce_scatter_via bf16" + size, out, slice, 2e-2);
+    }
+    // Several collectives in flight at once complete in order.
+    std::vector<Tensor> many;
+    std::vector<std::unique_ptr<ft::Work>> works;
+    for (int k = 0; k < 8; ++k) {
+      many.push_back(to_tensor(std::vector<double>(64, rank + k), ft::DType::F64));
+      works.push_back(comm->all_reduce(many.back(), CommOp::Sum));
+    }
+    for (int k = 0; k < 8; ++k) {
+      works[static_cast<size_t>(k)]->wait();
+      expect_close("in flight " + std::to_string(k), many[static_cast<size_t>(k)],
+                   std::vector<double>(64, world * (world - 1) / 2.0 + world * k), 0);
+    }
+    comm->barrier()->wait();
+    if (device.is_cuda()) ft::synchronize();
+    std::printf("rank %d of %d (%s): %s\n", rank, world, comm->backend().c_str(),
+                failures ? "collectives FAILED" : "all collectives match");
+    std::fflush(stdout);
+    if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+    return failures ? 1 : 0;
+  } catch (const ft::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,232 @@
+// DataParallel in one process (world size 1: Gloo on the CPU, NCCL on a GPU): the bucket
+// reductions start while backward still runs (the recorded order of events), and ZeRO-1's
+// sharded step (pieces of buckets, compact state, norm summed over ranks, parameters gathered)
+// gives exactly the plain step's parameters and state. The 2- and 4-process equivalences are
+// the dp_* ctests (tests/train/distributed/dp_equivalence_check.sh).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/autograd.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/matmul/matmul.h"
+#include "lib/ops/reduce/reduce.h"
+#include "optim/adamw.h"
+#include "tests/lib/test_util.h"
+#include "tests/train/temp_dir.h"
+#include "train/distributed/data_parallel.h"
+
+namespace ft {
+namespace {
+
+using test::random_tensor;
+using test::test_generator;
+
+// Three layers: with buckets of one 64×64 layer, the last layer's bucket is complete long before
+// backward reaches the first.
+struct ThreeLayers {
+  std::vector<Tensor> weights;
+  ThreeLayers(Generator& gen, DType dtype, Device device) {
+    for (const Shape& shape : {Shape{32, 64}, Shape{64, 64}, Shape{64, 64}, Shape{64, 8}}) {
+      Tensor w = (random_tensor(shape, DType::F32, kCPU, gen) * 0.2).to(dtype).to(device);
+      w.requires_grad_(true);
+      weights.push_back(w);
+    }
+  }
+  ThreeLayers() = default;
+  /// Another model with the same weights in their own storage.
+  ThreeLayers copy() const {
+    ThreeLayers out;
+    for (const Tensor& w : weights) {
+      Tensor c = Tensor::empty(w.shape(), w.dtype(), w.device());
+      c.copy_(w.detach());
+      c.requires_grad_(true);
+      out.weights.push_back(c);
+    }
+    return out;
+  }
+  Tensor loss(const Tensor& x) const {
+    Tensor h = x;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      h = matmul(h, weights[i]);
+      if (i + 1 < weights.size()) h = relu(h);
+    }
+    return sum_all(cast(h * h, DType::F32)) * (1.0 / static_cast<double>(h.numel()));
+  }
+};
+
+struct OneRank {
+  test::TempDir store{"ft_dp_test"};
+  std::unique_ptr<Communicator> comm;
+  explicit OneRank(Device device) {
+    LaunchEnv env;
+    env.launcher = "torchrun";
+    env.run_id = "dp-test-" + std::to_string(::getpid()) + "-" + store.path().filename().string();
+    env.master_port = 20000 + static_cast<int>(::getpid() % 20000);
+    comm = make_communicator(env, device, {.store_dir = store.path().string()});
+  }
+};
+
+class DataParallelTest : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    FT_SKIP_UNLESS_AVAILABLE(GetParam());
+#ifndef FT_TEST_HAVE_GLOO
+    if (!GetParam().is_cuda()) GTEST_SKIP() << "built without Gloo";
+#endif
+  }
+  DType dtype() const { return GetParam().is_cuda() ? DType::BF16 : DType::F32; }
+};
+
+void train_step(ThreeLayers& model, Optimizer& optimizer, DataParallel* dp, const Tensor& x) {
+  optimizer.zero_grad();
+  const Tensor loss = model.loss(x);
+  if (dp) dp->before_backward(true);
+  loss.backward();
+  if (dp) dp->after_backward();
+  optimizer.step();
+}
+
+TEST_P(DataParallelTest, BucketsStartBeforeBackwardEnds) {
+  const Device device = GetParam();
+  Generator gen = test_generator();
+  ThreeLayers model(gen, dtype(), device);
+  // One 64×64 f32 layer a bucket: 16 KB.
+  AdamW optimizer(model.weights, AdamW::Options{.partition = DataPartition{.bucket_bytes = 64 * 64 * 4}});
+  ASSERT_GE(optimizer.buckets().size(), 3u);
+  OneRank rank(device);
+  DataParallel dp(*rank.comm, optimizer, DataParallel::Options{.trace = true});
+  const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+  train_step(model, optimizer, &dp, x);
+  const std::vector<std::string>& trace = dp.trace();
+  auto at = [&](const std::string& event) {
+    auto it = std::find(trace.begin(), trace.end(), event);
+    EXPECT_NE(it, trace.end()) << "no event '" << event << "'";
+    return it - trace.begin();
+  };
+  std::string order;
+  for (const std::string& e : trace) order += e + "; ";
+  // The first bucket (the end of the buffer: the last layer) starts before the first layer's
+  // gradient exists, which backward computes last.
+  EXPECT_LT(at("start 0"), at("ready 0")) << order;
+  EXPECT_LT(at("start 0"), at("backward done")) << order;
+  EXPECT_LT(at("ready 3"), at("start 0")) << order;
+  for (size_t b = 0; b < optimizer.buckets().size(); ++b) at("start " + std::to_string(b));
+}
+
+// DataParallel removes only its own gradient-ready hooks when it goes: a hook the user put on
+// a parameter keeps firing after the wrapper is gone (its destructor used to clear them all).
+TEST_P(DataParallelTest, ItsDestructorLeavesOtherHooks) {
+  const Device device = GetParam();
+  Generator gen = test_generator(3);
+  ThreeLayers model(gen, dtype(), device);
+  AdamW optimizer(model.weights, AdamW::Options{});
+  int user_calls = 0;
+  add_grad_ready_hook(model.weights[1], [&] { ++user_calls; });
+  const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+  {
+    OneRank rank(device);
+    DataParallel dp(*rank.comm, optimizer, DataParallel::Options{.trace = true});
+    train_step(model, optimizer, &dp, x);
+    EXPECT_EQ(user_calls, 1);
+    EXPECT_FALSE(dp.trace().empty());
+  }
+  train_step(model, optimizer, nullptr, x);  // no wrapper: its hooks must be gone, the user's not
+  EXPECT_EQ(user_calls, 2);
+}
+
+TEST_P(DataParallelTest, OnlyTheLastMicroBatchReduces) {
+  const Device device = GetParam();
+  Generator gen = test_generator(2);
+  ThreeLayers model(gen, dtype(), device);
+  AdamW optimizer(model.weights, AdamW::Options{.partition = DataPartition{.bucket_bytes = 64 * 64 * 4}});
+  OneRank rank(device);
+  DataParallel dp(*rank.comm, optimizer, DataParallel::Options{.trace = true});
+  optimizer.zero_grad();
+  for (int micro = 0; micro < 3; ++micro) {
+    const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+    const Tensor loss = model.loss(x);
+    dp.before_backward(micro == 2);
+    loss.backward();
+    // The micro-batches before the last start nothing (trace() is the last reducing backward's).
+    if (micro < 2) {
+      EXPECT_TRUE(dp.trace().empty()) << "micro-batch " << micro;
+    }
+  }
+  dp.after_backward();
+  const std::vector<std::string>& trace = dp.trace();
+  const auto starts = std::count_if(trace.begin(), trace.end(), [](const std::string& e) { return e.rfind("start", 0) == 0; });
+  EXPECT_EQ(static_cast<size_t>(starts), optimizer.buckets().size());
+  EXPECT_THROW(dp.after_backward(), Error);  // not armed again without before_backward(true)
+}
+
+TEST_P(DataParallelTest, ZeroOneMatchesThePlainStepExactly) {
+  const Device device = GetParam();
+  Generator gen = test_generator();
+  ThreeLayers plain_model(gen, dtype(), device), zero_model = plain_model.copy();
+  const AdamW::Options options{.lr = 1e-2, .weight_decay = 0.1, .policy = StepPolicy{.max_grad_norm = 0.5}};
+  AdamW plain(plain_model.weights, options);
+  AdamW::Options zero_options = options;
+  zero_options.partition = DataPartition{.bucket_bytes = 5000, .shard_state = true};  // buckets split layers
+  AdamW zero(zero_model.weights, zero_options);
+  ASSERT_TRUE(zero.sharded());
+  OneRank rank(device);
+  DataParallel dp(*rank.comm, zero, DataParallel::Options{});
+  for (int step = 0; step < 4; ++step) {
+    const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+    train_step(plain_model, plain, nullptr, x);
+    train_step(zero_model, zero, &dp, x);
+  }
+  // The clip factor comes from a norm summed in another order: equal within rounding.
+  const std::map<std::string, Tensor> a = plain.state(), b = zero.state();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, tensor] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    const std::vector<double> x = tensor.to(kCPU).to_vector(), y = b.at(name).to(kCPU).to_vector();
+    ASSERT_EQ(x.size(), y.size()) << name;
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(x[i] - y[i]));
+      scale = std::max(scale, std::abs(x[i]));
+    }
+    EXPECT_LE(worst / scale, 1e-5) << name;
+  }
+  for (size_t i = 0; i < plain_model.weights.size(); ++i) {
+    const std::vector<double> x = plain_model.weights[i].to(kCPU).to_vector();
+    const std::vector<double> y = zero_model.weights[i].to(kCPU).to_vector();
+    double worst = 0;
+    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]));
+    EXPECT_LE(worst, dtype() == DType::BF16 ? 1e-2 * 0.05 : 1e-6) << "weight " << i;
+  }
+}
+
+TEST_P(DataParallelTest, WithoutClippingZeroOneIsBitIdentical) {
+  const Device device = GetParam();
+  Generator gen = test_generator(1);
+  ThreeLayers plain_model(gen, dtype(), device), zero_model = plain_model.copy();
+  AdamW plain(plain_model.weights, AdamW::Options{.lr = 1e-2});
+  AdamW zero(zero_model.weights,
+             AdamW::Options{.lr = 1e-2, .partition = DataPartition{.bucket_bytes = 3000, .shard_state = true}});
+  OneRank rank(device);
+  DataParallel dp(*rank.comm, zero, DataParallel::Options{});
+  for (int step = 0; step < 3; ++step) {
+    const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+    train_step(plain_model, plain, nullptr, x);
+    train_step(zero_model, zero, &dp, x);
+  }
+  for (size_t i = 0; i < plain_model.weights.size(); ++i)
+    EXPECT_EQ(plain_model.weights[i].to(kCPU).to_vector(), zero_model.weights[i].to(kCPU).to_vector()) << "weight " << i;
+  const std::map<std::string, Tensor> a = plain.state(), b = zero.state();
+  for (const auto& [name, tensor] : a) EXPECT_EQ(tensor.to(kCPU).to_vector(), b.at(name).to(kCPU).to_vector()) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DataParallelTest, ::testing::Values(kCPU, kCUDA),
+                         [](const auto& info) { return info.param.is_cuda() ? "cuda" : "cpu"; });
+
+}  // namespace
+}  // namespace ft

@@ -1,0 +1,193 @@
+#include "train/distributed/data_parallel.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/autograd.h"
+#include "lib/error.h"
+#include "lib/ops/elementwise/elementwise.h"
+
+namespace ft {
+
+DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options options)
+    : comm_(comm), optimizer_(optimizer), options_(options) {
+  const DataPartition& partition = optimizer_.partition();
+  FT_CHECK(partition.world == comm_.world_size() && partition.rank == comm_.rank(), "DataParallel: the optimizer ",
+           "was built for rank ", partition.rank, " of ", partition.world, ", the communicator is rank ", comm_.rank(),
+           " of ", comm_.world_size(), " (build it with the run's DataPartition)");
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.buckets();
+  buckets_of_.resize(optimizer_.params().size());
+  for (size_t b = 0; b < buckets.size(); ++b)
+    for (size_t i : buckets[b].members) buckets_of_[i].push_back(b);
+  hooked_ = optimizer_.params();
+  for (size_t i = 0; i < hooked_.size(); ++i)
+    hook_ids_.push_back(add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); }));
+  if (optimizer_.sharded()) optimizer_.set_shard_collectives(this);
+  if (options_.reduce_dtype) {
+    const GradBuffer& grads = optimizer_.grad_buffer();
+    for (size_t g = 0; g < grads.groups(); ++g) {
+      const Tensor& flat = grads.storage(g);
+      wire_.push_back(*options_.reduce_dtype == flat.dtype()
+                          ? Tensor()
+                          : Tensor::empty({flat.numel()}, *options_.reduce_dtype, flat.device()));
+    }
+  }
+}
+
+// The optimizer is not touched here: it may be gone already (a binary builds it after joining
+// the run). The parameters are this object's own references.
+DataParallel::~DataParallel() {
+  // Only its own hooks: others on the same parameters (another wrapper's, a user's) stay.
+  for (size_t i = 0; i < hooked_.size(); ++i) remove_grad_ready_hook(hooked_[i], hook_ids_[i]);
+}
+
+void DataParallel::broadcast_parameters(Module& model) {
+  NoGradGuard no_grad;
+  std::vector<std::unique_ptr<Work>> pending;
+  // The optimizer state first (master weights included; sharded, gathered whole), then every
+  // tensor of the state dict: parameters, frozen ones and buffers.
+  const std::map<std::string, Tensor> state = optimizer_.state();
+  for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
+  for (const auto& [name, tensor] : model.state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
+  for (auto& work : pending) work->wait();
+  model_ = &model;
+  // Unsharded, the broadcast wrote the optimizer's own buffers; sharded, they were gathered
+  // copies, which each rank now takes its chunks of.
+  if (optimizer_.sharded()) optimizer_.load_state(state);
+}
+
+void DataParallel::note(std::string event) {
+  if (options_.trace) trace_.push_back(std::move(event));
+}
+
+void DataParallel::before_backward(bool last) {
+  if (!last) return;
+  if (options_.check_replicas) check_replicas();
+  armed_ = true;
+  comm_.begin_timed_region();
+  next_bucket_ = 0;
+  waiting_.clear();
+  for (const FlatLayout::Bucket& b : optimizer_.buckets()) waiting_.push_back(b.members.size());
+  trace_.clear();
+}
+
+void DataParallel::parameter_ready(size_t param) {
+  if (!armed_) return;  // an earlier micro-batch of gradient accumulation: nothing to reduce yet
+  // Reached, but given no gradient (an op whose backward returns none for it): its view may
+  // still hold last step's values. grad() zeroes a stale view, on the compute stream, before the
+  // bucket's collective is ordered after it.
+  (void)optimizer_.grad_buffer().grad(param);
+  if (options_.trace) note("ready " + std::to_string(param));
+  size_t ready_end = next_bucket_;
+  for (size_t b : buckets_of_[param]) --waiting_[b];
+  while (ready_end < waiting_.size() && waiting_[ready_end] == 0) ++ready_end;
+  start_buckets(ready_end);
+}
+
+void DataParallel::start_buckets(size_t end) {
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.buckets();
+  const GradBuffer& grads = optimizer_.grad_buffer();
+  for (; next_bucket_ < end; ++next_bucket_) {
+    const FlatLayout::Bucket& b = buckets[next_bucket_];
+    const Tensor& flat = grads.storage(b.group);
+    const Tensor bucket = flat.narrow(0, b.begin, b.size());
+    if (options_.trace) note("start " + std::to_string(next_bucket_));
+    const Tensor wire = b.group < wire_.size() && wire_[b.group].defined()
+                            ? wire_[b.group].narrow(0, b.begin, b.size())
+                            : Tensor();
+    if (optimizer_.sharded()) {
+      const auto [first, last] = b.chunk(rank(), world_size());
+      const Tensor chunk = flat.narrow(0, first, last - first);
+      pending_.push_back(wire.defined() ? comm_.reduce_scatter_via(bucket, wire, chunk, CommOp::Average)
+                                        : comm_.reduce_scatter(bucket, chunk, CommOp::Average));
+    } else {
+      pending_.push_back(wire.defined() ? comm_.all_reduce_via(bucket, wire, CommOp::Average)
+                                        : comm_.all_reduce(bucket, CommOp::Average));
+    }
+  }
+}
+
+void DataParallel::after_backward() {
+  FT_CHECK(armed_, "DataParallel: after_backward without before_backward(last = true)");
+  note("backward done");
+  comm_.mark_computation_done();
+  armed_ = false;
+  // The buckets not started hold parameters this backward did not reach, whose views may still
+  // be stale (last step's values): they become zeros first.
+  optimizer_.grad_buffer().materialize();
+  start_buckets(optimizer_.buckets().size());
+  comm_.end_timed_region();
+  for (auto& work : pending_) work->wait();
+  pending_.clear();
+}
+
+void DataParallel::sum(const Tensor& t) { comm_.all_reduce(t, CommOp::Sum)->wait(); }
+
+void DataParallel::gather(const Tensor& chunk, const Tensor& whole) { comm_.all_gather(chunk, whole)->wait(); }
+
+std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() {
+  return [this](Tensor& ids, Tensor& offsets, Tensor& grad) {
+    const int64_t world = world_size(), n = ids.numel();
+    // One id per bag, checked here on each rank (no collective: this runs inside a captured step).
+    // A rank with bags of several ids stops with this error; the others then fail their next
+    // collective within --comm-timeout, naming it.
+    FT_CHECK(offsets.defined() && offsets.numel() == n + 1, "data-parallel embedding tables need one id per bag (",
+             offsets.defined() ? offsets.numel() - 1 : -1, " bags, ", n, " ids)");
+    Tensor all_ids = Tensor::empty({world * n}, ids.dtype(), ids.device());
+    comm_.all_gather(ids.reshape({n}), all_ids)->wait();
+    // Scaled before the gather: one pass over this rank's gradients, not over every rank's.
+    const Tensor mine = world > 1 ? grad * (1.0 / static_cast<double>(world)) : grad;
+    const Tensor flat = mine.reshape({mine.numel()});
+    Tensor all_grads = Tensor::empty({world * flat.numel()}, grad.dtype(), grad.device());
+    comm_.all_gather(flat, all_grads)->wait();
+    all_grads = all_grads.reshape({world * grad.size(0), grad.size(1)});
+    // Made in the eager steps before a graph's capture, then reused: 0, 1, ..., world · n.
+    Tensor& cached = gathered_offsets_;
+    if (!cached.defined() || cached.numel() != world * n + 1 || cached.dtype() != offsets.dtype() ||
+        cached.device() != offsets.device())
+      cached = Tensor::arange(world * n + 1, offsets.dtype(), offsets.device());
+    offsets = cached;
+    ids = all_ids;
+    grad = all_grads;
+  };
+}
+
+double DataParallel::mean_over_ranks(double value) {
+  const Tensor t = Tensor::full({1}, value, DType::F32, optimizer_.params().front().device());
+  comm_.all_reduce(t, CommOp::Average)->wait();
+  return t.item();
+}
+
+namespace {
+
+// Every rank's `mine` equals rank 0's bit for bit, or an ft::Error names the first element that differs.
+void check_same_as_rank0(Communicator& comm, const Tensor& mine_device, const std::string& what) {
+  Tensor theirs = Tensor::empty(mine_device.shape(), mine_device.dtype(), mine_device.device());
+  theirs.copy_(mine_device);
+  comm.broadcast(theirs, 0)->wait();
+  const Tensor mine = mine_device.to(kCPU), ref = theirs.to(kCPU);
+  const size_t bytes = dtype_size(mine.dtype());
+  const auto* a = static_cast<const unsigned char*>(mine.data_ptr());
+  const auto* b = static_cast<const unsigned char*>(ref.data_ptr());
+  for (int64_t i = 0; i < mine.numel(); ++i)
+    FT_CHECK(std::memcmp(a + i * bytes, b + i * bytes, bytes) == 0, "data parallel: at step ", comm.step(), " rank ",
+             comm.rank(), "'s ", what, " element ", i, " (", mine.to_vector()[i], ") differs from rank 0's (",
+             ref.to_vector()[i], "): the replicas have diverged");
+}
+
+}  // namespace
+
+void DataParallel::check_replicas() {
+  NoGradGuard no_grad;
+  const std::vector<Tensor>& replicas = optimizer_.replica_buffers();
+  for (size_t g = 0; g < replicas.size(); ++g)
+    check_same_as_rank0(comm_, replicas[g], "weights (group " + std::to_string(g) + ")");
+  // The model's own tensors too: tables trained outside the optimizer, buffers.
+  if (model_)
+    for (const auto& [name, tensor] : model_->state_dict()) check_same_as_rank0(comm_, tensor, name);
+}
+
+}  // namespace ft

@@ -1,0 +1,110 @@
+// Data-parallel training on top of a Communicator: every rank holds the whole model and takes its
+// slice of every batch (BatchSampler's BatchShard); the gradients are averaged over the ranks
+// while backward runs, so that every rank applies the same update and the parameters stay
+// bit-identical. Rank 0's parameters and optimizer state are broadcast once at the start.
+//
+// Buckets. The flat gradient buffers are cut into buckets (Optimizer::buckets(), about 25 MB,
+// in the order backward completes them: from the end of each buffer). A gradient-ready hook on
+// every parameter counts down the bucket's members; when a bucket is complete, and every bucket
+// before it has started, its reduction starts (on NCCL's communication stream, or Gloo's worker
+// thread) while backward goes on. After backward the buckets the backward did not complete
+// (parameters it did not reach: their gradients are zero) start, and the optimizer step is
+// ordered after all of them. Only the last micro-batch's backward reduces: the micro-steps of
+// gradient accumulation before it reduce nothing.
+//
+// ZeRO-1 (an optimizer built with DataPartition::shard_state): each bucket is reduce-scattered
+// instead of all-reduced, so a rank receives the average of its chunk only; the optimizer updates
+// that chunk and gathers the parameters (DataParallel gives it the collectives).
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "layers/module.h"
+#include "optim/optimizer.h"
+#include "train/distributed/communicator.h"
+#include "train/loop/graphed_step.h"
+
+namespace ft {
+
+class DataParallel : public GradientSync, public ShardCollectives {
+ public:
+  struct Options {
+    /// Before each step's reduction, check that every rank's weights equal rank 0's bit for bit
+    /// (they were updated identically in the step before); a difference is an ft::Error.
+    bool check_replicas = false;
+    /// Record the order in which gradients became ready and buckets started (trace()).
+    bool trace = false;
+    /// The dtype gradients cross the wire in: their own (f32), or BF16, which halves the bytes
+    /// (each rank's gradients rounded to bf16, reduced in bf16, widened back), as llm.c does.
+    std::optional<DType> reduce_dtype = {};
+  };
+  /// The optimizer must have been built with this run's DataPartition (rank, world size); it is
+  /// used until the last step, and not in the destructor.
+  DataParallel(Communicator& comm, Optimizer& optimizer, Options options);
+  /// Clears every gradient-ready hook of the optimizer's parameters (hooks have no handles).
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  /// Every rank takes rank 0's parameters, buffers and optimizer state (call before training,
+  /// after loading any checkpoint).
+  void broadcast_parameters(Module& model);
+  /// Every rank's weights (the optimizer's, and after broadcast_parameters every tensor of the
+  /// model's state dict: tables trained outside the optimizer, buffers) equal rank 0's, bit for
+  /// bit, or an ft::Error names the first element that differs.
+  void check_replicas();
+  /// The tables' exchange for data parallelism with one id per bag (SparseRowUpdate::exchange):
+  /// every rank's ids and bag gradients all-gathered, the gradients scaled by 1 / world size (the
+  /// loss is each rank's mean), the offsets those of the gathered bags.
+  std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> bag_exchange();
+  /// The mean over the ranks of each rank's `value` (a validation loss of its part of the data),
+  /// through a collective on the training device; every rank calls it and gets the same result.
+  double mean_over_ranks(double value);
+
+  /// Brackets each training step's enqueueing: `step` names the collectives in errors, and
+  /// end_step() lets the backend watch the step's end (a lost peer inside a replayed graph).
+  void begin_step(int64_t step) { comm_.set_step(step); }
+  void end_step() { comm_.step_enqueued(); }
+
+  // GradientSync: the step's reduction.
+  void before_backward(bool last) override;
+  void after_backward() override;
+  // ShardCollectives: what the ZeRO-1 step needs.
+  void sum(const Tensor& t) override;
+  void gather(const Tensor& chunk, const Tensor& whole) override;
+
+  Communicator& comm() { return comm_; }
+  int rank() const { return comm_.rank(); }
+  int world_size() const { return comm_.world_size(); }
+  bool sharded() const { return optimizer_.sharded(); }
+  /// With Options::trace: the last reducing backward's events in order: "ready <param>" when a
+  /// parameter's gradient is complete, "start <bucket>" when a bucket's reduction starts,
+  /// "backward done" when backward has returned.
+  const std::vector<std::string>& trace() const { return trace_; }
+
+ private:
+  void parameter_ready(size_t param);
+  /// Starts every bucket from the next one up to (not including) `end`, in order.
+  void start_buckets(size_t end);
+  void note(std::string event);
+
+  Communicator& comm_;
+  Optimizer& optimizer_;
+  Options options_;
+  std::vector<Tensor> hooked_;                   // the parameters whose gradient-ready hooks call back
+  std::vector<uint64_t> hook_ids_;               // those hooks, one a parameter
+  std::vector<std::vector<size_t>> buckets_of_;  // parameter → the buckets it has elements in
+  std::vector<size_t> waiting_;                  // bucket → members whose gradient is not ready
+  size_t next_bucket_ = 0;                       // buckets before it have started this step
+  bool armed_ = false;                           // inside the last micro-batch's backward
+  std::vector<std::unique_ptr<Work>> pending_;
+  std::vector<std::string> trace_;
+  std::vector<Tensor> wire_;  // per gradient group, with a reduce_dtype of its own: the narrow copies sent
+  Tensor gathered_offsets_;  // bag_exchange's offsets of the gathered bags
+  Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
+};
+
+}  // namespace ft

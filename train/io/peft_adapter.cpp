@@ -1,0 +1,235 @@
+#include "train/io/peft_adapter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "lib/error.h"
+#include "train/io/atomic_file.h"
+#include "train/io/json.h"
+#include "train/io/safetensors.h"
+
+namespace ft {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kKeyPrefix = "base_model.model.transformer.";
+const char* const kConfigFile = "adapter_config.json";
+const char* const kWeightsFile = "adapter_model.safetensors";
+
+// One row of the header's table.
+struct Target {
+  const char* name;    // fusedtrain's
+  const char* module;  // the module path under h.{i}
+  const char* peft;    // what save_peft_adapter writes into target_modules
+};
+constexpr Target kTargets[] = {
+    {"qkv", "attn.c_attn", "c_attn"},
+    {"attn_proj", "attn.c_proj", "attn.c_proj"},
+    {"fc", "mlp.c_fc", "c_fc"},
+    {"mlp_proj", "mlp.c_proj", "mlp.c_proj"},
+};
+
+const Target* find_target(const std::string& name) {
+  for (const Target& t : kTargets)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// PEFT's rule for a list entry, applied to the module path below h.{i}: the path is the entry or
+// ends with "." + entry.
+bool entry_selects(const std::string& entry, const Target& target) {
+  const std::string module = target.module;
+  return module == entry || ends_with(module, "." + entry);
+}
+
+// The config's targets, checked and in table order.
+std::vector<std::string> canonical_targets(const std::vector<std::string>& targets, const std::string& where) {
+  std::set<std::string> wanted;
+  for (const std::string& name : targets) {
+    FT_CHECK(find_target(name), where, ": unknown LoRA target '", name, "' (expected qkv, attn_proj, fc or mlp_proj)");
+    wanted.insert(name);
+  }
+  std::vector<std::string> out;
+  for (const Target& t : kTargets)
+    if (wanted.count(t.name)) out.push_back(t.name);
+  return out;
+}
+
+// The target of a fusedtrain LoRA tensor name "h.<i>.<module>.lora_A.weight", setting `is_a`
+// and `module_path` ("h.<i>.<module>"); nullptr when the name is not one.
+const Target* lora_tensor_target(const std::string& name, bool* is_a, std::string* module_path) {
+  for (const bool a : {true, false}) {
+    const std::string suffix = a ? ".lora_A.weight" : ".lora_B.weight";
+    if (!ends_with(name, suffix)) continue;
+    *is_a = a;
+    *module_path = name.substr(0, name.size() - suffix.size());
+    if (module_path->compare(0, 2, "h.") != 0) return nullptr;
+    const size_t dot = module_path->find('.', 2);
+    if (dot == std::string::npos || dot == 2 ||
+        module_path->find_first_not_of("0123456789", 2) != dot)
+      return nullptr;
+    for (const Target& t : kTargets)
+      if (module_path->compare(dot + 1, std::string::npos, t.module) == 0) return &t;
+    return nullptr;
+  }
+  return nullptr;
+}
+
+// Checks that `tensors` (fusedtrain names) are A/B pairs of the config's targets with rank r.
+// `where` starts each message: the function and, when loading, the file.
+void check_lora_tensors(const std::map<std::string, Tensor>& tensors, const PeftLoraConfig& config,
+                        const std::string& where) {
+  FT_CHECK(!tensors.empty(), where, ": no LoRA tensors");
+  std::map<std::string, int> halves;  // module path -> 1 (A seen) | 2 (B seen)
+  for (const auto& [name, t] : tensors) {
+    bool is_a = false;
+    std::string module;
+    const Target* target = lora_tensor_target(name, &is_a, &module);
+    FT_CHECK(target, where, ": tensor '", name, "' is not h.{i}.<attn.c_attn|attn.c_proj|mlp.c_fc|mlp.c_proj>"
+             ".lora_A.weight or .lora_B.weight");
+    FT_CHECK(std::find(config.targets.begin(), config.targets.end(), target->name) != config.targets.end(), where,
+             ": tensor '", name, "' adapts ", target->name, ", which is not among the targets");
+    check_defined(t, where.c_str(), name.c_str());
+    const bool rank_fits = t.dim() == 2 && t.size(is_a ? 0 : 1) == config.r;
+    FT_CHECK(rank_fits, where, ": tensor '", name, "' is ", shape_str(t.shape()), " but r = ", config.r,
+             " needs ", is_a ? "[r, in]" : "[out, r]");
+    halves[module] |= is_a ? 1 : 2;
+  }
+  for (const auto& [module, seen] : halves)
+    FT_CHECK(seen == 3, where, ": '", module, seen == 1 ? ".lora_A.weight' has no lora_B.weight"
+                                                        : ".lora_B.weight' has no lora_A.weight");
+}
+
+void check_config(const PeftLoraConfig& config, const std::string& where) {
+  FT_CHECK(config.r > 0, where, ": r must be > 0, got ", config.r);
+  FT_CHECK(std::isfinite(config.alpha), where, ": lora_alpha must be finite, got ", config.alpha);
+  FT_CHECK(config.dropout >= 0 && config.dropout < 1, where, ": lora_dropout must be in [0, 1), got ",
+           config.dropout);
+  FT_CHECK(!config.targets.empty(), where, ": no LoRA targets");
+}
+
+std::string config_json(const PeftLoraConfig& config) {
+  std::string modules;
+  for (const std::string& name : config.targets)
+    modules += std::string(modules.empty() ? "" : ", ") + json_quote(find_target(name)->peft);
+  // PEFT's own layout: keys sorted, two-space indent. rank_pattern and alpha_pattern are PEFT's
+  // per-module overrides, empty because every module has rank r.
+  return std::string("{\n") +
+         "  \"alpha_pattern\": {},\n" +
+         "  \"base_model_name_or_path\": " + (config.base_model.empty() ? "null" : json_quote(config.base_model)) +
+         ",\n" +
+         "  \"bias\": \"none\",\n" +
+         "  \"fan_in_fan_out\": true,\n" +  // GPT-2's Conv1D stores weights [in, out]
+         "  \"inference_mode\": false,\n" +
+         "  \"lora_alpha\": " + json_number(config.alpha) + ",\n" +
+         "  \"lora_dropout\": " + json_number(config.dropout) + ",\n" +
+         "  \"peft_type\": \"LORA\",\n" +
+         "  \"r\": " + std::to_string(config.r) + ",\n" +
+         "  \"rank_pattern\": {},\n" +
+         "  \"target_modules\": [" + modules + "],\n" +
+         "  \"task_type\": \"CAUSAL_LM\",\n" +
+         "  \"use_rslora\": " + (config.rslora ? "true" : "false") + "\n" +
+         "}\n";
+}
+
+std::string read_text(const fs::path& path, const std::string& where) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in.good(), where, ": cannot open '", path.string(), "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+PeftLoraConfig parse_config(const fs::path& path) {
+  const std::string where = "load_peft_adapter: '" + path.string() + "'";
+  const JsonValue root = parse_json(read_text(path, where), where + ": bad JSON");
+  FT_CHECK(root.kind == JsonValue::Kind::Object, where, ": not a JSON object");
+  using Kind = JsonValue::Kind;
+  auto field = [&](const char* key, Kind kind, const char* what) -> const JsonValue& {
+    const JsonValue* v = root.find(key);
+    FT_CHECK(v, where, ": no \"", key, "\"");
+    FT_CHECK(v->kind == kind || (kind == Kind::Number && v->is_number()), where, ": \"", key, "\" must be ", what);
+    return *v;
+  };
+
+  const std::string& peft_type = field("peft_type", Kind::String, "a string").text;
+  FT_CHECK(peft_type == "LORA", where, ": peft_type is \"", peft_type, "\", not \"LORA\"");
+  PeftLoraConfig config;
+  config.r = field("r", Kind::Integer, "an integer").integer;
+  config.alpha = field("lora_alpha", Kind::Number, "a number").number;
+  config.dropout = root.find("lora_dropout") ? field("lora_dropout", Kind::Number, "a number").number : 0.0;
+  if (root.find("use_rslora")) config.rslora = field("use_rslora", Kind::Bool, "true or false").boolean;
+  if (const JsonValue* base = root.find("base_model_name_or_path"); base && base->kind != Kind::Null)
+    config.base_model = field("base_model_name_or_path", Kind::String, "a string or null").text;
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    const JsonValue* v = root.find(pattern);
+    FT_CHECK(!v || v->kind == Kind::Null || (v->kind == Kind::Object && v->members.empty()), where, ": \"",
+             pattern, "\" sets per-module ranks or alphas, which fusedtrain does not support");
+  }
+
+  std::set<std::string> targets;
+  for (const JsonValue& entry : field("target_modules", Kind::Array, "a list of module names").items) {
+    FT_CHECK(entry.kind == Kind::String, where, ": target_modules entries must be strings");
+    bool selected = false;
+    for (const Target& t : kTargets)
+      if (entry_selects(entry.text, t)) {
+        targets.insert(t.name);
+        selected = true;
+      }
+    FT_CHECK(selected, where, ": target_modules entry \"", entry.text, "\" selects none of GPT-2's attn.c_attn, "
+             "attn.c_proj, mlp.c_fc and mlp.c_proj");
+  }
+  config.targets = canonical_targets({targets.begin(), targets.end()}, where);
+  check_config(config, where);
+  return config;
+}
+
+}  // namespace
+
+void save_peft_adapter(const std::string& dir, const std::map<std::string, Tensor>& lora_tensors,
+                       const PeftLoraConfig& config) {
+  const std::string where = "save_peft_adapter: '" + dir + "'";
+  PeftLoraConfig checked = config;
+  checked.targets = canonical_targets(config.targets, where);
+  FT_CHECK(checked.targets.size() == config.targets.size(), where, ": a LoRA target is listed twice");
+  check_config(checked, where);
+  check_lora_tensors(lora_tensors, checked, where);
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  FT_CHECK(!ec, where, ": cannot create the folder: ", ec.message());
+  std::map<std::string, Tensor> weights;
+  for (const auto& [name, t] : lora_tensors) weights[kKeyPrefix + name] = t.detach().to(kCPU).to(DType::F32);
+  // {"format": "pt"} is the metadata PEFT and transformers write and expect.
+  save_safetensors((fs::path(dir) / kWeightsFile).string(), weights, {{"format", "pt"}});
+  write_file_atomically((fs::path(dir) / kConfigFile).string(), config_json(checked), "save_peft_adapter");
+}
+
+PeftAdapter load_peft_adapter(const std::string& dir) {
+  const fs::path config_path = fs::path(dir) / kConfigFile, weights_path = fs::path(dir) / kWeightsFile;
+  for (const fs::path& path : {config_path, weights_path})
+    FT_CHECK(fs::is_regular_file(path), "load_peft_adapter: '", path.string(), "' does not exist (a PEFT adapter "
+             "folder holds ", kConfigFile, " and ", kWeightsFile, ")");
+  PeftAdapter adapter;
+  adapter.config = parse_config(config_path);
+  const std::string where = "load_peft_adapter: '" + weights_path.string() + "'";
+  for (auto& [key, t] : load_safetensors(weights_path.string()).tensors) {
+    FT_CHECK(key.compare(0, kKeyPrefix.size(), kKeyPrefix) == 0, where, ": tensor '", key, "' does not start with '",
+             kKeyPrefix, "'");
+    adapter.tensors.emplace(key.substr(kKeyPrefix.size()), t);
+  }
+  check_lora_tensors(adapter.tensors, adapter.config, where);
+  return adapter;
+}
+
+}  // namespace ft
