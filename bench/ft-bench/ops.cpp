@@ -5,14 +5,13 @@
 // so the time is the op's own: no copy of a gradient into a leaf's .grad().
 #include "bench/ft-bench/ops.h"
 
-#include "bench/ft-bench/dlrm.h"
-
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "bench/ft-bench/attention.h"
+#include "bench/ft-bench/dlrm.h"
 #include "bench/ft-bench/graph_timer.h"
 #include "bench/ft-bench/lora_ops.h"
 #include "lib/autograd.h"
@@ -23,6 +22,7 @@
 #include "lib/ops/linear/linear.h"
 #include "lib/ops/norm/layer_norm.h"
 #include "lib/ops/random/random.h"
+#include "lib/ops/rope/rope.h"
 
 namespace ft::bench {
 
@@ -78,6 +78,17 @@ std::vector<OpCase> cases(int64_t n, int64_t c, int64_t vocab) {
                    Tensor one = Tensor::full({}, 1.0, DType::F32, kCUDA);
                    return std::function<void()>([=] { gradients(cross_entropy(logits, targets), one, {logits}); });
                  }});
+  // Queries of heads of 64 (GPT-2's) as [B, T, NH, HS], T 1024 when the rows allow.
+  const int64_t tokens = n % 1024 == 0 ? 1024 : n;
+  if (c % 64 == 0)
+    out.push_back({"rope (HS 64)", 4 * row, "fwd reads x, writes y; bwd reads dy, writes dx", [=] {
+                     Generator gen(5);
+                     const Shape shape{n / tokens, tokens, c / 64, 64};
+                     Tensor x = leaf(shape, gen);
+                     Tensor dy = Tensor::randn(shape, gen, DType::BF16, kCUDA);
+                     rope(x.detach());  // makes the cos and sin tables before the graph is captured
+                     return std::function<void()>([=] { gradients(rope(x), dy, {x}); });
+                   }});
   return out;
 }
 
