@@ -5,8 +5,8 @@
 // and the last heads' long blocks ran alone at the end (the H100 forward's multiprocessors were
 // busy 79% of the time at HS 128). Here the heads go in groups, longest query tiles of the group
 // first; the group size comes from a model of the block scheduler, because the tail depends on
-// how the last blocks pack (measured at HS 128: groups of 24 and 48 heads 0.076 and 0.077 ms,
-// 33 heads 0.082, docs/performance.md).
+// how the last blocks pack (a group size that leaves a partial last wave was measurably slower;
+// docs/history/performance-log.md).
 #pragma once
 #include <cstdint>
 

@@ -8,7 +8,7 @@
 namespace ft::bench {
 
 /// The memory ceiling every "% of peak" is taken against: the measured device-to-device copy
-/// bandwidth of the H100, 3.0 TB/s (docs/performance.md); an H200 copies faster (issue 52).
+/// bandwidth of the H100, 3.0 TB/s (docs/history/performance-log.md); an H200 copies faster (issue 52).
 constexpr double kCeilingBytesPerS = 3.0e12;
 
 struct Timing {

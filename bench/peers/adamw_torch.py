@@ -55,7 +55,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--peak-tbps", type=float, default=3.0,
-                        help="copy bandwidth of the GPU in TB/s (3.00 measured on the H100, docs/performance.md)")
+                        help="copy bandwidth of the GPU in TB/s (3.00 measured on the H100, docs/history/performance-log.md)")
     add_json_argument(parser)
     a = parser.parse_args()
     if not torch.cuda.is_available():

@@ -34,10 +34,8 @@ namespace ft::cuda {
 constexpr int kChunkThreads = 512;
 constexpr int kBlocksPerSM = 2;  // with __launch_bounds__ below: at most 64 registers a thread
 /// Elements a thread handles per access: one 16-byte access of f32, one 8-byte access of bf16.
-/// On the H100 (ft-bench adamw, docs/performance.md, 2026-11-24) groups of 4 beat groups of 8
-/// with balanced block shares: 1.245 against 1.293 ms on f32 parameters, and 1.530 against 1.782
-/// ms on bf16 parameters with f32 masters (the gpt2 step's update, which spilled at 8 under the
-/// 64-register cap). Blocks of 1024 threads ran as fast; one block of 512 an SM was slower.
+/// Groups of 8 spilled under the 64-register cap in the bf16-with-master update and were slower
+/// on both kinds of parameter (docs/history/performance-log.md, 2026-11-24).
 constexpr int kGroup = 4;
 constexpr int64_t kUnitElements = static_cast<int64_t>(kChunkThreads) * kGroup;
 constexpr int64_t kMaxTensorIds = 65536;  // ids travel as 16-bit values

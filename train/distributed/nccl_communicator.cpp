@@ -127,9 +127,9 @@ class NcclCommunicator : public Communicator {
       FT_NCCL_CHECK(result, "ncclCommInitRank");
     }
     // At the highest priority, so that a reduction's blocks are scheduled ahead of the backward's
-    // waiting ones when a multiprocessor frees up. On two H200s it made no measurable difference
-    // to the gpt2 step (docs/performance.md, issue 46); FT_COMM_STREAM_PRIORITY=normal leaves it
-    // at the default, for comparisons.
+    // waiting ones when a multiprocessor frees up (on two H200s it did not measurably change the
+    // gpt2 step; docs/history/performance-log.md). FT_COMM_STREAM_PRIORITY=normal leaves it at
+    // the default, for comparisons.
     int lowest = 0, highest = 0;
     FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     const char* priority = std::getenv("FT_COMM_STREAM_PRIORITY");

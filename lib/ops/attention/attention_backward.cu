@@ -19,7 +19,7 @@
 //
 // Every product is one of two shapes (scores: A·Bᵀ, A as fragments in registers and B row-major
 // in shared memory; accumulate: C += P·B with P in registers), plus dS·K with both operands in
-// shared memory. Measured speed: docs/performance.md.
+// shared memory. Measured speed: docs/benchmarks.md.
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -15,8 +15,8 @@
 //   softmax runs while another's products do. That beat FlashAttention-3's intra-warpgroup
 //   overlap (tile j's scores issued before tile j - 1's P·V), whose second score tile needs more
 //   registers than two blocks leave, and its producer warpgroup (setmaxnreg did not lift
-//   ptxas's 168-register cap for 384 threads); the variants and their times are in
-//   docs/performance.md.
+//   ptxas's 168-register cap for 384 threads); the variants tried are in
+//   docs/history/performance-log.md.
 // Blocks take 128 query rows against 128-key tiles at HS 64, 64-key tiles at HS 128, on a 1-D
 // grid in the order of lib/causal_order.h (the longest blocks of a group of heads first).
 // Dispatched from attention_forward when the device is sm_90 and TMA can address the inputs.

@@ -20,10 +20,9 @@
 //   needed: dPᵀ runs while Pᵀ is computed, dV while dSᵀ is.
 // - A share is added by the warpgroup that staged it, in the next step while the other
 //   warpgroup computes dS·K, so that a wait for its turn holds no product; that warpgroup's
-//   leader completes the copy at the start of the step after (docs/performance.md, session 18).
-// Measured (docs/performance.md): one warpgroup of 64 keys a block, two blocks a multiprocessor,
-// ran 0.388 ms against 0.317 for this at the GPT-2 shape: 128-key blocks halve the dQ shares
-// (the ordered bulk adds were the largest cost) and the query tiles' copies.
+//   leader completes the copy at the start of the step after.
+// Blocks of 128 keys (two warpgroups), not 64: they halve the dQ shares, whose ordered bulk adds
+// were the largest cost, and the query tiles' copies (docs/history/performance-log.md).
 #include <cuda.h>
 
 #include "lib/cuda/dependent_launch.cuh"

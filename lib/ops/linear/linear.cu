@@ -4,13 +4,9 @@
 // columns, then two plain products dx = dpre·W and dW = dpreᵀ·x. Without one: the two products,
 // dW's BGRADB epilogue reducing db. Replaces the twin matmul + add + activation (3 launches
 // forward, about 7 backward).
-//
-// Measured on the H100 for gpt2-124M's c_fc (16384 × 3072, bf16): the activation pass alone
-// plus BGRADB's own reduction kernel took 141 + 48 us; cuBLASLt's DGELU_BGRAD epilogue, which
-// would have folded the GELU's derivative into c_proj's input-gradient product, ran as a
-// separate epilogue kernel of 355 us. BGRADB's own reduction kernel and our column kernel took
-// the same time on GPT-2's bias gradients, and BGRADB 0.9 us less on the MLP's
-// (docs/performance.md).
+// cuBLASLt's DGELU_BGRAD epilogue is not used: it would fold the GELU's derivative into the next
+// product but runs as a separate kernel slower than our activation pass and BGRADB together
+// (docs/history/performance-log.md).
 #include "lib/cuda/cublaslt.h"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"

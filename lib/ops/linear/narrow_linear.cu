@@ -1,11 +1,9 @@
 // The forward of linear layers with few outputs (a classifier's 10 classes): y = x·Wᵀ + b on
 // the tensor cores with W's rows padded to 16, as one pass over x at memory speed.
 //
-// cuBLAS runs such a product as tiles at least 32 outputs wide, mostly empty: on the H100 the
-// MLP's 4096 × 1024 → 10 classifier took 9.9 us (cutlass) plus 3.3 for the bias add, against
-// 2.7 us to read x once. A CUDA-core version (a warp's lanes over the columns, W in shared
-// memory) ran at 0.25 instructions a cycle with 2 warps a scheduler and took 14.8 us (session
-// 19, branch wip/narrow-linear).
+// cuBLAS runs such a product as tiles at least 32 outputs wide, mostly empty, and adds the bias
+// in a second pass: several times the time of reading x once. A CUDA-core version was
+// issue-bound and slower still (docs/history/performance-log.md).
 //
 // Here W (rows padded to 16 with zeros) sits in shared memory, and a block takes groups of 8
 // rows of x in turn, copying the next group (cp.async) while it computes one. Its 4 warps split
@@ -19,9 +17,8 @@
 //
 // The backward's dx is cuBLAS's product. dW and db come from one pass over x and dy on the
 // tensor cores and a small kernel adding the chunks' sums (narrow_linear_backward_params,
-// below: 6.6 + 3.9 us of ncu time for the MLP's classifier), where cuBLAS took a split-K product
-// (8.7 + 3.2 us), an accumulate kernel into the f32 gradient (2.7), the bias's column sums (6.6)
-// and another accumulate (2.8); the MLP step went from 0.334 to 0.325 ms (session 21).
+// below), where cuBLAS took a split-K product, an accumulate into the f32 gradient, the bias's
+// column sums and another accumulate: five kernels, about twice the time.
 #include <algorithm>
 #include <cstdint>
 
@@ -131,10 +128,9 @@ __global__ void __launch_bounds__(kWarps * 32) narrow_linear_forward_kernel(cons
 // go straight into the gradients; otherwise each leaves them in the scratch and a second kernel
 // adds the chunks' in chunk order (deterministic, and no fences or atomics).
 //
-// The first forms ran on CUDA cores (16 multiply-adds an element of x, the warps' and the
-// chunks' sums added through shared memory, a last block or a thread-block cluster adding the
-// chunks): 18.5 us of ncu time at the MLP's classifier, issue-bound in the multiply-adds and
-// stalled at the fences of the cross-block sums (session 21).
+// On CUDA cores (16 multiply-adds an element of x) the same pass was issue-bound in the
+// multiply-adds and stalled at the fences of cross-block sums, hence the tensor cores and the
+// ordered second kernel.
 constexpr int kParamWarps = 8;
 constexpr int kParamThreads = kParamWarps * 32;
 constexpr int kTileCols = 128;        // 8 warps × 16 columns

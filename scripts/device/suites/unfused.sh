@@ -25,7 +25,7 @@ fi
 # times beside the peer's, and writes them (--json) for scripts/plot.py.
 peers=bench/peers
 peer_flag() { [ -s "$1" ] && echo "--peers $1"; }
-# The small ops' peer times vary between calls with 3 warm-ups (docs/performance.md): 20 and 50.
+# The small ops' peer times vary between calls with 3 warm-ups (docs/history/performance-log.md): 20 and 50.
 timeout 150 python3 $peers/ops_torch.py --warmup 20 --iterations 50 --json "$logs/ops-torch.json" >"$logs/ops-torch.log" 2>&1 || tail -5 "$logs/ops-torch.log"
 timeout 240 $B/bench/ft-bench ops --warmup 20 --iterations 50 $(peer_flag "$logs/ops-torch.json") --json "$logs/ops.json" \
   >"$logs/ops.log" 2>&1 || tail -5 "$logs/ops.log"
