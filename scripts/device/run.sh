@@ -10,10 +10,10 @@
 #   lora       the LoRA tests, parity with PEFT, resume, ft-bench lora against its PyTorch peer
 #   dlrm       ft-dlrm's benches against the PyTorch peers, AUC fused against unfused
 #   unfused    every bench in both kernel modes with its peers (the README's pictures)
-#   sanitize   compute-sanitizer over the GPU tests and the binaries
+#   sanitize   compute-sanitizer's four tools over the GPU tests
 #   multigpu   data parallelism on several GPUs (ARG: functional, scaling, tune or all)
 #   dp         data parallelism's checks on one GPU
-#   profile    nsys timelines of the binaries
+#   profile    Nsight Compute on the memory-bound ops and the optimizer step
 # Fashion-MNIST is read from data/fashion-mnist: carry it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

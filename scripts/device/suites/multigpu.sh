@@ -266,5 +266,5 @@ case $suite in
   functional) functional ;;
   scaling) scaling ;;
   all) functional && scaling ;;
-  *) echo "unknown suite '$suite' (functional, scaling, all)"; exit 2 ;;
+  *) echo "multigpu: unknown part '$suite' (functional, scaling, tune, all)"; exit 2 ;;
 esac
