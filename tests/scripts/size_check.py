@@ -46,7 +46,6 @@ KNOWN_LONG = {
     ("gpt2/main.cpp", "run"): 256,  # to be split: options, data, model and hooks into helpers
     ("dlrm/main.cpp", "run"): 191,  # to be split: options, data, model and evaluation into helpers
     ("mlp/main.cpp", "run"): 136,  # to be split: options and data loading into helpers
-    ("comm_check.cpp", "main"): 135,  # to be split: the fault and bench modes into functions
 }
 
 QUALIFIERS = {"const", "volatile", "noexcept", "override", "final", "mutable", "try", "&",

@@ -93,137 +93,158 @@ int bench(ft::Communicator& comm, double mb) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   std::string fault;
   int fault_after = 3;
   int timeout_ms = 5000;
   int hold_ms = 0;
   double bench_mb = 0;
   ft::Device device = ft::kCPU;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--device")) device = ft::Device::parse(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--fault")) fault = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--fault-after")) fault_after = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--comm-timeout-ms")) timeout_ms = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--hold-ms")) hold_ms = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--bench-mb")) bench_mb = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--device")) o.device = ft::Device::parse(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--fault")) o.fault = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--fault-after")) o.fault_after = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--comm-timeout-ms")) o.timeout_ms = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--hold-ms")) o.hold_ms = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--bench-mb")) o.bench_mb = std::atof(argv[i + 1]);
   }
+  return o;
+}
+
+/// Collectives until the last rank kills or stops itself; the others must end with a clear error.
+[[noreturn]] void run_until_a_rank_fails(ft::Communicator& comm, const Options& o) {
+  const int rank = comm.rank(), world = comm.world_size();
+  for (int step = 1;; ++step) {
+    comm.set_step(step);
+    if (rank == world - 1 && step > o.fault_after) {
+      std::printf("rank %d: %s myself at step %d\n", rank, o.fault == "kill" ? "killing" : "stopping", step);
+      std::fflush(stdout);
+      raise(o.fault == "kill" ? SIGKILL : SIGSTOP);
+    }
+    Tensor t = to_tensor(inputs_of(rank, step, 1000), ft::DType::F32);
+    comm.all_reduce(t, CommOp::Sum)->wait();
+  }
+}
+
+/// all_reduce (sum, average), reduce_scatter, all_gather and broadcast of n elements in dtype,
+/// each against the sums written out here.
+void check_collectives(ft::Communicator& comm, ft::DType dtype, int64_t n, int& call) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const double tol = dtype == ft::DType::F32 ? 1e-5 : 1e-12;
+  const std::string tag = std::string(" ") + ft::dtype_name(dtype) + " n=" + std::to_string(n);
+  for (CommOp op : {CommOp::Sum, CommOp::Average}) {
+    ++call;
+    std::vector<double> want(static_cast<size_t>(n), 0.0);
+    for (int r = 0; r < world; ++r) {
+      const std::vector<double> v = inputs_of(r, call, n);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
+    }
+    if (op == CommOp::Average)
+      for (double& w : want) w /= world;
+    Tensor t = to_tensor(inputs_of(rank, call, n), dtype);
+    comm.all_reduce(t, op)->wait();
+    expect_close((op == CommOp::Sum ? "all_reduce sum" : "all_reduce average") + tag, t, want, tol);
+  }
+  // reduce_scatter: [world * n] in, this rank's [n] slice of the sum out
+  ++call;
+  std::vector<double> want(static_cast<size_t>(n), 0.0);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<double> v = inputs_of(r, call, n * world);
+    for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)];
+  }
+  Tensor out = Tensor::empty({n}, dtype, on_device);
+  comm.reduce_scatter(to_tensor(inputs_of(rank, call, n * world), dtype), out, CommOp::Sum)->wait();
+  expect_close("reduce_scatter" + tag, out, want, tol);
+  ++call;
+  std::vector<double> gathered;
+  for (int r = 0; r < world; ++r) {
+    const std::vector<double> v = inputs_of(r, call, n);
+    gathered.insert(gathered.end(), v.begin(), v.end());
+  }
+  Tensor all = Tensor::empty({n * world}, dtype, on_device);
+  comm.all_gather(to_tensor(inputs_of(rank, call, n), dtype), all)->wait();
+  expect_close("all_gather" + tag, all, to_tensor(gathered, dtype).to_vector(), 0);
+  // broadcast from the last rank
+  ++call;
+  Tensor b = to_tensor(inputs_of(rank, call, n), dtype);
+  comm.broadcast(b, world - 1)->wait();
+  expect_close("broadcast" + tag, b, to_tensor(inputs_of(world - 1, call, n), dtype).to_vector(), 0);
+}
+
+/// Through a bf16 wire: each rank's values rounded to bf16, reduced, the result rounded again
+/// (summed in bf16 by NCCL, in f32 on Gloo: a bf16 ulp apart at most for 2 to 4 ranks).
+void check_bf16_wire(ft::Communicator& comm, int64_t n, int& call) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string size = " n=" + std::to_string(n);
+  ++call;
+  std::vector<double> want(static_cast<size_t>(n), 0.0);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<double> v = to_tensor(inputs_of(r, call, n), ft::DType::BF16).to(ft::kCPU).to_vector();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += v[i] / world;
+  }
+  Tensor t = to_tensor(inputs_of(rank, call, n), ft::DType::F32);
+  Tensor wire = Tensor::empty({n}, ft::DType::BF16, on_device);
+  comm.all_reduce_via(t, wire, CommOp::Average)->wait();
+  expect_close("all_reduce_via bf16" + size, t, want, 2e-2);
+  ++call;
+  std::vector<double> slice(static_cast<size_t>(n), 0.0);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<double> v = to_tensor(inputs_of(r, call, n * world), ft::DType::BF16).to(ft::kCPU).to_vector();
+    for (int64_t i = 0; i < n; ++i) slice[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)] / world;
+  }
+  Tensor out = Tensor::empty({n}, ft::DType::F32, on_device);
+  Tensor wide = Tensor::empty({n * world}, ft::DType::BF16, on_device);
+  comm.reduce_scatter_via(to_tensor(inputs_of(rank, call, n * world), ft::DType::F32), wide, out, CommOp::Average)
+      ->wait();
+  expect_close("reduce_scatter_via bf16" + size, out, slice, 2e-2);
+}
+
+/// Several collectives in flight at once complete in order.
+void check_in_flight(ft::Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  std::vector<Tensor> many;
+  std::vector<std::unique_ptr<ft::Work>> works;
+  for (int k = 0; k < 8; ++k) {
+    many.push_back(to_tensor(std::vector<double>(64, rank + k), ft::DType::F64));
+    works.push_back(comm.all_reduce(many.back(), CommOp::Sum));
+  }
+  for (int k = 0; k < 8; ++k) {
+    works[static_cast<size_t>(k)]->wait();
+    expect_close("in flight " + std::to_string(k), many[static_cast<size_t>(k)],
+                 std::vector<double>(64, world * (world - 1) / 2.0 + world * k), 0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
   try {
     const ft::LaunchEnv env = ft::launch_env();
-    on_device = device;
-    auto comm = ft::make_communicator(env, device, {.timeout = std::chrono::milliseconds(timeout_ms)});
+    on_device = o.device;
+    auto comm = ft::make_communicator(env, o.device, {.timeout = std::chrono::milliseconds(o.timeout_ms)});
     const int rank = comm->rank(), world = comm->world_size();
-    if (device.is_cuda()) {
+    if (o.device.is_cuda()) {
       std::printf("rank %d of %d: GPU %s\n", rank, world, ft::device_identity().c_str());
       std::fflush(stdout);
     }
-    if (bench_mb > 0) return bench(*comm, bench_mb);
+    if (o.bench_mb > 0) return bench(*comm, o.bench_mb);
+    if (!o.fault.empty()) run_until_a_rank_fails(*comm, o);
     int call = 0;
-    if (!fault.empty()) {
-      // Collectives until the last rank leaves; the others must end with a clear error.
-      for (int step = 1;; ++step) {
-        comm->set_step(step);
-        if (rank == world - 1 && step > fault_after) {
-          std::printf("rank %d: %s myself at step %d\n", rank, fault == "kill" ? "killing" : "stopping", step);
-          std::fflush(stdout);
-          raise(fault == "kill" ? SIGKILL : SIGSTOP);
-        }
-        Tensor t = to_tensor(inputs_of(rank, step, 1000), ft::DType::F32);
-        comm->all_reduce(t, CommOp::Sum)->wait();
-      }
-    }
-    for (ft::DType dtype : {ft::DType::F32, ft::DType::F64}) {
-      const double tol = dtype == ft::DType::F32 ? 1e-5 : 1e-12;
-      const std::string tag = std::string(" ") + ft::dtype_name(dtype);
-      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) {
-        const std::string size = " n=" + std::to_string(n);
-        // all_reduce, sum and average
-        for (CommOp op : {CommOp::Sum, CommOp::Average}) {
-          ++call;
-          std::vector<double> want(static_cast<size_t>(n), 0.0);
-          for (int r = 0; r < world; ++r) {
-            const std::vector<double> v = inputs_of(r, call, n);
-            for (size_t i = 0; i < want.size(); ++i) want[i] += v[i];
-          }
-          if (op == CommOp::Average)
-            for (double& w : want) w /= world;
-          Tensor t = to_tensor(inputs_of(rank, call, n), dtype);
-          comm->all_reduce(t, op)->wait();
-          expect_close((op == CommOp::Sum ? "all_reduce sum" : "all_reduce average") + tag + size, t, want, tol);
-        }
-        // reduce_scatter: [world * n] in, this rank's [n] slice of the sum out
-        ++call;
-        std::vector<double> want(static_cast<size_t>(n), 0.0);
-        for (int r = 0; r < world; ++r) {
-          const std::vector<double> v = inputs_of(r, call, n * world);
-          for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)];
-        }
-        Tensor out = Tensor::empty({n}, dtype, on_device);
-        comm->reduce_scatter(to_tensor(inputs_of(rank, call, n * world), dtype), out, CommOp::Sum)->wait();
-        expect_close("reduce_scatter" + tag + size, out, want, tol);
-        // all_gather
-        ++call;
-        std::vector<double> gathered;
-        for (int r = 0; r < world; ++r) {
-          const std::vector<double> v = inputs_of(r, call, n);
-          gathered.insert(gathered.end(), v.begin(), v.end());
-        }
-        Tensor all = Tensor::empty({n * world}, dtype, on_device);
-        comm->all_gather(to_tensor(inputs_of(rank, call, n), dtype), all)->wait();
-        expect_close("all_gather" + tag + size, all, to_tensor(gathered, dtype).to_vector(), 0);
-        // broadcast from the last rank
-        ++call;
-        Tensor b = to_tensor(inputs_of(rank, call, n), dtype);
-        comm->broadcast(b, world - 1)->wait();
-        expect_close("broadcast" + tag + size, b, to_tensor(inputs_of(world - 1, call, n), dtype).to_vector(), 0);
-      }
-    }
-    // Through a bf16 wire: each rank's values rounded to bf16, reduced, the result rounded again
-    // (summed in bf16 by NCCL, in f32 on Gloo: a bf16 ulp apart at most for 2 to 4 ranks).
-    for (int64_t n : {int64_t{7}, int64_t{100003}}) {
-      const std::string size = " n=" + std::to_string(n);
-      ++call;
-      std::vector<double> want(static_cast<size_t>(n), 0.0);
-      for (int r = 0; r < world; ++r) {
-        const std::vector<double> v = to_tensor(inputs_of(r, call, n), ft::DType::BF16).to(ft::kCPU).to_vector();
-        for (size_t i = 0; i < want.size(); ++i) want[i] += v[i] / world;
-      }
-      Tensor t = to_tensor(inputs_of(rank, call, n), ft::DType::F32);
-      Tensor wire = Tensor::empty({n}, ft::DType::BF16, on_device);
-      comm->all_reduce_via(t, wire, CommOp::Average)->wait();
-      expect_close("all_reduce_via bf16" + size, t, want, 2e-2);
-      ++call;
-      std::vector<double> slice(static_cast<size_t>(n), 0.0);
-      for (int r = 0; r < world; ++r) {
-        const std::vector<double> v = to_tensor(inputs_of(r, call, n * world), ft::DType::BF16).to(ft::kCPU).to_vector();
-        for (int64_t i = 0; i < n; ++i) slice[static_cast<size_t>(i)] += v[static_cast<size_t>(rank * n + i)] / world;
-      }
-      Tensor out = Tensor::empty({n}, ft::DType::F32, on_device);
-      Tensor wide = Tensor::empty({n * world}, ft::DType::BF16, on_device);
-      comm->reduce_scatter_via(to_tensor(inputs_of(rank, call, n * world), ft::DType::F32), wide, out,
-                               CommOp::Average)->wait();
-      expect_close("reduce_scatter_via bf16" + size, out, slice, 2e-2);
-    }
-    // Several collectives in flight at once complete in order.
-    std::vector<Tensor> many;
-    std::vector<std::unique_ptr<ft::Work>> works;
-    for (int k = 0; k < 8; ++k) {
-      many.push_back(to_tensor(std::vector<double>(64, rank + k), ft::DType::F64));
-      works.push_back(comm->all_reduce(many.back(), CommOp::Sum));
-    }
-    for (int k = 0; k < 8; ++k) {
-      works[static_cast<size_t>(k)]->wait();
-      expect_close("in flight " + std::to_string(k), many[static_cast<size_t>(k)],
-                   std::vector<double>(64, world * (world - 1) / 2.0 + world * k), 0);
-    }
+    for (ft::DType dtype : {ft::DType::F32, ft::DType::F64})
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) check_collectives(*comm, dtype, n, call);
+    for (int64_t n : {int64_t{7}, int64_t{100003}}) check_bf16_wire(*comm, n, call);
+    check_in_flight(*comm);
     comm->barrier()->wait();
-    if (device.is_cuda()) ft::synchronize();
+    if (o.device.is_cuda()) ft::synchronize();
     std::printf("rank %d of %d (%s): %s\n", rank, world, comm->backend().c_str(),
                 failures ? "collectives FAILED" : "all collectives match");
     std::fflush(stdout);
-    if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+    if (o.hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.hold_ms));
     return failures ? 1 : 0;
   } catch (const ft::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
