@@ -23,10 +23,7 @@
 
 namespace {
 
-int run(int argc, char** argv) {
-  ft::cli::Args args("ft-mlp",
-                     "Trains an MLP classifier on Fashion-MNIST (the mlp-fmnist workload of docs/workloads.md) and\n"
-                     "prints a progress line every few steps and the test accuracy after each epoch.");
+void define_flags(ft::cli::Args& args) {
   ft::cli::add_device_flags(args);
   args.flag("epochs", "3", "passes over the 60,000 training images");
   args.flag("batch", "256", "samples per step (the benchmark uses 4096)");
@@ -46,62 +43,107 @@ int run(int argc, char** argv) {
   args.flag("steps", "0", "stop after this many steps (0: --epochs decides)");
   ft::cli::add_checkpoint_flags(args);
   ft::cli::add_data_parallel_flags(args);
-  if (!args.parse(argc, argv)) return 0;
+}
 
-  // Every numeric flag is checked here, at the edge, before the data is read.
+/// Every numeric flag is checked here, at the edge, before the data is read.
+void check_flags(const ft::cli::Args& args) {
   for (const char* name : {"lr", "weight-decay", "momentum", "dropout"}) (void)args.number(name, 0);
   FT_CHECK(args.number("momentum") < 1, "ft-mlp: --momentum must be below 1, got ", args.number("momentum"));
   FT_CHECK(args.number("dropout") < 1, "ft-mlp: --dropout must be below 1, got ", args.number("dropout"));
   for (const char* name : {"layers", "steps", "warmup", "log-every", "seed"}) (void)args.integer(name, 0);
   (void)args.integer("hidden", 1);
+  FT_CHECK(args.integer("epochs", 0) > 0 && args.integer("batch", 1) > 0,
+           "ft-mlp: --epochs and --batch must be positive");
+  const std::string schedule = args.str("schedule");
+  FT_CHECK(schedule == "constant" || schedule == "cosine", "ft-mlp: --schedule must be constant or cosine, got '",
+           schedule, "'");
+}
+
+/// The images live on the training device in the compute dtype (rounded to nearest, as the
+/// device's cast does), and a batch is its row ids and labels: the step gathers its rows in one
+/// kernel instead of the host gathering and uploading them, the way a GPU dataloader serves a
+/// dataset that fits in device memory.
+struct Data {
+  ft::ImageDataset train, test;
+  ft::Tensor train_images, test_images;
+};
+Data load_data(const std::string& dir, ft::Device device, ft::DType dtype) {
+  Data d{ft::load_fashion_mnist(dir, "train"), ft::load_fashion_mnist(dir, "t10k"), {}, {}};
+  d.train_images = ft::cast(d.train.images, dtype).to(device);
+  d.test_images = ft::cast(d.test.images, dtype);
+  return d;
+}
+
+std::unique_ptr<ft::Optimizer> make_optimizer(const ft::cli::Args& args, ft::Module& model,
+                                              const ft::DataPartition& partition) {
+  const std::string name = args.str("optimizer");
+  const double lr = args.number("lr", 0), weight_decay = args.number("weight-decay", 0);
+  if (name == "adamw")
+    return std::make_unique<ft::AdamW>(
+        model.parameters(), ft::AdamW::Options{.lr = lr, .weight_decay = weight_decay, .partition = partition});
+  if (name == "sgd")
+    return std::make_unique<ft::SGD>(model.parameters(),
+                                     ft::SGD::Options{.lr = lr, .momentum = args.number("momentum", 0),
+                                                      .weight_decay = weight_decay, .partition = partition});
+  FT_FAIL("ft-mlp: --optimizer must be adamw or sgd, got '", name, "'");
+}
+
+/// The loop's options: progress lines, the schedule, the test accuracy after each epoch.
+ft::Trainer::Options trainer_options(const ft::cli::Args& args, int64_t steps, int64_t steps_per_epoch,
+                                     ft::DataParallel* data_parallel) {
+  ft::Trainer::Options options{.log_every = args.integer("log-every", 0),
+                               .metrics_path = args.str("metrics"),
+                               .graph = ft::cli::graph_flag(args),
+                               // The step's loss is read at logged steps only: no extra kernel a step.
+                               .window_loss = false,
+                               .eval_every = steps_per_epoch,
+                               .data_parallel = data_parallel};
+  options.schedule.max_lr = args.number("lr", 0);
+  if (args.str("schedule") == "cosine") {
+    options.schedule.kind = ft::LRSchedule::Kind::WarmupCosine;
+    options.schedule.warmup_steps = args.integer("warmup", 0);
+    options.schedule.total_steps = steps;
+  }
+  return options;
+}
+
+/// The data position counts global batches (--batch times the processes): a resume must keep it.
+void check_resumed_batch(const ft::cli::Resumed& resumed, int64_t batch, int world_size) {
+  const int64_t global_batch = batch * world_size;
+  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
+    FT_CHECK(saved->second == std::to_string(global_batch), "ft-mlp: --resume: the checkpoint was written with a ",
+             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
+             world_size, " processes; its data position counts batches of that size)");
+}
+
+int run(int argc, char** argv) {
+  ft::cli::Args args("ft-mlp",
+                     "Trains an MLP classifier on Fashion-MNIST (the mlp-fmnist workload of docs/workloads.md) and\n"
+                     "prints a progress line every few steps and the test accuracy after each epoch.");
+  define_flags(args);
+  if (!args.parse(argc, argv)) return 0;
+  check_flags(args);
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-mlp");
   const ft::KernelMode mode = ft::kernel_mode();
   // Parameters and activations are bf16 on CUDA (fp32 master weights in AdamW), f32 on the CPU.
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const int64_t epochs = args.integer("epochs", 0), batch = args.integer("batch", 1);
-  FT_CHECK(epochs > 0 && batch > 0, "ft-mlp: --epochs and --batch must be positive");
-  const std::string schedule = args.str("schedule");
-  FT_CHECK(schedule == "constant" || schedule == "cosine", "ft-mlp: --schedule must be constant or cosine, got '",
-           schedule, "'");
-
-  const std::string dir = args.str("data-dir");
-  const ft::ImageDataset train = ft::load_fashion_mnist(dir, "train");
-  const ft::ImageDataset test = ft::load_fashion_mnist(dir, "t10k");
-  // The images live on the training device in the compute dtype (rounded to nearest, as the
-  // device's cast does; 94 MB of bf16 for the training set), and a batch is its row ids and labels:
-  // the step gathers its rows in one kernel (about 5 us on the H100) instead of the host gathering
-  // and uploading 6.4 MB per step (1.5 ms on one host thread, 0.12 ms over PCIe), the way a GPU
-  // dataloader serves a dataset that fits in device memory.
-  const ft::Tensor train_images = ft::cast(train.images, dtype).to(device);
-  const ft::Tensor test_images = ft::cast(test.images, dtype);
+  const Data data = load_data(args.str("data-dir"), device, dtype);
   ft::mark_startup("data");
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   // Each rank of a data-parallel run draws its own dropout masks (the weights come from rank 0).
   const ft::LaunchEnv launch = ft::launch_env();
   auto model = ft::cli::build_mlp(args.integer("hidden", 1), args.integer("layers", 0), args.number("dropout", 0),
-                         seed + 7919 * static_cast<uint64_t>(launch.rank));
+                                  seed + 7919 * static_cast<uint64_t>(launch.rank));
   model->to(device, dtype);
   ft::mark_startup("model");
   // Joined before the optimizer is built: its buffers are laid out for the run's world size.
   ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-mlp", launch, device);
-  const std::string optimizer_name = args.str("optimizer");
-  std::unique_ptr<ft::Optimizer> optimizer_ptr;
-  if (optimizer_name == "adamw")
-    optimizer_ptr = std::make_unique<ft::AdamW>(
-        model->parameters(), ft::AdamW::Options{.lr = args.number("lr", 0), .weight_decay = args.number("weight-decay", 0),
-                                                    .partition = dp.partition});
-  else if (optimizer_name == "sgd")
-    optimizer_ptr = std::make_unique<ft::SGD>(model->parameters(),
-                                              ft::SGD::Options{.lr = args.number("lr", 0), .momentum = args.number("momentum", 0),
-                                                               .weight_decay = args.number("weight-decay", 0),
-                                                               .partition = dp.partition});
-  else
-    FT_FAIL("ft-mlp: --optimizer must be adamw or sgd, got '", optimizer_name, "'");
-  ft::Optimizer& optimizer = *optimizer_ptr;
-  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, optimizer, {"epoch", "batch"});
+  const std::unique_ptr<ft::Optimizer> optimizer = make_optimizer(args, *model, dp.partition);
+  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"});
   // After the resume: rank 0's weights (resumed or fresh) are every rank's.
-  ft::cli::start_data_parallel(dp, args, "ft-mlp", *model, optimizer);
+  ft::cli::start_data_parallel(dp, args, "ft-mlp", *model, *optimizer);
   ft::mark_startup("optimizer");
   if (dp.primary())
     std::printf("ft-mlp: %lld parameters on %s (%s), kernels %s%s, batch %lld per process, %lld epochs\n",
@@ -109,38 +151,22 @@ int run(int argc, char** argv) {
                 ft::kernel_mode_name(mode), device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "",
                 static_cast<long long>(batch), static_cast<long long>(epochs));
 
-  ft::RowBatchSource source({{"ids", ft::Tensor::arange(train.size())}, {"labels", train.labels}},
-                            ft::BatchSampler(train.size(), batch, seed, true, true, dp.shard()));
+  ft::RowBatchSource source({{"ids", ft::Tensor::arange(data.train.size())}, {"labels", data.train.labels}},
+                            ft::BatchSampler(data.train.size(), batch, seed, true, true, dp.shard()));
   const int64_t steps_per_epoch = source.batches_per_epoch();
   const int64_t steps = args.integer("steps", 0) > 0 ? args.integer("steps", 0) : epochs * steps_per_epoch;
-  ft::Trainer::Options options{.log_every = args.integer("log-every", 0),
-                               .metrics_path = args.str("metrics"),
-                               .graph = ft::cli::graph_flag(args),
-                               // The step's loss is read at logged steps only: no extra kernel a step.
-                               .window_loss = false,
-                               .eval_every = steps_per_epoch,
-                               .data_parallel = dp.get()};
-  options.schedule.max_lr = args.number("lr", 0);
-  if (schedule == "cosine") {
-    options.schedule.kind = ft::LRSchedule::Kind::WarmupCosine;
-    options.schedule.warmup_steps = args.integer("warmup", 0);
-    options.schedule.total_steps = steps;
-  }
+  ft::Trainer::Options options = trainer_options(args, steps, steps_per_epoch, dp.get());
   options.eval = [&](ft::Module& m) {
     return std::map<std::string, double>{
-        {"test accuracy", ft::evaluate_accuracy(m, test_images, test.labels, 1024, device, dtype)}};
+        {"test accuracy", ft::evaluate_accuracy(m, data.test_images, data.test.labels, 1024, device, dtype)}};
   };
-  // The data position counts global batches (--batch times the processes): a resume must keep it.
-  const int64_t global_batch = batch * dp.env.world_size;
-  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
-    FT_CHECK(saved->second == std::to_string(global_batch), "ft-mlp: --resume: the checkpoint was written with a ",
-             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
-             dp.env.world_size, " processes; its data position counts batches of that size)");
-  ft::cli::wire_checkpoints(args, options, *model, optimizer,
-                            [&](ft::DataPosition& run_state) { run_state["batch size"] = std::to_string(global_batch); });
-  ft::Trainer trainer(*model, optimizer, source,
+  check_resumed_batch(resumed, batch, dp.env.world_size);
+  ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {
+    run_state["batch size"] = std::to_string(batch * dp.env.world_size);
+  });
+  ft::Trainer trainer(*model, *optimizer, source,
                       [&](ft::Module& m, const ft::Batch& b) {
-                        const ft::Tensor images = ft::gather_rows(train_images, b.at("ids"));
+                        const ft::Tensor images = ft::gather_rows(data.train_images, b.at("ids"));
                         return ft::cross_entropy(m.forward(images), b.at("labels"));
                       },
                       options);

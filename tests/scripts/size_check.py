@@ -45,7 +45,6 @@ KNOWN_LONG = {
     ("lora_adapter_grads.cu", "adapter_grads_kernel"): 142,  # to be split into __device__ phases
     ("gpt2/main.cpp", "run"): 256,  # to be split: options, data, model and hooks into helpers
     ("dlrm/main.cpp", "run"): 191,  # to be split: options, data, model and evaluation into helpers
-    ("mlp/main.cpp", "run"): 136,  # to be split: options and data loading into helpers
 }
 
 QUALIFIERS = {"const", "volatile", "noexcept", "override", "final", "mutable", "try", "&",
