@@ -57,13 +57,12 @@ void check_rope(const Tensor& x, double theta) {
 }  // namespace
 
 Tensor rope_composite(const Tensor& x, double theta) {
-  const int64_t tokens = x.size(1), head_size = x.size(3), half = head_size / 2;
-  const RopeTables tables = rope_tables(tokens, head_size, theta, x.dtype(), x.device());
-  // [T, 1, HS]: both halves of a row turn by the same angles, and every head alike.
-  const Tensor cos = cat({tables.cos, tables.cos}, -1).reshape({tokens, 1, head_size});
-  const Tensor sin = cat({tables.sin, tables.sin}, -1).reshape({tokens, 1, head_size});
-  const Tensor rotated_half = cat({-narrow(x, -1, half, half), narrow(x, -1, 0, half)}, -1);
-  return x * cos + rotated_half * sin;
+  const int64_t tokens = x.size(1), half = x.size(3) / 2;
+  const RopeTables tables = rope_tables(tokens, 2 * half, theta, x.dtype(), x.device());
+  // [T, 1, HS/2]: every head of a token turns by the same angles.
+  const Tensor cos = tables.cos.reshape({tokens, 1, half}), sin = tables.sin.reshape({tokens, 1, half});
+  const Tensor first = narrow(x, -1, 0, half), second = narrow(x, -1, half, half);
+  return cat({first * cos - second * sin, second * cos + first * sin}, -1);
 }
 
 Tensor rope(const Tensor& x, double theta) {

@@ -51,9 +51,14 @@ void rope_rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inv
   if (rows == 0) return;
   dispatch_half_float(x.dtype(), "rope", [&](auto tag) {
     using T = decltype(tag);
-    // A pack of 16 bytes of x's halves (8 bf16 or 4 f32) when the half row and the pointers allow.
-    const bool packed =
-        packable<T>(half, {x.data_ptr(), y.data_ptr()}) && packable<float>(half, {cos.data_ptr(), sin.data_ptr()});
+    // A pack of 16 bytes of x's halves (8 bf16 or 4 f32) and as many f32 table entries, which
+    // load_pack reads aligned to their whole size (32 bytes beside bf16).
+    const auto aligned = [](const Tensor& t, size_t bytes) {
+      return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0;
+    };
+    const size_t table_pack = sizeof(float) * kPackSize<T>;
+    const bool packed = packable<T>(half, {x.data_ptr(), y.data_ptr()}) && aligned(cos, table_pack) &&
+                        aligned(sin, table_pack);
     const float sign = inverse ? -1.0f : 1.0f;
     auto launch = [&](auto pack) {
       constexpr int V = decltype(pack)::value;

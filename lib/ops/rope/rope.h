@@ -9,7 +9,8 @@
 // shape must come before a CUDA graph capture (a training run's eager warm-up steps make it).
 // Fused (CUDA, f32/bf16): one kernel reads x and the f32 tables and writes y, in f32 with one
 // rounding; backward, the same kernel with the sines negated. It saves nothing for backward.
-// Twin: x·cos + rotate_half(x)·sin with the tables in x's dtype (narrow, neg, cat, mul, add).
+// Twin: the formula above on the two halves with the tables in x's dtype (narrow, mul, sub, add,
+// cat).
 // Dimension letters: B batch, T tokens, NH heads, HS head size.
 #pragma once
 #include <cstdint>
