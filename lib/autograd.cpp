@@ -9,8 +9,8 @@
 #include <unordered_set>
 
 #include "lib/error.h"
-#include "lib/ops/elementwise/elementwise.h"
 #include "lib/runtime.h"
+#include "lib/runtime/elements.h"
 
 namespace ft {
 
@@ -70,10 +70,21 @@ Tensor record_adding(const char* name, Tensor output, const std::vector<Tensor>&
 
 namespace {
 
-void accumulate(Tensor& slot, const Tensor& grad) {
-  if (!slot.defined()) slot = grad;
-  else slot = add(slot, grad);
+// Two gradients of one tensor (same shape and device), summed into a fresh tensor of the first's dtype.
+Tensor sum_gradients(const Tensor& a, const Tensor& b) {
+  FT_CHECK(a.shape() == b.shape() && a.device() == b.device(), "backward: gradients of shape ", shape_str(a.shape()),
+           " on ", a.device().str(), " and ", shape_str(b.shape()), " on ", b.device().str(), " for one tensor");
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  const void* addend = b.data_ptr();
+  if (b.dtype() != a.dtype()) {  // converted into out first, then summed in place
+    runtime::convert_elements(out.data_ptr(), a.dtype(), b.data_ptr(), b.dtype(), a.device(), a.numel());
+    addend = out.data_ptr();
+  }
+  runtime::sum_elements(out.data_ptr(), a.data_ptr(), addend, a.dtype(), a.device(), a.numel());
+  return out;
 }
+
+void accumulate(Tensor& slot, const Tensor& grad) { slot = slot.defined() ? sum_gradients(slot, grad) : grad; }
 
 void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
   FT_CHECK(grad.shape() == leaf.shape, "backward: gradient of shape ", shape_str(grad.shape()),
@@ -100,7 +111,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
     leaf.grad = fresh;
     return;
   }
-  leaf.grad.assign_(add(leaf.grad, grad.dtype() == leaf.dtype ? grad : grad.to(leaf.dtype)));
+  leaf.grad.assign_(sum_gradients(leaf.grad, grad));
 }
 
 using LeafSink = std::function<void(TensorImpl& leaf, const Tensor& grad)>;
@@ -393,9 +404,24 @@ std::vector<Tensor> gradients(const Tensor& root, const Tensor& grad, const std:
     FT_CHECK(g.shape() == leaf.shape, "gradients: gradient of shape ", shape_str(g.shape()), " for a leaf of shape ",
              shape_str(leaf.shape));
     Tensor& slot = out[it->second];
-    slot = slot.defined() ? add(slot, g) : g;
+    accumulate(slot, g);
   }, /*with_targets=*/false);
   return out;
+}
+
+void accumulate_into(const Tensor& dst, const Tensor& src, bool overwrite, const Tensor& scale) {
+  check_defined(dst, "accumulate_into", "destination");
+  check_defined(src, "accumulate_into", "source");
+  FT_CHECK(dst.numel() == src.numel() && dst.device() == src.device() && is_floating(src.dtype()) &&
+               (dst.dtype() == DType::F32 || dst.dtype() == DType::F64),
+           "accumulate_into: ", shape_str(src.shape()), " ", dtype_name(src.dtype()), " on ", src.device().str(),
+           " into ", shape_str(dst.shape()), " ", dtype_name(dst.dtype()), " on ", dst.device().str(),
+           " (the destination must be f32 or f64 with as many elements, on the same device)");
+  FT_CHECK(!scale.defined() || (scale.numel() == 1 && scale.dtype() == DType::F32 && scale.device() == dst.device()),
+           "accumulate_into: the scale must be one f32 element on ", dst.device().str());
+  if (dst.numel() == 0) return;
+  runtime::accumulate_elements(dst.data_ptr(), dst.dtype(), src.data_ptr(), src.dtype(), dst.device(), dst.numel(),
+                              overwrite, scale.defined() ? scale.data<float>() : nullptr);
 }
 
 }  // namespace ft

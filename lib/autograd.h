@@ -156,4 +156,10 @@ void clear_grad_ready_hooks(const Tensor& leaf);
 std::vector<Tensor> gradients(const Tensor& root, const Tensor& grad, const std::vector<Tensor>& leaves,
                               bool retain_graph = false);
 
+/// dst += scale · src, or dst = scale · src when overwrite, in place and in one pass: src (any
+/// floating dtype, same device and element count) is converted to dst's dtype (f32 or f64) as it
+/// is read. scale is undefined (1) or a one-element f32 tensor on the same device. No autograd:
+/// this is how gradients reach their GradBuffer views (f32 sums of bf16 contributions on CUDA).
+void accumulate_into(const Tensor& dst, const Tensor& src, bool overwrite = false, const Tensor& scale = Tensor());
+
 }  // namespace ft

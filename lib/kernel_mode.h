@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 
+#include "lib/runtime.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -28,15 +29,6 @@ class KernelModeGuard {
  private:
   KernelMode previous_;
 };
-
-/// Whether this build has the CUDA kernels. Code that calls a CUDA launcher or a fused path sits
-/// under `if constexpr (kCudaBuild)`: a CPU-only build then compiles no such call and links
-/// without the .cu files, and every op falls back to its twin on its own.
-#ifdef FT_WITH_CUDA
-inline constexpr bool kCudaBuild = true;
-#else
-inline constexpr bool kCudaBuild = false;
-#endif
 
 /// The dispatch rule of every fused op: a CUDA build, fused mode and the data on CUDA.
 inline bool use_fused(const Tensor& x) { return kCudaBuild && kernel_mode() == KernelMode::Fused && x.is_cuda(); }

@@ -128,6 +128,15 @@ class StreamEvent {
   void* event_ = nullptr;  // cudaEvent_t
 };
 
+/// Whether this build has the CUDA kernels. Code that calls a CUDA launcher or a fused path sits
+/// under `if constexpr (kCudaBuild)`: a CPU-only build then compiles no such call and links
+/// without the .cu files, and every op falls back to its twin on its own (lib/kernel_mode.h).
+#ifdef FT_WITH_CUDA
+inline constexpr bool kCudaBuild = true;
+#else
+inline constexpr bool kCudaBuild = false;
+#endif
+
 namespace runtime {
 /// Allocates device or host memory (host: 64-byte aligned; CUDA: the stream-ordered pool). Out of
 /// memory is an OutOfMemory error naming the size and, on CUDA, what is free.

@@ -8,12 +8,8 @@
 #include "lib/autograd.h"
 #include "lib/cpu_dispatch.h"
 #include "lib/error.h"
-#include "lib/kernel_mode.h"
-#include "lib/ops/elementwise/elementwise.h"
-#include "lib/ops/elementwise/elementwise_cuda.h"
-#include "lib/ops/random/random.h"
-#include "lib/ops/shape_ops/shape_ops.h"
 #include "lib/runtime.h"
+#include "lib/runtime/elements.h"
 
 namespace ft {
 
@@ -64,49 +60,17 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 
 void Tensor::fill_(double value) const {
   check_defined(*this, "fill_", "tensor");
-  if (is_cuda()) {
-    if constexpr (kCudaBuild) cuda::fill(*this, value);
-    return;
-  }
-  cpu::dispatch_all(dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* p = data<T>();
-    for (int64_t i = 0, n = numel(); i < n; ++i) cpu::store(p, i, value);
-  });
+  runtime::fill_elements(data_ptr(), dtype(), device(), numel(), value);
 }
 
 Tensor Tensor::arange(int64_t n, DType dtype, Device device) {
   Tensor t = empty({n}, dtype, device);
-  if (device.is_cuda()) {
-    if constexpr (kCudaBuild) cuda::arange(t);
-  } else {
-    cpu::dispatch_all(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      T* p = t.data<T>();
-      for (int64_t i = 0; i < n; ++i) cpu::store(p, i, static_cast<double>(i));
-    });
-  }
+  runtime::arange_elements(t.data_ptr(), dtype, device, n);
   return t;
 }
 
-Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, Device device) {
-  FT_CHECK(is_floating(dtype), "rand: expected a floating dtype, got ", dtype_name(dtype));
-  Tensor u = philox_uniform(shape, gen.seed(), gen.advance(static_cast<uint64_t>(shape_numel(shape))), device);
-  return dtype == DType::F32 ? u : cast(u, dtype);
-}
 
-Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, Device device) {
-  FT_CHECK(is_floating(dtype), "randn: expected a floating dtype, got ", dtype_name(dtype));
-  // Drawn on the host so every device sees the same values; used for initialization only.
-  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * shape_numel(shape)));
-  return philox_normal(shape, gen.seed(), offset, dtype).to(device);
-}
 
-Tensor Tensor::normal(const Shape& shape, Generator& gen, double std, DType dtype, Device device) {
-  FT_CHECK(is_floating(dtype), "normal: expected a floating dtype, got ", dtype_name(dtype));
-  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * shape_numel(shape)));
-  return philox_normal(shape, gen.seed(), offset, dtype, std).to(device);
-}
 
 Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
   FT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
@@ -162,8 +126,6 @@ Tensor Tensor::to(Device target) const {
   });
 }
 
-Tensor Tensor::to(DType target) const { return cast(*this, target); }
-
 std::vector<double> Tensor::to_vector() const {
   Tensor host = to(kCPU);
   std::vector<double> values(static_cast<size_t>(numel()));
@@ -214,12 +176,6 @@ std::string Tensor::str(int64_t max_per_dim) const {
 }
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.str(); }
-
-// ---- views
-
-Tensor Tensor::reshape(const Shape& new_shape) const { return ft::reshape(*this, new_shape); }
-Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const { return ft::narrow(*this, d, start, length); }
-Tensor Tensor::transpose() const { return ft::transpose(*this); }
 
 // ---- autograd
 
@@ -289,8 +245,11 @@ void Tensor::copy_(const Tensor& src) const {
   check_defined(src, "copy_", "source");
   FT_CHECK(src.numel() == numel(), "copy_: source of shape ", shape_str(src.shape()), " into shape ",
            shape_str(shape()));
-  NoGradGuard no_grad;
-  Tensor converted = src.dtype() == dtype() ? src : cast(src, dtype());
+  Tensor converted = src;
+  if (src.dtype() != dtype()) {  // converted where the source lives, then moved
+    converted = empty(src.shape(), dtype(), src.device());
+    runtime::convert_elements(converted.data_ptr(), dtype(), src.data_ptr(), src.dtype(), src.device(), src.numel());
+  }
   runtime::copy_bytes(data_ptr(), device(), converted.data_ptr(), converted.device(), nbytes());
 }
 

@@ -16,7 +16,7 @@ AdamW::AdamW(std::vector<Tensor> params, Options options)
       m_flats_(allocate_state()),
       v_flats_(allocate_state()) {
   for (size_t k = 0; k < pieces().size(); ++k) {
-    const Tensor& p = params_[pieces()[k].param];
+    const Tensor& p = this->params()[pieces()[k].param];
     slots_.push_back(Slot{state_piece(m_flats_, k), state_piece(v_flats_, k),
                           options_.decays ? options_.decays(p) : p.dim() >= 2});
   }

@@ -56,6 +56,16 @@ inline void check_steps_left(const Resumed& resumed, int64_t steps, const std::s
            ": nothing is left to train (--steps counts from the start of the run)");
 }
 
+/// A position that counts global batches (--batch times the processes) holds only for that
+/// batch: a resume with another is an error naming both.
+inline void check_resumed_batch(const Resumed& resumed, int64_t batch, int world_size, const std::string& program) {
+  const int64_t global_batch = batch * world_size;
+  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
+    FT_CHECK(saved->second == std::to_string(global_batch), program, ": --resume: the checkpoint was written with a ",
+             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
+             world_size, " processes; its data position counts batches of that size)");
+}
+
 /// With --ckpt-dir set, has the trainer write checkpoints there (every --ckpt-every steps and at
 /// the end). `describe` adds run state of the binary's own; `after_save` gets each folder. In a
 /// data-parallel run (options.data_parallel set first) every rank takes part in gathering the

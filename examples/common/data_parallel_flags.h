@@ -92,7 +92,7 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
   if (run.primary()) {
     std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s reduced in %s%s\n",
                 program.c_str(), run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
-                run.env.launcher.c_str(), optimizer.buckets().size(), optimizer.buckets().size() == 1 ? "" : "s",
+                run.env.launcher.c_str(), optimizer.store().buckets().size(), optimizer.store().buckets().size() == 1 ? "" : "s",
                 run.reduce_dtype ? dtype_name(*run.reduce_dtype) : "f32", optimizer.sharded() ? ", ZeRO-1" : "");
     // ZeRO-1's point is this figure: one rank's optimizer state against what a whole copy takes.
     const double mb = 1.0 / (1 << 20), state = static_cast<double>(optimizer.state_bytes());

@@ -4,26 +4,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "examples/common/checkpoint_flags.h"
-#include "examples/common/cli.h"
-#include "examples/common/data_parallel_flags.h"
+#include "examples/common/training_flags.h"
+#include "examples/gpt2/parity_dump.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/gpt2_init.h"
-#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
-#include "optim/sgd.h"
 #include "train/data/token_shards.h"
 #include "train/io/peft_adapter.h"
-#include "train/io/safetensors.h"
 #include "train/loop/startup.h"
 #include "train/loop/trainer.h"
 
@@ -80,11 +75,13 @@ std::string sample(ft::GPT& model, const std::string& prompt, int64_t length, do
   return out;
 }
 
-int run(int argc, char** argv) {
-  ft::cli::Args args("ft-gpt2",
-                     "Trains a GPT-2 on llm.c token shards (--format shards) or on text files read as bytes\n"
-                     "(--format text, vocabulary 256). Prints a line every --log-every steps with loss, lr, grad\n"
-                     "norm, ms, tok/s and MFU; validates, checkpoints and samples on request.");
+void define_flags(ft::cli::Args& args) {
+  ft::cli::add_training_flags(
+      args, {.steps = "100", .steps_help = "optimizer steps to run in total (a resumed run continues to this)",
+             .lr = "6e-4", .weight_decay = "0.1", .log_every = "10",
+             .optimizer_help = "adamw (betas 0.9, 0.95) or sgd (with --momentum)",
+             .weight_decay_help = "weight decay (AdamW: 2-D weights only)",
+             .seed_help = "seed for initialization, shard shuffling and sampling"});
   args.flag("train", "", "glob of training files (required)");
   args.flag("val", "", "glob of validation files (default: none)");
   args.flag("format", "shards", "shards (llm.c uint16 token shards) or text (bytes)");
@@ -94,24 +91,13 @@ int run(int argc, char** argv) {
                            "the vocabulary for text): the padding rows of the embedding never see a token");
   args.flag("batch", "4", "sequences per micro-step (B)");
   args.flag("seq", "64", "tokens per sequence (T), at most the model's block size");
-  args.flag("steps", "100", "optimizer steps to run in total (a resumed run continues to this)");
   args.flag("grad-accum", "1", "micro-steps accumulated per optimizer step");
-  args.flag("lr", "6e-4", "peak learning rate");
   args.flag("warmup", "10", "linear warmup steps");
   args.flag("min-lr-frac", "0.1", "cosine decay floor as a fraction of the peak");
-  args.flag("weight-decay", "0.1", "weight decay (AdamW: 2-D weights only)");
-  args.flag("optimizer", "adamw", "adamw (betas 0.9, 0.95) or sgd (with --momentum)");
-  args.flag("momentum", "0.9", "SGD momentum");
   args.flag("clip", "1.0", "gradient clipping by global L2 norm (0: off)");
-  ft::cli::add_device_flags(args);
-  args.flag("seed", "0", "seed for initialization, shard shuffling and sampling");
   args.flag("shuffle", "1", "1: shuffle shard order each epoch; 0: in order");
-  args.flag("log-every", "10", "steps between progress lines");
-  args.flag("metrics", "", "write one JSON line per logged step to this file");
   args.flag("val-every", "0", "steps between validations (0: never)");
   args.flag("val-batches", "8", "batches per validation");
-  ft::cli::add_checkpoint_flags(args);
-  ft::cli::add_data_parallel_flags(args);
   args.flag("sample-every", "0", "steps between samples (byte-level models only; 0: never)");
   args.flag("sample-len", "128", "bytes per sample");
   args.flag("prompt", "", "text the samples start from");
@@ -132,124 +118,125 @@ int run(int argc, char** argv) {
                             "--resume), batches.safetensors (every step's inputs and targets) and\n"
                             "grads.safetensors (the gradients of this run's first step, before clipping, with its\n"
                             "loss and step number; after --resume, the first step after the checkpoint)");
-  if (!args.parse(argc, argv)) return 0;
+}
 
-  // Every numeric flag is checked here, at the edge, even those only read later (sampling, LoRA).
+/// The run's sizes, from the flags.
+struct Settings {
+  ft::TokenFormat format;
+  int64_t vocab, token_limit, batch, seq, steps, accum;
+  ft::GPTConfig config;
+};
+
+/// Every numeric flag is checked here, at the edge, even those only read later (sampling, LoRA).
+Settings check_flags(const ft::cli::Args& args) {
+  ft::cli::check_training_flags(args, "ft-gpt2");
   for (const char* name : {"top-k", "sample-len", "sample-every", "val-every", "val-batches", "warmup", "lora-rank"})
     (void)args.integer(name, 0);
-  for (const char* name : {"temperature", "lr", "momentum", "weight-decay", "clip", "min-lr-frac", "lora-alpha",
-                           "lora-dropout"})
-    (void)args.number(name, 0);
+  for (const char* name : {"temperature", "clip", "min-lr-frac", "lora-alpha", "lora-dropout"}) (void)args.number(name, 0);
   for (const char* name : {"batch", "seq", "steps", "grad-accum"}) (void)args.integer(name, 1);
   FT_CHECK(args.number("lora-dropout") < 1, "ft-gpt2: --lora-dropout must be below 1, got ", args.number("lora-dropout"));
   FT_CHECK(args.number("lora-alpha") > 0, "ft-gpt2: --lora-alpha must be positive, got ", args.number("lora-alpha"));
   FT_CHECK(args.number("min-lr-frac") <= 1, "ft-gpt2: --min-lr-frac is the floor as a fraction of the peak, at most 1, got ",
            args.number("min-lr-frac"));
-  FT_CHECK(args.number("momentum") < 1, "ft-gpt2: --momentum must be below 1, got ", args.number("momentum"));
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
-  const ft::TokenFormat format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards;
-  int64_t vocab = args.integer("vocab", 0);
-  if (vocab == 0) vocab = format == ft::TokenFormat::Text ? 256 : 50304;
-  int64_t token_limit = args.integer("tokens", 0);
-  if (token_limit == 0) token_limit = format == ft::TokenFormat::Text ? vocab : std::min<int64_t>(vocab, 50257);
-  FT_CHECK(token_limit <= vocab, "ft-gpt2: --tokens ", token_limit, " exceeds the vocabulary (--vocab ", vocab, ")");
-  const ft::GPTConfig config = preset(args.str("model"), vocab);
-  const int64_t batch = args.integer("batch", 1), seq = args.integer("seq", 1), steps = args.integer("steps", 0);
-  const int64_t accum = args.integer("grad-accum", 1);
-  FT_CHECK(batch > 0 && seq > 0 && steps > 0 && accum > 0, "ft-gpt2: --batch, --seq, --steps, --grad-accum must be positive");
-  FT_CHECK(seq <= config.block_size, "ft-gpt2: --seq ", seq, " exceeds the model's block size ", config.block_size);
-  const ft::Device device = ft::cli::apply_device_flags(args, "ft-gpt2");
-  const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
-  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
+  Settings s{.format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards};
+  s.vocab = args.integer("vocab", 0);
+  if (s.vocab == 0) s.vocab = s.format == ft::TokenFormat::Text ? 256 : 50304;
+  s.token_limit = args.integer("tokens", 0);
+  if (s.token_limit == 0) s.token_limit = s.format == ft::TokenFormat::Text ? s.vocab : std::min<int64_t>(s.vocab, 50257);
+  FT_CHECK(s.token_limit <= s.vocab, "ft-gpt2: --tokens ", s.token_limit, " exceeds the vocabulary (--vocab ", s.vocab, ")");
+  s.config = preset(args.str("model"), s.vocab);
+  s.batch = args.integer("batch", 1);
+  s.seq = args.integer("seq", 1);
+  s.steps = args.integer("steps", 1);
+  s.accum = args.integer("grad-accum", 1);
+  FT_CHECK(s.seq <= s.config.block_size, "ft-gpt2: --seq ", s.seq, " exceeds the model's block size ", s.config.block_size);
+  return s;
+}
 
-  // Joined before the data (each rank reads its part of every global batch) and the optimizer
-  // (its buffers are laid out for the run's world size).
-  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
-  const ft::TokenLoader::Options loader_options{.batch_size = batch, .seq_len = seq, .vocab_size = token_limit,
-                                                .seed = seed, .shuffle = args.integer("shuffle", 0) != 0,
-                                                .format = format, .shard = dp.shard()};
-  ft::TokenLoader train(args.str("train"), loader_options);
-  std::unique_ptr<ft::TokenLoader> val;
+/// The training loader and, with --val, the validation one (in order), each reading this rank's part.
+struct Data {
+  std::unique_ptr<ft::TokenLoader> train, val;
+};
+Data open_data(const ft::cli::Args& args, const Settings& s, const ft::BatchShard& shard) {
+  const ft::TokenLoader::Options options{.batch_size = s.batch, .seq_len = s.seq, .vocab_size = s.token_limit,
+                                         .seed = static_cast<uint64_t>(args.integer("seed", 0)),
+                                         .shuffle = args.integer("shuffle", 0) != 0, .format = s.format, .shard = shard};
+  Data d{std::make_unique<ft::TokenLoader>(args.str("train"), options), nullptr};
   if (!args.str("val").empty()) {
-    ft::TokenLoader::Options o = loader_options;
-    o.shuffle = false;
-    val = std::make_unique<ft::TokenLoader>(args.str("val"), o);
+    ft::TokenLoader::Options in_order = options;
+    in_order.shuffle = false;
+    d.val = std::make_unique<ft::TokenLoader>(args.str("val"), in_order);
   }
+  return d;
+}
 
-  ft::mark_startup("data");
-
-  ft::GPT model(config, seed);
+/// --init-from's weights, then the LoRA adapters --lora-rank asks for; returns their PEFT config
+/// (r = 0: none).
+ft::PeftLoraConfig prepare_model(ft::GPT& model, const ft::cli::Args& args, ft::Device device, ft::DType dtype) {
   if (!args.str("init-from").empty())
     std::printf("initialized from %s (%s)\n", args.str("init-from").c_str(),
                 ft::init_gpt2_from(model, args.str("init-from")).c_str());
   model.to(device, dtype);
-  const int64_t lora_rank = args.integer("lora-rank", 0);
-  FT_CHECK(lora_rank >= 0, "ft-gpt2: --lora-rank must not be negative, got ", lora_rank);
-  ft::PeftLoraConfig adapter;
-  if (lora_rank > 0) {
-    FT_CHECK(lora_rank <= config.channels, "ft-gpt2: --lora-rank ", lora_rank, " exceeds the model's width ",
-             config.channels, " (a rank above the smaller side of a linear adds nothing)");
-    ft::GPT::check_lora_targets(split_list(args.str("lora-targets")), "ft-gpt2: --lora-targets");
-    adapter = {.r = lora_rank, .alpha = args.number("lora-alpha", 0), .dropout = args.number("lora-dropout", 0),
-               .targets = split_list(args.str("lora-targets")), .rslora = args.integer("lora-rslora", 0) != 0,
-               .base_model = args.str("init-from")};
-    model.add_lora(ft::LoRAConfig{.rank = adapter.r, .alpha = adapter.alpha, .dropout = adapter.dropout,
-                                  .rslora = adapter.rslora, .seed = seed},
-                   adapter.targets, seed + 1);
-  }
-  ft::mark_startup("model");
-  // Clipping and the non-finite check run inside the optimizer step, on the device.
-  const ft::StepPolicy policy{.max_grad_norm = std::max(0.0, args.number("clip", 0))};
-  std::unique_ptr<ft::Optimizer> optimizer_ptr;
-  if (args.str("optimizer") == "adamw")
-    optimizer_ptr = std::make_unique<ft::AdamW>(
-        model.parameters(), ft::AdamW::Options{.lr = args.number("lr", 0), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                               .weight_decay = args.number("weight-decay", 0), .policy = policy,
-                                               .partition = dp.partition});
-  else if (args.str("optimizer") == "sgd")
-    optimizer_ptr = std::make_unique<ft::SGD>(
-        model.parameters(), ft::SGD::Options{.lr = args.number("lr", 0), .momentum = args.number("momentum", 0),
-                                             .weight_decay = args.number("weight-decay", 0), .policy = policy,
-                                             .partition = dp.partition});
-  else
-    FT_FAIL("ft-gpt2: --optimizer must be adamw or sgd, got '", args.str("optimizer"), "'");
-  ft::Optimizer& optimizer = *optimizer_ptr;
-  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, model, optimizer, {"epoch", "shard", "offset"});
-  ft::cli::start_data_parallel(dp, args, "ft-gpt2", model, optimizer);
-  ft::mark_startup("optimizer");
-  const int64_t params = model.parameter_count(), trainable = model.trainable_parameter_count();
-  if (dp.primary())
-    std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
+  const int64_t rank = args.integer("lora-rank", 0);
+  if (rank == 0) return {};
+  FT_CHECK(rank <= model.config().channels, "ft-gpt2: --lora-rank ", rank, " exceeds the model's width ",
+           model.config().channels, " (a rank above the smaller side of a linear adds nothing)");
+  ft::GPT::check_lora_targets(split_list(args.str("lora-targets")), "ft-gpt2: --lora-targets");
+  const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
+  const ft::PeftLoraConfig adapter{.r = rank, .alpha = args.number("lora-alpha", 0),
+                                   .dropout = args.number("lora-dropout", 0),
+                                   .targets = split_list(args.str("lora-targets")),
+                                   .rslora = args.integer("lora-rslora", 0) != 0, .base_model = args.str("init-from")};
+  model.add_lora(ft::LoRAConfig{.rank = adapter.r, .alpha = adapter.alpha, .dropout = adapter.dropout,
+                                .rslora = adapter.rslora, .seed = seed},
+                 adapter.targets, seed + 1);
+  return adapter;
+}
+
+void print_banner(const ft::GPT& model, const Settings& s, ft::Device device, ft::DType dtype, int world_size) {
+  const ft::GPTConfig& c = s.config;
+  std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
               "B=%lld per process (global %lld) T=%lld, grad accum %lld, %lld steps\n",
-              static_cast<long long>(params), static_cast<long long>(trainable), static_cast<long long>(config.layers),
-              static_cast<long long>(config.channels), static_cast<long long>(config.heads),
-              static_cast<long long>(vocab), device.str().c_str(), ft::dtype_name(dtype),
-              ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(batch),
-              static_cast<long long>(batch * dp.env.world_size), static_cast<long long>(seq),
-              static_cast<long long>(accum), static_cast<long long>(steps));
+              static_cast<long long>(model.parameter_count()), static_cast<long long>(model.trainable_parameter_count()),
+              static_cast<long long>(c.layers), static_cast<long long>(c.channels), static_cast<long long>(c.heads),
+              static_cast<long long>(s.vocab), device.str().c_str(), ft::dtype_name(dtype),
+              ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(s.batch),
+              static_cast<long long>(s.batch * world_size), static_cast<long long>(s.seq),
+              static_cast<long long>(s.accum), static_cast<long long>(s.steps));
+}
 
-  ft::Trainer::Options options{
-      .grad_accum = accum,
-      .schedule = {.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = args.number("lr", 0),
-                   .warmup_steps = args.integer("warmup", 0), .total_steps = steps,
-                   .min_lr = args.number("lr", 0) * args.number("min-lr-frac", 0)},
-      .log_every = std::max<int64_t>(1, args.integer("log-every", 0)),
-      .metrics_path = args.str("metrics"),
-      .unit = "tok",
-      .items_per_batch = batch * seq,
-      // Per parameter per token: 2 FLOPs forward, 2 for the input gradient, 2 for its own gradient
-      // when it trains (frozen ones have none); and the attention's 6·L·C·T.
-      .flops_per_item = 4.0 * static_cast<double>(params) + 2.0 * static_cast<double>(trainable) +
-                        6.0 * static_cast<double>(config.layers * config.channels * seq),
-      .graph = ft::cli::graph_flag(args),
-      .data_parallel = dp.get()};
+/// The loop's options: warmup and cosine decay, tokens as the unit, the model's FLOPs per token.
+ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& s, const ft::GPT& model,
+                                     ft::DataParallel* data_parallel) {
+  const double params = static_cast<double>(model.parameter_count());
+  const double trainable = static_cast<double>(model.trainable_parameter_count());
+  const double lr = args.number("lr", 0);
+  return {.grad_accum = s.accum,
+          .schedule = {.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = lr,
+                       .warmup_steps = args.integer("warmup", 0), .total_steps = s.steps,
+                       .min_lr = lr * args.number("min-lr-frac", 0)},
+          .log_every = std::max<int64_t>(1, args.integer("log-every", 0)),
+          .metrics_path = args.str("metrics"),
+          .unit = "tok",
+          .items_per_batch = s.batch * s.seq,
+          // Per parameter per token: 2 FLOPs forward, 2 for the input gradient, 2 for its own gradient
+          // when it trains (frozen ones have none); and the attention's 6·L·C·T.
+          .flops_per_item = 4.0 * params + 2.0 * trainable +
+                            6.0 * static_cast<double>(s.config.layers * s.config.channels * s.seq),
+          .graph = ft::cli::graph_flag(args),
+          .data_parallel = data_parallel};
+}
 
-  const int64_t val_every = args.integer("val-every", 0);
-  if (val && val_every > 0) {
-    options.eval_every = val_every;
-    options.eval = [&](ft::Module&) {
+/// Validation every --val-every steps over --val-batches batches; sampling every --sample-every
+/// steps for byte-level models (rank 0 only).
+void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::Args& args, ft::GPT& model,
+                                 ft::TokenLoader* val, ft::Device device, const ft::cli::DataParallelRun& dp) {
+  if (val && args.integer("val-every", 0) > 0) {
+    options.eval_every = args.integer("val-every", 0);
+    options.eval = [&args, &model, val, device, data_parallel = dp.get()](ft::Module&) {
       val->reset();
       double sum = 0;
       const int64_t batches = std::max<int64_t>(1, args.integer("val-batches", 1));
@@ -260,80 +247,81 @@ int run(int argc, char** argv) {
       // Each rank's batches are its part of the global ones: the mean over the ranks is the loss
       // of world × --val-batches batches.
       const double mean = sum / static_cast<double>(batches);
-      return std::map<std::string, double>{{"val loss", dp.get() ? dp.get()->mean_over_ranks(mean) : mean}};
+      return std::map<std::string, double>{{"val loss", data_parallel ? data_parallel->mean_over_ranks(mean) : mean}};
     };
   }
-  const int64_t sample_every = args.integer("sample-every", 0);
-  if (sample_every > 0 && vocab == 256 && dp.primary())
-    options.periodic.push_back({.every = sample_every, .run = [&](int64_t step) {
-                                  std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
-                                              sample(model, args.str("prompt"), args.integer("sample-len", 0),
-                                                     args.number("temperature", 0), args.integer("top-k", 0),
-                                                     seed + static_cast<uint64_t>(step), device)
-                                                  .c_str());
-                                }});
+  const int64_t every = args.integer("sample-every", 0);
+  if (every == 0 || model.config().vocab != 256 || !dp.primary()) return;
+  options.periodic.push_back({.every = every, .run = [&args, &model, device](int64_t step) {
+                                const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
+                                std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
+                                            sample(model, args.str("prompt"), args.integer("sample-len", 0),
+                                                   args.number("temperature", 0), args.integer("top-k", 0),
+                                                   seed + static_cast<uint64_t>(step), device)
+                                                .c_str());
+                              }});
+}
+
+int run(int argc, char** argv) {
+  ft::cli::Args args("ft-gpt2",
+                     "Trains a GPT-2 on llm.c token shards (--format shards) or on text files read as bytes\n"
+                     "(--format text, vocabulary 256). Prints a line every --log-every steps with loss, lr, grad\n"
+                     "norm, ms, tok/s and MFU; validates, checkpoints and samples on request.");
+  define_flags(args);
+  if (!args.parse(argc, argv)) return 0;
+  const Settings s = check_flags(args);
+  const ft::Device device = ft::cli::apply_device_flags(args, "ft-gpt2");
+  const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
+  // Joined before the data (each rank reads its part of every global batch) and the optimizer
+  // (its buffers are laid out for the run's world size).
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
+  const Data data = open_data(args, s, dp.shard());
+  ft::mark_startup("data");
+
+  ft::GPT model(s.config, static_cast<uint64_t>(args.integer("seed", 0)));
+  const ft::PeftLoraConfig adapter = prepare_model(model, args, device, dtype);
+  ft::mark_startup("model");
+  // Clipping and the non-finite check run inside the optimizer step, on the device.
+  const std::unique_ptr<ft::Optimizer> optimizer = ft::cli::make_optimizer(
+      args, "ft-gpt2", model.parameters(), dp.partition,
+      {.policy = {.max_grad_norm = std::max(0.0, args.number("clip", 0))}, .beta2 = 0.95});
+  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, model, *optimizer, {"epoch", "shard", "offset"});
+  ft::cli::start_data_parallel(dp, args, "ft-gpt2", model, *optimizer);
+  ft::mark_startup("optimizer");
+  if (dp.primary()) print_banner(model, s, device, dtype, dp.env.world_size);
+
+  ft::Trainer::Options options = trainer_options(args, s, model, dp.get());
+  add_validation_and_sampling(options, args, model, data.val.get(), device, dp);
   ft::cli::wire_checkpoints(
-      args, options, model, optimizer,
+      args, options, model, *optimizer,
       [&](ft::DataPosition& run_state) {
         run_state["model"] = args.str("model");
-        run_state["vocab"] = std::to_string(vocab);
+        run_state["vocab"] = std::to_string(s.vocab);
       },
       [&](const std::string& folder) {
         // The adapters on their own too, as PEFT saves them (PeftModel.from_pretrained reads the folder).
-        if (lora_rank > 0) ft::save_peft_adapter(folder, model.lora_state_dict(), adapter);
+        if (adapter.r > 0) ft::save_peft_adapter(folder, model.lora_state_dict(), adapter);
       });
+  std::unique_ptr<ft::gpt2::ParityDump> dump;
+  if (!args.str("dump-dir").empty()) dump = std::make_unique<ft::gpt2::ParityDump>(args.str("dump-dir"), model, options);
 
-  // Parity dumps (tests/parity/gpt2_parity.py): parameters in f32, batches as i64. The hook runs
-  // every step eagerly, between backward and the optimizer step.
-  const std::string dump_dir = args.str("dump-dir");
-  auto named_f32 = [&](bool grads) {
-    std::map<std::string, ft::Tensor> out;
-    for (const auto& [name, p] : model.named_parameters())
-      if (!grads || p.requires_grad()) out[name] = (grads ? p.grad() : p).to(ft::kCPU).to(ft::DType::F32);
-    return out;
-  };
-  std::map<std::string, ft::Tensor> dumped_batches;
-  bool gradients_dumped = false;
-  if (!dump_dir.empty()) {
-    std::filesystem::create_directories(dump_dir);
-    ft::save_safetensors(dump_dir + "/init.safetensors", named_f32(false));
-    options.after_backward = [&](int64_t step, const std::vector<ft::Batch>& micro_batches, const ft::Tensor& loss) {
-      for (size_t micro = 0; micro < micro_batches.size(); ++micro) {
-        const std::string key = std::to_string(step) + "." + std::to_string(micro);
-        for (const char* name : {"inputs", "targets"}) {
-          const ft::Tensor& t = micro_batches[micro].at(name);
-          ft::Tensor copy = ft::Tensor::empty(t.shape(), ft::DType::I64, ft::kCPU);  // the batch's memory is reused
-          copy.copy_(t);
-          dumped_batches[std::string(name) + "." + key] = copy;
-        }
-      }
-      if (!gradients_dumped) {
-        char loss_text[32];
-        std::snprintf(loss_text, sizeof loss_text, "%.9g", loss.item());
-        ft::save_safetensors(dump_dir + "/grads.safetensors", named_f32(true),
-                             {{"loss", loss_text}, {"step", std::to_string(step + 1)}});
-        gradients_dumped = true;
-      }
-    };
-  }
-
-  ft::TokenBatchSource source(train);
-  ft::Trainer trainer(model, optimizer, source,
+  ft::TokenBatchSource source(*data.train);
+  ft::Trainer trainer(model, *optimizer, source,
                       [&](ft::Module&, const ft::Batch& b) { return model.loss(b.at("inputs"), b.at("targets")); },
                       options);
   if (!args.str("resume").empty()) {
-    ft::cli::check_steps_left(resumed, steps, "ft-gpt2");
+    ft::cli::check_steps_left(resumed, s.steps, "ft-gpt2");
     trainer.resume(resumed.step, resumed.position);
   }
-  const ft::FitSummary summary = trainer.fit(steps);
-  if (!dump_dir.empty()) ft::save_safetensors(dump_dir + "/batches.safetensors", dumped_batches);
+  const ft::FitSummary summary = trainer.fit(s.steps);
+  if (dump) dump->finish();
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
   // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).
   ft::cli::print_reduction_timing(dp, "ft-gpt2");
   if (dp.primary())
     std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f\n",
-              static_cast<long long>(trainer.step()), summary.final_loss, std::log(static_cast<double>(vocab)),
-              summary.wall_ms, summary.step_ms);
+                static_cast<long long>(trainer.step()), summary.final_loss, std::log(static_cast<double>(s.vocab)),
+                summary.wall_ms, summary.step_ms);
   return 0;
 }
 

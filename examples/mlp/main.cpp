@@ -5,16 +5,12 @@
 #include <memory>
 #include <string>
 
-#include "examples/common/checkpoint_flags.h"
-#include "examples/common/cli.h"
-#include "examples/common/data_parallel_flags.h"
+#include "examples/common/training_flags.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/cross_entropy/cross_entropy.h"
 #include "lib/ops/elementwise/elementwise.h"
 #include "lib/ops/shape_ops/shape_ops.h"
 #include "models/mlp/mlp_model.h"
-#include "optim/adamw.h"
-#include "optim/sgd.h"
 #include "train/data/batches.h"
 #include "train/data/fashion_mnist.h"
 #include "train/loop/evaluate.h"
@@ -24,33 +20,22 @@
 namespace {
 
 void define_flags(ft::cli::Args& args) {
-  ft::cli::add_device_flags(args);
+  ft::cli::add_training_flags(args, {});
   args.flag("epochs", "3", "passes over the 60,000 training images");
   args.flag("batch", "256", "samples per step (the benchmark uses 4096)");
-  args.flag("optimizer", "adamw", "adamw, or sgd (with --momentum)");
-  args.flag("lr", "1e-3", "peak learning rate");
-  args.flag("momentum", "0.9", "SGD's momentum");
   args.flag("schedule", "cosine", "constant, or cosine: linear warmup then cosine decay to 0 at the last step");
   args.flag("warmup", "10", "warmup steps of the cosine schedule");
-  args.flag("weight-decay", "0.01", "weight decay (AdamW's decoupled; SGD's added to the gradient)");
   args.flag("hidden", "1024", "width of each hidden layer");
   args.flag("layers", "3", "number of hidden layers");
   args.flag("dropout", "0.1", "dropout probability after each hidden layer");
-  args.flag("seed", "0", "seed for initialization, shuffling and dropout");
   args.flag("data-dir", "/usr/share/datasets/fashion-mnist", "folder with the four gzipped IDX files");
-  args.flag("metrics", "", "write one JSON line per logged step to this file");
-  args.flag("log-every", "20", "steps between progress lines");
-  args.flag("steps", "0", "stop after this many steps (0: --epochs decides)");
-  ft::cli::add_checkpoint_flags(args);
-  ft::cli::add_data_parallel_flags(args);
 }
 
 /// Every numeric flag is checked here, at the edge, before the data is read.
 void check_flags(const ft::cli::Args& args) {
-  for (const char* name : {"lr", "weight-decay", "momentum", "dropout"}) (void)args.number(name, 0);
-  FT_CHECK(args.number("momentum") < 1, "ft-mlp: --momentum must be below 1, got ", args.number("momentum"));
-  FT_CHECK(args.number("dropout") < 1, "ft-mlp: --dropout must be below 1, got ", args.number("dropout"));
-  for (const char* name : {"layers", "steps", "warmup", "log-every", "seed"}) (void)args.integer(name, 0);
+  ft::cli::check_training_flags(args, "ft-mlp");
+  FT_CHECK(args.number("dropout", 0) < 1, "ft-mlp: --dropout must be below 1, got ", args.number("dropout"));
+  for (const char* name : {"layers", "warmup"}) (void)args.integer(name, 0);
   (void)args.integer("hidden", 1);
   FT_CHECK(args.integer("epochs", 0) > 0 && args.integer("batch", 1) > 0,
            "ft-mlp: --epochs and --batch must be positive");
@@ -74,20 +59,6 @@ Data load_data(const std::string& dir, ft::Device device, ft::DType dtype) {
   return d;
 }
 
-std::unique_ptr<ft::Optimizer> make_optimizer(const ft::cli::Args& args, ft::Module& model,
-                                              const ft::DataPartition& partition) {
-  const std::string name = args.str("optimizer");
-  const double lr = args.number("lr", 0), weight_decay = args.number("weight-decay", 0);
-  if (name == "adamw")
-    return std::make_unique<ft::AdamW>(
-        model.parameters(), ft::AdamW::Options{.lr = lr, .weight_decay = weight_decay, .partition = partition});
-  if (name == "sgd")
-    return std::make_unique<ft::SGD>(model.parameters(),
-                                     ft::SGD::Options{.lr = lr, .momentum = args.number("momentum", 0),
-                                                      .weight_decay = weight_decay, .partition = partition});
-  FT_FAIL("ft-mlp: --optimizer must be adamw or sgd, got '", name, "'");
-}
-
 /// The loop's options: progress lines, the schedule, the test accuracy after each epoch.
 ft::Trainer::Options trainer_options(const ft::cli::Args& args, int64_t steps, int64_t steps_per_epoch,
                                      ft::DataParallel* data_parallel) {
@@ -105,15 +76,6 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, int64_t steps, i
     options.schedule.total_steps = steps;
   }
   return options;
-}
-
-/// The data position counts global batches (--batch times the processes): a resume must keep it.
-void check_resumed_batch(const ft::cli::Resumed& resumed, int64_t batch, int world_size) {
-  const int64_t global_batch = batch * world_size;
-  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
-    FT_CHECK(saved->second == std::to_string(global_batch), "ft-mlp: --resume: the checkpoint was written with a ",
-             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
-             world_size, " processes; its data position counts batches of that size)");
 }
 
 int run(int argc, char** argv) {
@@ -140,7 +102,7 @@ int run(int argc, char** argv) {
   ft::mark_startup("model");
   // Joined before the optimizer is built: its buffers are laid out for the run's world size.
   ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-mlp", launch, device);
-  const std::unique_ptr<ft::Optimizer> optimizer = make_optimizer(args, *model, dp.partition);
+  const std::unique_ptr<ft::Optimizer> optimizer = ft::cli::make_optimizer(args, "ft-mlp", model->parameters(), dp.partition);
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"});
   // After the resume: rank 0's weights (resumed or fresh) are every rank's.
   ft::cli::start_data_parallel(dp, args, "ft-mlp", *model, *optimizer);
@@ -160,7 +122,7 @@ int run(int argc, char** argv) {
     return std::map<std::string, double>{
         {"test accuracy", ft::evaluate_accuracy(m, data.test_images, data.test.labels, 1024, device, dtype)}};
   };
-  check_resumed_batch(resumed, batch, dp.env.world_size);
+  ft::cli::check_resumed_batch(resumed, batch, dp.env.world_size, "ft-mlp");
   ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {
     run_state["batch size"] = std::to_string(batch * dp.env.world_size);
   });

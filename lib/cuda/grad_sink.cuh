@@ -4,8 +4,11 @@
 // puts its sums straight into the persistent gradient instead of a bf16 tensor that autograd
 // would then add in a kernel of its own.
 #pragma once
-#include "lib/autograd.h"
+#include <type_traits>
+
 #include "lib/cuda/math.cuh"
+#include "lib/dtype.h"
+#include "lib/error.h"
 
 namespace ft::cuda {
 
@@ -24,19 +27,20 @@ struct GradSink {
   }
 };
 
-/// The sink of a gradient output: f32 when the tensor is f32 and either is added to or T is not
-/// f32; else the tensor itself, which must then be of T (overwritten).
-template <class T>
-GradSink<T> grad_sink(const GradOutput& g) {
+/// The sink of a gradient output (autograd's GradOutput; a template so the device helpers stay
+/// below the Tensor): f32 when the tensor is f32 and either is added to or T is not f32; else the
+/// tensor itself, which must then be of T (overwritten).
+template <class T, class Output>
+GradSink<T> grad_sink(const Output& g) {
   GradSink<T> sink;
   if (!g.defined()) return sink;
   if (g.tensor.dtype() == DType::F32 && (g.accumulate || !std::is_same_v<T, float>)) {
-    sink.f32 = g.tensor.data<float>();
+    sink.f32 = g.tensor.template data<float>();
     sink.add = g.accumulate;
     return sink;
   }
   FT_CHECK(!g.accumulate, "gradient sink: only f32 views can be added to, got ", dtype_name(g.tensor.dtype()));
-  sink.out = g.tensor.data<T>();
+  sink.out = g.tensor.template data<T>();
   return sink;
 }
 

@@ -8,7 +8,6 @@
 #include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
-#include "lib/tensor.h"
 
 namespace ft::cuda {
 
@@ -33,16 +32,16 @@ __global__ void indexed_rows_kernel(Word* table, const void* ids, bool ids64, Wo
   }
 }
 
-/// Moves ids.numel() rows of row_bytes between `table` (table_rows rows) and `packed` (a row per id).
+/// Moves n rows of row_bytes between `table` (table_rows rows) and `packed` (a row per id); the
+/// ids are i64 when ids64, else i32.
 template <RowMove kMove>
-void move_indexed_rows(void* table, int64_t table_rows, const Tensor& ids, void* packed, size_t row_bytes) {
-  const int64_t n = ids.numel();
-  const bool ids64 = ids.dtype() == DType::I64;
+void move_indexed_rows(void* table, int64_t table_rows, const void* ids, int64_t n, bool ids64, void* packed,
+                       size_t row_bytes) {
   auto launch = [&](auto word) {
     using Word = decltype(word);
     const int64_t words = static_cast<int64_t>(row_bytes / sizeof(Word));
     launch_dependent(indexed_rows_kernel<Word, kMove>, elementwise_blocks(n * words, kThreads), kThreads, 0,
-                     static_cast<Word*>(table), ids.data_ptr(), ids64, static_cast<Word*>(packed), n, table_rows, words,
+                     static_cast<Word*>(table), ids, ids64, static_cast<Word*>(packed), n, table_rows, words,
                      device_error_word());
   };
   if (row_bytes % 16 == 0) launch(uint4{});

@@ -7,10 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/runtime.h"
-#include "lib/tensor.h"
 
 namespace ft::cuda {
 

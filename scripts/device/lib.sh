@@ -15,6 +15,14 @@ phase() { echo "[$(($(date +%s) - t0)) s] $*"; }
 # A line of the summary table, echoed as it is written (a call cut short still returns the table).
 row() { echo "$*" | tee -a "$summary"; }
 gpu_name() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
+# A figure for the benchmark page (scripts/device/benchmark_page.py builds docs/benchmarks.md's
+# latest-run tables from $OUT/records.tsv): record WORKLOAD RUN MS [NOTE]. The first run recorded
+# for a workload is ours, the one the others are divided by; an empty MS (a run that failed) is
+# left out.
+record() {
+  [ -n "${3:-}" ] || return 0
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" "$(gpu_name)" "$(date -u +%F)" >>"$out/records.tsv"
+}
 gpu_count() { nvidia-smi -L | wc -l; }
 # GoogleTest's closing counts from a log ("[  PASSED  ] 12 tests. ...").
 gtest_counts() { grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]" "$1" | tr '\n' ' '; }

@@ -53,7 +53,7 @@ void expect_frozen_untouched(Device device, DType dtype, KernelMode mode, bool s
   if (sgd) opt = std::make_unique<SGD>(all, SGD::Options{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
   else opt = std::make_unique<AdamW>(all, AdamW::Options{.lr = 0.05, .weight_decay = 0.1});
   ASSERT_EQ(opt->params().size(), 3u) << "the frozen tensor must be left out";
-  EXPECT_EQ(opt->grad_buffer().leaves().size(), 3u);
+  EXPECT_EQ(opt->store().grads().leaves().size(), 3u);
   const Tensor w1_before = test::fresh_copy(m.w1, dtype, kCPU);
   for (int step = 0; step < 3; ++step) {
     const Tensor x = random_tensor({8, 5}, dtype, device, gen), y = random_tensor({8, 3}, dtype, device, gen);
@@ -72,8 +72,8 @@ void expect_frozen_untouched(Device device, DType dtype, KernelMode mode, bool s
   // One flat buffer of gradients, master weights (and moments) of the three trainable ones.
   int64_t trainable = 0;
   for (const Tensor& p : opt->params()) trainable += p.numel();
-  EXPECT_GE(opt->grad_buffer().flat(0).numel(), trainable);
-  EXPECT_LT(opt->grad_buffer().flat(0).numel(), trainable + 3 * FlatLayout::kAlign);
+  EXPECT_GE(opt->store().grads().flat(0).numel(), trainable);
+  EXPECT_LT(opt->store().grads().flat(0).numel(), trainable + 3 * FlatLayout::kAlign);
 }
 
 TEST(FrozenParameter, GetsNoGradientNoStateAndStaysBitIdenticalCpu) {
@@ -97,10 +97,10 @@ TEST(FlatState, MasterWeightsLineUpWithTheGradientBuffer) {
       TinyModel m = tiny_model(gen, dtype, device);
       const Tensor w2_values = test::fresh_copy(m.w2, dtype, kCPU);
       AdamW opt({m.w1, m.b1, m.w2}, AdamW::Options{});
-      const GradBuffer& grads = opt.grad_buffer();
-      ASSERT_EQ(opt.replica_buffers().size(), 1u);
+      const GradBuffer& grads = opt.store().grads();
+      ASSERT_EQ(opt.store().replica_buffers().size(), 1u);
       const char* grad_base = static_cast<const char*>(grads.flat(0).data_ptr());
-      const char* master_base = static_cast<const char*>(opt.replica_buffers()[0].data_ptr());
+      const char* master_base = static_cast<const char*>(opt.store().replica_buffers()[0].data_ptr());
       for (size_t i = 0; i < opt.params().size(); ++i) {
         const int64_t offset = grads.layout().slot(i).offset;
         EXPECT_EQ(static_cast<const char*>(grads.grad(i).data_ptr()) - grad_base, offset * 4);

@@ -2,12 +2,14 @@
 """The include arrows point one way (DESIGN.md's layers):
 lib <- optim <- layers <- train <- models <- examples, bench.
 Every #include "<folder>/..." in a source file must name its own top-level folder or one below it.
-Inside lib/ the arrows point down too:
-- lib's core files (lib/*.h, lib/*.cpp) may not reach up into lib/ops/ or lib/cuda/;
-- the runtime (lib/runtime/) and the shared device helpers (lib/cuda/) may not include an op;
-the includes that still do are listed in KNOWN_UPWARD, so that a new one fails here and a removed
-one must leave the list. And no CMake list outside lib/ops/ names an op's file: each op folder adds
-its own sources (ft_add_op), so adding an op touches its folder and its test only.
+Inside lib/ the arrows point down too. From the bottom: the runtime (lib/runtime.h, lib/runtime/)
+and the device helpers the kernels share (lib/cuda/); the core (Tensor, autograd and the other
+lib/*.h); the ops (lib/ops/<op>/). So:
+- the core may not include an op or a device helper;
+- the runtime and the device helpers may not include an op, nor the Tensor: tensor.h, autograd.h
+  or any core header that includes one of them.
+And no CMake list outside lib/ops/ names an op's file: each op folder adds its own sources
+(ft_add_op), so adding an op touches its folder and its test only.
 With --self-test it also checks that it catches a planted upward include."""
 import pathlib
 import re
@@ -17,25 +19,41 @@ import tempfile
 ORDER = ["lib", "optim", "layers", "train", "models", "examples", "bench"]
 SOURCES = (".h", ".cpp", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/([^"]+)"', re.M)
-# lib's core files that still include an op or CUDA header (the arrows issue 47 turns around).
-KNOWN_UPWARD = {
-    ("lib/autograd.cpp", "lib/ops/elementwise/elementwise.h"),
-    ("lib/tensor.cpp", "lib/ops/elementwise/elementwise_cuda.h"),
-    ("lib/tensor.cpp", "lib/ops/elementwise/elementwise.h"),
-    ("lib/tensor.cpp", "lib/ops/random/random.h"),
-    ("lib/tensor.cpp", "lib/ops/shape_ops/shape_ops.h"),
-}
+RUNTIME_HEADER = "runtime.h"  # lib/runtime.h: the runtime's contract, beside the core's headers
 
 
-def below_in_lib(rel, included):
-    """Whether lib file `rel` including lib/`included` points up inside lib."""
-    part = rel[len("lib/"):].split("/")[0] if "/" in rel[len("lib/"):] else ""
-    target = included.split("/")[0]
-    if part == "":  # the core
-        return target in ("ops", "cuda")
-    if part in ("runtime", "cuda"):
-        return target == "ops"
-    return False
+def part_of(rel):
+    """lib file `rel`'s part: "core", "runtime" (lib/runtime.h, lib/runtime/, lib/cuda/) or "ops"."""
+    inner = rel[len("lib/"):]
+    if "/" not in inner:
+        return "runtime" if inner == RUNTIME_HEADER else "core"
+    return "ops" if inner.startswith("ops/") else "runtime"
+
+
+def tensor_level_headers(root):
+    """The core headers that are or include (transitively) lib/tensor.h or lib/autograd.h."""
+    includes = {}
+    for path in (root / "lib").glob("*.h"):
+        includes[path.name] = {rest for top, rest in INCLUDE.findall(path.read_text(errors="replace")) if top == "lib"}
+    level = {"tensor.h", "autograd.h"}
+    grew = True
+    while grew:
+        more = {name for name, inc in includes.items() if inc & level} - level
+        level |= more
+        grew = bool(more)
+    return level
+
+
+def upward_in_lib(rel, included, tensor_level):
+    """Why lib file `rel` including lib/`included` points up inside lib, or None."""
+    part, target = part_of(rel), part_of("lib/" + included)
+    if target == "ops" and part != "ops":
+        return f"lib's {part} may not include an op"
+    if part == "core" and included.startswith("cuda/"):
+        return "lib's core may not include a device helper (lib/cuda/)"
+    if part == "runtime" and target == "core" and included in tensor_level:
+        return "the runtime and the device helpers sit below the Tensor"
+    return None
 
 
 def cmake_naming_ops(root):
@@ -52,7 +70,8 @@ def cmake_naming_ops(root):
 
 
 def problems(root):
-    found, upward = [], set()
+    found = []
+    tensor_level = tensor_level_headers(root) if (root / "lib").is_dir() else set()
     for folder in ORDER:
         for path in sorted((root / folder).rglob("*")) if (root / folder).is_dir() else []:
             if path.suffix not in SOURCES:
@@ -61,13 +80,9 @@ def problems(root):
             for top, rest in INCLUDE.findall(path.read_text(errors="replace")):
                 if top in ORDER and ORDER.index(top) > ORDER.index(folder):
                     found.append(f"{rel} includes {top}/{rest}: {folder}/ may not include {top}/")
-                if folder == "lib" and top == "lib" and below_in_lib(rel, rest):
-                    upward.add((rel, f"lib/{rest}"))
-    for rel, header in sorted(upward - KNOWN_UPWARD):
-        found.append(f"{rel} includes {header}: lib's core may not include ops or CUDA headers")
-    for rel, header in sorted(KNOWN_UPWARD - upward):
-        if (root / rel).exists():
-            found.append(f"{rel} no longer includes {header}: take it off KNOWN_UPWARD")
+                why = upward_in_lib(rel, rest, tensor_level) if folder == "lib" and top == "lib" else None
+                if why:
+                    found.append(f"{rel} includes lib/{rest}: {why}")
     return found + cmake_naming_ops(root)
 
 
@@ -84,6 +99,11 @@ def self_test():
         found = problems(root)
         assert any("lib/autograd.h includes train/loop/trainer.h" in p for p in found), found
         assert any("lib/grad.cpp includes lib/ops/linear/linear.h" in p for p in found), found
+        (root / "lib/runtime").mkdir()
+        (root / "lib/grad_view.h").write_text('#include "lib/tensor.h"\n')
+        (root / "lib/runtime/pool.cpp").write_text('#include "lib/grad_view.h"\n')
+        found = problems(root)
+        assert any("lib/runtime/pool.cpp includes lib/grad_view.h: the runtime" in p for p in found), found
 
 
 def main():

@@ -39,12 +39,8 @@ FILE = "<file>"
 KNOWN_LONG = {
     # Files.
     # Functions.
-    ("norm_backward.cu", "norm_backward_kernel"): 211,  # one fused kernel; to be split into __device__ phases
     # allowed: one wgmma/TMA pipeline; its phases are lambdas sharing the register accumulators
     ("attention_hopper_backward.cu", "attention_backward_hopper_kernel"): 199,
-    ("lora_adapter_grads.cu", "adapter_grads_kernel"): 142,  # to be split into __device__ phases
-    ("gpt2/main.cpp", "run"): 256,  # to be split: options, data, model and hooks into helpers
-    ("dlrm/main.cpp", "run"): 191,  # to be split: options, data, model and evaluation into helpers
 }
 
 QUALIFIERS = {"const", "volatile", "noexcept", "override", "final", "mutable", "try", "&",

@@ -14,20 +14,20 @@ namespace ft {
 
 DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options options)
     : comm_(comm), optimizer_(optimizer), options_(options) {
-  const DataPartition& partition = optimizer_.partition();
+  const DataPartition& partition = optimizer_.store().partition();
   FT_CHECK(partition.world == comm_.world_size() && partition.rank == comm_.rank(), "DataParallel: the optimizer ",
            "was built for rank ", partition.rank, " of ", partition.world, ", the communicator is rank ", comm_.rank(),
            " of ", comm_.world_size(), " (build it with the run's DataPartition)");
-  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.buckets();
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.store().buckets();
   buckets_of_.resize(optimizer_.params().size());
   for (size_t b = 0; b < buckets.size(); ++b)
     for (size_t i : buckets[b].members) buckets_of_[i].push_back(b);
   hooked_ = optimizer_.params();
   for (size_t i = 0; i < hooked_.size(); ++i)
     hook_ids_.push_back(add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); }));
-  if (optimizer_.sharded()) optimizer_.set_shard_collectives(this);
+  if (optimizer_.sharded()) optimizer_.store().set_shard_collectives(this);
   if (options_.reduce_dtype) {
-    const GradBuffer& grads = optimizer_.grad_buffer();
+    const GradBuffer& grads = optimizer_.store().grads();
     for (size_t g = 0; g < grads.groups(); ++g) {
       const Tensor& flat = grads.storage(g);
       wire_.push_back(*options_.reduce_dtype == flat.dtype()
@@ -70,7 +70,7 @@ void DataParallel::before_backward(bool last) {
   comm_.begin_timed_region();
   next_bucket_ = 0;
   waiting_.clear();
-  for (const FlatLayout::Bucket& b : optimizer_.buckets()) waiting_.push_back(b.members.size());
+  for (const FlatLayout::Bucket& b : optimizer_.store().buckets()) waiting_.push_back(b.members.size());
   trace_.clear();
 }
 
@@ -79,7 +79,7 @@ void DataParallel::parameter_ready(size_t param) {
   // Reached, but given no gradient (an op whose backward returns none for it): its view may
   // still hold last step's values. grad() zeroes a stale view, on the compute stream, before the
   // bucket's collective is ordered after it.
-  (void)optimizer_.grad_buffer().grad(param);
+  (void)optimizer_.store().grads().grad(param);
   if (options_.trace) note("ready " + std::to_string(param));
   size_t ready_end = next_bucket_;
   for (size_t b : buckets_of_[param]) --waiting_[b];
@@ -88,8 +88,8 @@ void DataParallel::parameter_ready(size_t param) {
 }
 
 void DataParallel::start_buckets(size_t end) {
-  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.buckets();
-  const GradBuffer& grads = optimizer_.grad_buffer();
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.store().buckets();
+  const GradBuffer& grads = optimizer_.store().grads();
   for (; next_bucket_ < end; ++next_bucket_) {
     const FlatLayout::Bucket& b = buckets[next_bucket_];
     const Tensor& flat = grads.storage(b.group);
@@ -117,8 +117,8 @@ void DataParallel::after_backward() {
   armed_ = false;
   // The buckets not started hold parameters this backward did not reach, whose views may still
   // be stale (last step's values): they become zeros first.
-  optimizer_.grad_buffer().materialize();
-  start_buckets(optimizer_.buckets().size());
+  optimizer_.store().grads().materialize();
+  start_buckets(optimizer_.store().buckets().size());
   comm_.end_timed_region();
   for (auto& work : pending_) work->wait();
   pending_.clear();
@@ -182,7 +182,7 @@ void check_same_as_rank0(Communicator& comm, const Tensor& mine_device, const st
 
 void DataParallel::check_replicas() {
   NoGradGuard no_grad;
-  const std::vector<Tensor>& replicas = optimizer_.replica_buffers();
+  const std::vector<Tensor>& replicas = optimizer_.store().replica_buffers();
   for (size_t g = 0; g < replicas.size(); ++g)
     check_same_as_rank0(comm_, replicas[g], "weights (group " + std::to_string(g) + ")");
   // The model's own tensors too: tables trained outside the optimizer, buffers.

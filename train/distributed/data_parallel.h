@@ -25,7 +25,7 @@
 #include "layers/module.h"
 #include "optim/optimizer.h"
 #include "train/distributed/communicator.h"
-#include "train/loop/graphed_step.h"
+#include "train/loop/gradient_sync.h"
 
 namespace ft {
 
@@ -60,26 +60,21 @@ class DataParallel : public GradientSync, public ShardCollectives {
   /// every rank's ids and bag gradients all-gathered, the gradients scaled by 1 / world size (the
   /// loss is each rank's mean), the offsets those of the gathered bags.
   std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> bag_exchange();
-  /// The mean over the ranks of each rank's `value` (a validation loss of its part of the data),
-  /// through a collective on the training device; every rank calls it and gets the same result.
-  double mean_over_ranks(double value);
-
-  /// Brackets each training step's enqueueing: `step` names the collectives in errors, and
-  /// end_step() lets the backend watch the step's end (a lost peer inside a replayed graph).
-  void begin_step(int64_t step) { comm_.set_step(step); }
-  void end_step() { comm_.step_enqueued(); }
-
-  // GradientSync: the step's reduction.
+  // GradientSync: the step's reduction, and what the loop asks of the group.
   void before_backward(bool last) override;
   void after_backward() override;
+  int rank() const override { return comm_.rank(); }
+  int world_size() const override { return comm_.world_size(); }
+  void begin_step(int64_t step) override { comm_.set_step(step); }
+  void end_step() override { comm_.step_enqueued(); }
+  /// Through a collective on the training device.
+  double mean_over_ranks(double value) override;
+  bool sharded() const override { return optimizer_.sharded(); }
   // ShardCollectives: what the ZeRO-1 step needs.
   void sum(const Tensor& t) override;
   void gather(const Tensor& chunk, const Tensor& whole) override;
 
   Communicator& comm() { return comm_; }
-  int rank() const { return comm_.rank(); }
-  int world_size() const { return comm_.world_size(); }
-  bool sharded() const { return optimizer_.sharded(); }
   /// With Options::trace: the last reducing backward's events in order: "ready <param>" when a
   /// parameter's gradient is complete, "start <bucket>" when a bucket's reduction starts,
   /// "backward done" when backward has returned.

@@ -20,6 +20,7 @@
 
 #include "lib/cuda/runtime.h"
 #include "lib/error.h"
+#include "lib/runtime/elements.h"
 #include "lib/ops/elementwise/elementwise_cuda.h"
 #include "train/distributed/heartbeat.h"
 #include "train/distributed/tcp_store.h"
@@ -239,7 +240,7 @@ class NcclCommunicator : public Communicator {
 
   void cast_on_comm_stream(const Tensor& from, const Tensor& to) {
     cuda::StreamScope on(comm_stream_);
-    cuda::cast(from, to);
+    runtime::convert_elements(to.data_ptr(), to.dtype(), from.data_ptr(), from.dtype(), from.device(), from.numel());
   }
 
   /// The collective `launch` enqueues, ordered after the compute stream's work so far. One event

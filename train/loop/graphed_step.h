@@ -22,6 +22,7 @@
 #include "lib/runtime.h"
 #include "lib/tensor.h"
 #include "train/data/batch.h"
+#include "train/loop/gradient_sync.h"
 
 namespace ft {
 
@@ -33,17 +34,6 @@ using StepFn = std::function<Tensor(const std::vector<Batch>& micro_batches)>;
 /// Called after the last micro-batch's backward and before optimizer.step(), with the step's
 /// micro-batches and loss: the gradients are complete and not yet clipped (parity dumps).
 using BackwardDoneFn = std::function<void(const std::vector<Batch>& micro_batches, const Tensor& loss)>;
-
-/// Data parallelism's part in a step (train/distributed/data_parallel.h): it reduces the gradients of the
-/// last micro-batch's backward while that backward runs.
-class GradientSync {
- public:
-  virtual ~GradientSync() = default;
-  /// Before each micro-batch's backward; `last` for the step's last one.
-  virtual void before_backward(bool last) = 0;
-  /// After the last backward: what follows (the optimizer step) sees the reduced gradients.
-  virtual void after_backward() = 0;
-};
 
 /// The training step: optimizer.zero_grad(); for each of the n micro-batches,
 /// (loss_fn(model, batch) · 1/n).backward(); after_backward when set; optimizer.step(). Returns

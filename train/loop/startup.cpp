@@ -19,6 +19,7 @@ struct Phases {
   std::mutex mutex;
   Clock::time_point last = process_start;
   std::vector<std::pair<std::string, double>> seconds;
+  bool done = false, summary_taken = false;
 };
 
 Phases& phases() {
@@ -42,6 +43,26 @@ void mark_startup(const std::string& name) {
       return;
     }
   p.seconds.emplace_back(name, s);
+}
+
+void mark_startup_done(const std::string& name) {
+  mark_startup(name);
+  std::lock_guard<std::mutex> lock(phases().mutex);
+  phases().done = true;
+}
+
+bool startup_done() {
+  std::lock_guard<std::mutex> lock(phases().mutex);
+  return phases().done;
+}
+
+std::string take_startup_summary() {
+  {
+    std::lock_guard<std::mutex> lock(phases().mutex);
+    if (!phases().done || phases().summary_taken) return "";
+    phases().summary_taken = true;
+  }
+  return startup_summary();
 }
 
 std::string startup_summary() {

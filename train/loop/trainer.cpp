@@ -20,9 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The start-up time is that of the process's first step, printed with its first line.
-bool first_step_done = false;
-bool startup_printed = false;
 
 Device training_device(const Module& model) {
   const std::vector<Tensor> params = model.parameters();
@@ -196,11 +193,8 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   if (point.grad_norm.defined()) m.grad_norm = value(point.grad_norm, 1);
   m.skipped_steps = static_cast<int64_t>(value(point.skipped, 2));
   if (print && primary()) {
-    if (!startup_printed) {
-      const std::string startup = startup_summary();
-      if (!startup.empty()) std::cout << startup << std::endl;
-      startup_printed = true;
-    }
+    // The start-up time is that of the process's first step, printed with its first line.
+    if (const std::string startup = take_startup_summary(); !startup.empty()) std::cout << startup << std::endl;
     log_.log(m);
   }
   if (options_.window_loss && window.losses > 0) {
@@ -242,7 +236,8 @@ FitSummary Trainer::fit(int64_t total_steps) {
       items_per_step_ = world_size() * accum *
                         (options_.items_per_batch > 0 ? options_.items_per_batch : micro_batches[0].rows());
     if (options_.data_parallel) options_.data_parallel->begin_step(step_ + 1);
-    if (!first_step_done) mark_startup("first batch");
+    const bool first_in_process = !startup_done();
+    if (first_in_process) mark_startup("first batch");
     timer_.begin_step();
     const Tensor loss = run_step(micro_batches);
     timer_.end_step();
@@ -252,10 +247,9 @@ FitSummary Trainer::fit(int64_t total_steps) {
     ++step_;
     // The next step's batches go up now, beside this step, not after the sync of a logging step.
     if (step_ < total_steps) prefetcher_->upload_ahead(accum);
-    if (!first_step_done) {
+    if (first_in_process) {
       synchronize();
-      mark_startup("first step");
-      first_step_done = true;
+      mark_startup_done("first step");
     }
     if (!window.timing && step_ == window.timed_from) {
       synchronize();

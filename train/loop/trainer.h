@@ -24,7 +24,6 @@
 #include "optim/optimizer.h"
 #include "train/data/batch.h"
 #include "train/data/batch_source.h"
-#include "train/distributed/data_parallel.h"
 #include "train/loop/graphed_step.h"
 #include "train/loop/metrics.h"
 #include "train/loop/prefetcher.h"
@@ -84,7 +83,7 @@ class Trainer {
     int64_t prefetch_depth = 3;       ///< batches the loader thread keeps ready
     /// Set: the gradients are averaged over the ranks before each optimizer step; items per
     /// second count the global batch; only rank 0 prints, records metrics and checkpoints.
-    DataParallel* data_parallel = nullptr;
+    GradientSync* data_parallel = nullptr;
   };
 
   /// The model's parameters say the device it trains on. The source is read from its current

@@ -6,6 +6,7 @@
 #include "lib/kernel_mode.h"
 #include "lib/ops/elementwise/elementwise_cuda.h"
 #include "lib/ops/reduce/reduce.h"
+#include "lib/runtime/elements.h"
 
 namespace ft {
 
@@ -307,56 +308,9 @@ Tensor cast(const Tensor& x, DType dtype) {
   check_defined(x, "cast", "input");
   if (x.dtype() == dtype) return x;
   Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-  if (x.is_cuda()) {
-    if constexpr (kCudaBuild) cuda::cast(x, out);
-  } else {
-    cpu::dispatch_all(x.dtype(), [&](auto in_tag) {
-      using In = decltype(in_tag);
-      cpu::dispatch_all(dtype, [&](auto out_tag) {
-        using Out = decltype(out_tag);
-        const In* in = x.data<In>();
-        Out* o = out.data<Out>();
-        const int64_t n = x.numel();
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) cpu::store(o, i, cpu::load(in, i));
-      });
-    });
-  }
+  runtime::convert_elements(out.data_ptr(), dtype, x.data_ptr(), x.dtype(), x.device(), x.numel());
   if (!is_floating(dtype) || !needs_grad({&x})) return out;
   return record("cast", out, {x}, [from = x.dtype()](const Tensor& g) { return std::vector<Tensor>{cast(g, from)}; });
-}
-
-void accumulate_into(const Tensor& dst, const Tensor& src, bool overwrite, const Tensor& scale) {
-  check_defined(dst, "accumulate_into", "destination");
-  check_defined(src, "accumulate_into", "source");
-  FT_CHECK(dst.numel() == src.numel() && dst.device() == src.device() && is_floating(src.dtype()) &&
-               (dst.dtype() == DType::F32 || dst.dtype() == DType::F64),
-           "accumulate_into: ", shape_str(src.shape()), " ", dtype_name(src.dtype()), " on ", src.device().str(),
-           " into ", shape_str(dst.shape()), " ", dtype_name(dst.dtype()), " on ", dst.device().str(),
-           " (the destination must be f32 or f64 with as many elements, on the same device)");
-  FT_CHECK(!scale.defined() || (scale.numel() == 1 && scale.dtype() == DType::F32 && scale.device() == dst.device()),
-           "accumulate_into: the scale must be one f32 element on ", dst.device().str());
-  if (dst.numel() == 0) return;
-  if (dst.is_cuda()) {
-    if constexpr (kCudaBuild) cuda::accumulate(src, dst, overwrite, scale);
-    return;
-  }
-  const double factor = scale.defined() ? scale.item() : 1.0;
-  cpu::dispatch_floating(dst.dtype(), "accumulate_into", [&](auto dst_tag) {
-    using D = decltype(dst_tag);
-    cpu::dispatch_floating(src.dtype(), "accumulate_into", [&](auto src_tag) {
-      using S = decltype(src_tag);
-      const S* in = src.data<S>();
-      D* out = dst.data<D>();
-      const int64_t n = dst.numel();
-#pragma omp parallel for if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        using A = cpu::acc_t<D>;
-        const A v = static_cast<A>(cpu::load(in, i)) * static_cast<A>(factor);
-        cpu::store(out, i, overwrite ? v : cpu::load(out, i) + v);
-      }
-    });
-  });
 }
 
 Tensor operator-(const Tensor& x) { return neg(x); }
@@ -371,5 +325,8 @@ Tensor operator/(const Tensor& a, double b) { return affine(a, 1.0 / b, 0.0); }
 Tensor operator+(double a, const Tensor& b) { return affine(b, 1.0, a); }
 Tensor operator-(double a, const Tensor& b) { return affine(b, -1.0, a); }
 Tensor operator*(double a, const Tensor& b) { return affine(b, a, 0.0); }
+
+// Tensor::to(DType), declared in lib/tensor.h: the differentiable cast.
+Tensor Tensor::to(DType target) const { return cast(*this, target); }
 
 }  // namespace ft

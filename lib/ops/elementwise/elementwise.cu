@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "lib/cuda/contiguous.cuh"
 #include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/math.cuh"
 #include "lib/cuda/runtime.h"
@@ -14,55 +15,6 @@
 namespace ft::cuda {
 
 namespace {
-
-// Contiguous operands (each either the output's shape or a single element) run V elements a
-// thread through 16-byte vector accesses; the arithmetic is `fn` on each element's values.
-// A is the arithmetic type: f64 when any side is f64, else f32.
-template <class In, class Out>
-using mixed_acc_t = std::conditional_t<std::is_same_v<In, double> || std::is_same_v<Out, double>, double, float>;
-
-template <class In, int NIN>
-struct ContiguousInputs {
-  const In* ptr[NIN];
-  bool single[NIN];  // one element, broadcast to every output
-};
-
-template <class In, class Out, int V, int NIN, class Fn>
-__global__ void contiguous_kernel(ContiguousInputs<In, NIN> in, Out* out, int64_t n, Fn fn) {
-  begin_dependent_kernel();
-  using A = mixed_acc_t<In, Out>;
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x, first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  auto element = [&](int64_t i, int k) { return static_cast<A>(to_acc(in.ptr[k][in.single[k] ? 0 : i])); };
-  for (int64_t p = first; p < n / V; p += stride) {
-    A values[NIN][V];
-#pragma unroll
-    for (int k = 0; k < NIN; ++k) {
-      if (in.single[k]) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) values[k][j] = element(0, k);
-      } else {
-        const Pack<In, V> pack = *reinterpret_cast<const Pack<In, V>*>(in.ptr[k] + p * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) values[k][j] = static_cast<A>(to_acc(pack.v[j]));
-      }
-    }
-    Pack<Out, V> result;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      A x[NIN];
-#pragma unroll
-      for (int k = 0; k < NIN; ++k) x[k] = values[k][j];
-      result.v[j] = from_acc<Out>(fn(x));
-    }
-    *reinterpret_cast<Pack<Out, V>*>(out + p * V) = result;
-  }
-  for (int64_t i = n / V * V + first; i < n; i += stride) {  // the last n % V elements
-    A x[NIN];
-#pragma unroll
-    for (int k = 0; k < NIN; ++k) x[k] = element(i, k);
-    out[i] = from_acc<Out>(fn(x));
-  }
-}
 
 template <class A>
 struct UnaryFn {
@@ -75,26 +27,6 @@ struct BinaryFn {
   BinaryOp op;
   __device__ A operator()(const A (&x)[2]) const { return apply_binary(op, x[0], x[1]); }
 };
-template <class A>
-struct IdentityFn {
-  __device__ A operator()(const A (&x)[1]) const { return x[0]; }
-};
-
-/// Launches contiguous_kernel with 16-byte packs when every pointer allows them, else one
-/// element at a time.
-template <class In, class Out, int NIN, class Fn>
-void launch_contiguous(const ContiguousInputs<In, NIN>& in, Out* out, int64_t n, const Fn& fn) {
-  constexpr int V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
-  bool packed = reinterpret_cast<uintptr_t>(out) % (sizeof(Out) * V) == 0;
-  for (int k = 0; k < NIN; ++k)
-    packed = packed && (in.single[k] || reinterpret_cast<uintptr_t>(in.ptr[k]) % (sizeof(In) * V) == 0);
-  if (packed)
-    launch_dependent(contiguous_kernel<In, Out, V, NIN, Fn>, elementwise_blocks((n + V - 1) / V, kThreads), kThreads, 0,
-                     in, out, n, fn);
-  else
-    launch_dependent(contiguous_kernel<In, Out, 1, NIN, Fn>, elementwise_blocks(n, kThreads), kThreads, 0, in, out, n,
-                     fn);
-}
 
 // Broadcast operands: body(i, index) for every output element i, index[k] being operand k's
 // element. Outputs under 2^31 elements take 32-bit indices (BroadcastIndex32) and kUnroll
@@ -253,51 +185,6 @@ struct WhereBody {
   }
 };
 
-__global__ void cast_any_kernel(const void* x, DType from, void* out, DType to, int64_t n) {
-  begin_dependent_kernel();
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    store_any(out, to, i, load_any(x, from, i));
-}
-
-// Gradient accumulation into f32 views: 4 elements a thread, the source converted as read.
-template <class S>
-__global__ void accumulate_kernel(const S* src, float* dst, int64_t n, bool overwrite, const float* scale) {
-  begin_dependent_kernel();
-  const float factor = scale ? *scale : 1.0f;
-  const int64_t packs = n / 4, stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < packs; q += stride) {
-    float s[4], d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    load_pack<S, 4>(src + 4 * q, s);
-    if (!overwrite) load_pack<float, 4>(dst + 4 * q, d);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) d[k] += s[k] * factor;
-    store_pack<float, 4>(dst + 4 * q, d);
-  }
-  for (int64_t i = 4 * packs + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[i] = (overwrite ? 0.0f : dst[i]) + to_acc(src[i]) * factor;
-}
-
-// Any other pairing (f64 destinations, unaligned views): element by element.
-__global__ void accumulate_any_kernel(const void* src, DType from, void* dst, DType to, int64_t n, bool overwrite,
-                                      const float* scale) {
-  begin_dependent_kernel();
-  const double factor = scale ? *scale : 1.0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    if (to == DType::F32) {  // f32 arithmetic, as the packed kernel does
-      float* d = static_cast<float*>(dst);
-      d[i] = (overwrite ? 0.0f : d[i]) + static_cast<float>(load_any(src, from, i)) * static_cast<float>(factor);
-    } else {
-      store_any(dst, to, i, (overwrite ? 0.0 : load_any(dst, to, i)) + load_any(src, from, i) * factor);
-    }
-  }
-}
-
-__global__ void fill_kernel(void* out, DType dtype, int64_t n, double value, bool arange) {
-  begin_dependent_kernel();
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    store_any(out, dtype, i, arange ? static_cast<double>(i) : value);
-}
-
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out, double p, double q) {
@@ -357,62 +244,6 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
     launch_broadcast<3>(n, plan, body, packed);
   });
   FT_CUDA_CHECK_LAUNCH("where kernel");
-}
-
-void cast(const Tensor& x, const Tensor& out) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  if (is_floating(x.dtype()) && is_floating(out.dtype())) {
-    // Between floating dtypes (the casts a bf16 model makes): typed, with vector accesses.
-    dispatch_floating(x.dtype(), "cast", [&](auto from_tag) {
-      using From = decltype(from_tag);
-      dispatch_floating(out.dtype(), "cast", [&](auto to_tag) {
-        using To = decltype(to_tag);
-        launch_contiguous<From, To, 1>({{x.data<From>()}, {false}}, out.data<To>(), n, IdentityFn<mixed_acc_t<From, To>>{});
-      });
-    });
-  } else {
-    launch_dependent(cast_any_kernel, elementwise_blocks(n, kThreads), kThreads, 0, x.data_ptr(), x.dtype(),
-                     out.data_ptr(), out.dtype(), n);
-  }
-  FT_CUDA_CHECK_LAUNCH("cast kernel");
-}
-
-void accumulate(const Tensor& src, const Tensor& dst, bool overwrite, const Tensor& scale) {
-  const int64_t n = dst.numel();
-  if (n == 0) return;
-  const float* factor = scale.defined() ? scale.data<float>() : nullptr;
-  const auto aligned = [](const Tensor& t, size_t bytes) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0; };
-  const bool packed = dst.dtype() == DType::F32 && aligned(dst, 16) &&
-                      ((src.dtype() == DType::F32 && aligned(src, 16)) || (src.dtype() == DType::BF16 && aligned(src, 8)));
-  const unsigned blocks = elementwise_blocks((n + 3) / 4, kThreads);
-  if (packed && src.dtype() == DType::BF16) {
-    launch_dependent(accumulate_kernel<__nv_bfloat16>, blocks, kThreads, 0, src.data<__nv_bfloat16>(),
-                     dst.data<float>(), n, overwrite, factor);
-  } else if (packed) {
-    launch_dependent(accumulate_kernel<float>, blocks, kThreads, 0, src.data<float>(), dst.data<float>(), n, overwrite,
-                     factor);
-  } else {
-    launch_dependent(accumulate_any_kernel, elementwise_blocks(n, kThreads), kThreads, 0, src.data_ptr(), src.dtype(),
-                     dst.data_ptr(), dst.dtype(), n, overwrite, factor);
-  }
-  FT_CUDA_CHECK_LAUNCH("accumulate_kernel");
-}
-
-void fill(const Tensor& out, double value) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  launch_dependent(fill_kernel, elementwise_blocks(n, kThreads), kThreads, 0, out.data_ptr(), out.dtype(), n, value,
-                   false);
-  FT_CUDA_CHECK_LAUNCH("fill_kernel");
-}
-
-void arange(const Tensor& out) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  launch_dependent(fill_kernel, elementwise_blocks(n, kThreads), kThreads, 0, out.data_ptr(), out.dtype(), n, 0.0,
-                   true);
-  FT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
 }  // namespace ft::cuda

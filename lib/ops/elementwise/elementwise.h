@@ -55,12 +55,6 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 /// Converts to dtype; differentiable between floating dtypes (the gradient is cast back).
 Tensor cast(const Tensor& x, DType dtype);
 
-/// dst += scale · src, or dst = scale · src when overwrite, in place and in one pass: src (any
-/// floating dtype, same device and element count) is converted to dst's dtype (f32 or f64) as it
-/// is read. scale is undefined (1) or a one-element f32 tensor on the same device. No autograd:
-/// this is how gradients reach their GradBuffer views (f32 sums of bf16 contributions on CUDA).
-void accumulate_into(const Tensor& dst, const Tensor& src, bool overwrite = false, const Tensor& scale = Tensor());
-
 /// A one-element tensor on x's device and dtype, for comparing or combining with a scalar.
 Tensor scalar_like(const Tensor& x, double value);
 

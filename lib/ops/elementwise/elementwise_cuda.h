@@ -15,10 +15,5 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out, double p, double q);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out, const BroadcastPlan& plan);
-void cast(const Tensor& x, const Tensor& out);
-/// dst (f32/f64) = (overwrite ? 0 : dst) + scale · src, src converted as read (lib/ops/elementwise/elementwise.h).
-void accumulate(const Tensor& src, const Tensor& dst, bool overwrite, const Tensor& scale);
-void fill(const Tensor& out, double value);
-void arange(const Tensor& out);
 
 }  // namespace ft::cuda

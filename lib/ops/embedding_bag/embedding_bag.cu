@@ -21,6 +21,7 @@
 #include "lib/ops/elementwise/elementwise_cuda.h"
 #include "lib/ops/embedding_bag/embedding_bag_cuda.h"
 #include "lib/ops/sparse_rows/sparse_rows_cuda.h"
+#include "lib/runtime/elements.h"
 
 namespace ft::cuda {
 
@@ -365,7 +366,7 @@ void embedding_bag_backward_update(const Tensor& grad, const Tensor& weight, con
   Tensor floats = Tensor::empty({partial_floats + static_cast<int64_t>((temp_bytes + 3) / 4)}, DType::F32, grad.device());
   float* partials = floats.data<float>();
   cuda::bag_rows(ids, offsets, row_offsets, rows, bags);
-  cuda::arange(positions);
+  runtime::arange_elements(positions.data_ptr(), positions.dtype(), positions.device(), n);
   FT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(partials + partial_floats, temp_bytes, rows.data<int32_t>(), keys,
                                                 positions.data<int32_t>(), perm, static_cast<int>(n), 0, bits,
                                                 stream()));

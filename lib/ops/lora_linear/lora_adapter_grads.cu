@@ -59,6 +59,67 @@ struct Params {
   float* db_partial;   // [row_blocks, n_out, R]
 };
 
+// One subtile's rows of v, from the v accumulators (C fragment: c0, c1 at row g, c2, c3 at row
+// g + 8; ranks 2q, 2q + 1): bf16 v when one block spans every column, else an f32 partial.
+template <int R>
+__device__ __forceinline__ void write_v_rows(const Params& p, const float (&v_acc)[Layout<R>::kTiles][4],
+                                             long long first_row, int lane) {
+  using L = Layout<R>;
+  const int g = lane / 4, q = lane % 4;
+  for (int half = 0; half < 2; ++half) {
+    const long long row = first_row + g + half * 8;
+    if (row >= p.m) continue;
+#pragma unroll
+    for (int nt = 0; nt < L::kTiles; ++nt) {
+      const int rank = nt * 8 + 2 * q;
+      const float x = v_acc[nt][2 * half], y = v_acc[nt][2 * half + 1];
+      if (p.v != nullptr) {
+        if (rank < p.r) *reinterpret_cast<uint32_t*>(p.v + row * p.r + rank) = mma::pack_bf16(x, y);
+      } else {
+        *reinterpret_cast<float2*>(p.v_partial + (blockIdx.y * p.m + row) * R + rank) = make_float2(x, y);
+      }
+    }
+  }
+}
+
+// dB: the upper row half's sums through shared memory (`halves`, the tile buffers, idle now)
+// into the lower half's, then out as this row block's partial.
+template <int R>
+__device__ __forceinline__ void write_db_partial(const Params& p,
+                                                 const float (&db_acc)[Layout<R>::kColTiles][Layout<R>::kTiles][4],
+                                                 float* halves, int col0, int col_tiles, int db_cols, int warp,
+                                                 int lane) {
+  using L = Layout<R>;
+  mma::wait_copies<0>();
+  __syncthreads();
+  const int g = lane / 4, q = lane % 4;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (warp / 4 == 1 - pass) {
+#pragma unroll
+      for (int ct = 0; ct < L::kColTiles; ++ct)
+#pragma unroll
+        for (int nt = 0; nt < L::kTiles; ++nt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int col = ct * kTileCols + db_cols + g + half * 8, rank = nt * 8 + 2 * q;
+            float2* slot = reinterpret_cast<float2*>(halves + col * R + rank);
+            const float x = db_acc[ct][nt][2 * half], y = db_acc[ct][nt][2 * half + 1];
+            if (pass == 0) {
+              *slot = make_float2(x, y);
+            } else {
+              const float2 other = *slot;
+              const int out_col = col0 + col;
+              // Only this block's columns: the tiles it skipped belong to the next block.
+              if (ct < col_tiles && out_col < p.n_out)
+                *reinterpret_cast<float2*>(p.db_partial + (static_cast<long long>(blockIdx.x) * p.n_out + out_col) * R +
+                                           rank) = make_float2(x + other.x, y + other.y);
+            }
+          }
+    }
+    __syncthreads();
+  }
+}
+
 template <int R>
 __global__ void __launch_bounds__(kThreads, 1) adapter_grads_kernel(Params p) {
   begin_dependent_kernel();
@@ -152,55 +213,10 @@ __global__ void __launch_bounds__(kThreads, 1) adapter_grads_kernel(Params p) {
         }
       }
     }
-    // This subtile's rows of v (C fragment: c0, c1 at row g, c2, c3 at row g + 8; ranks 2q, 2q + 1).
-    const int g = lane / 4, q = lane % 4;
-    for (int half = 0; half < 2; ++half) {
-      const long long row = row0 + static_cast<long long>(sub) * kTileRows + warp * 16 + g + half * 8;
-      if (row >= p.m) continue;
-#pragma unroll
-      for (int nt = 0; nt < L::kTiles; ++nt) {
-        const int rank = nt * 8 + 2 * q;
-        const float x = v_acc[nt][2 * half], y = v_acc[nt][2 * half + 1];
-        if (p.v != nullptr) {
-          if (rank < p.r) *reinterpret_cast<uint32_t*>(p.v + row * p.r + rank) = mma::pack_bf16(x, y);
-        } else {
-          *reinterpret_cast<float2*>(p.v_partial + (blockIdx.y * p.m + row) * R + rank) = make_float2(x, y);
-        }
-      }
-    }
+    write_v_rows<R>(p, v_acc, row0 + static_cast<long long>(sub) * kTileRows + warp * 16, lane);
   }
 
-  // dB: the upper row half's sums through shared memory (the tile buffers, idle now) into the
-  // lower half's, then out as this row block's partial.
-  mma::wait_copies<0>();
-  __syncthreads();
-  float* halves = reinterpret_cast<float*>(shared);
-  const int g = lane / 4, q = lane % 4;
-  for (int pass = 0; pass < 2; ++pass) {
-    if (warp / 4 == 1 - pass) {
-#pragma unroll
-      for (int ct = 0; ct < L::kColTiles; ++ct)
-#pragma unroll
-        for (int nt = 0; nt < L::kTiles; ++nt)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int col = ct * kTileCols + db_cols + g + half * 8, rank = nt * 8 + 2 * q;
-            float2* slot = reinterpret_cast<float2*>(halves + col * R + rank);
-            const float x = db_acc[ct][nt][2 * half], y = db_acc[ct][nt][2 * half + 1];
-            if (pass == 0) {
-              *slot = make_float2(x, y);
-            } else {
-              const float2 other = *slot;
-              const int out_col = col0 + col;
-              // Only this block's columns: the tiles it skipped belong to the next block.
-              if (ct < col_tiles && out_col < p.n_out)
-                *reinterpret_cast<float2*>(p.db_partial + (static_cast<long long>(blockIdx.x) * p.n_out + out_col) * R +
-                                           rank) = make_float2(x + other.x, y + other.y);
-            }
-          }
-    }
-    __syncthreads();
-  }
+  write_db_partial<R>(p, db_acc, reinterpret_cast<float*>(shared), col0, col_tiles, db_cols, warp, lane);
 }
 
 // dB = s · Σ over row blocks (in order) of the partials, overwritten or added into `db`; and,

@@ -11,6 +11,136 @@ namespace {
 
 using namespace norm_kernels;
 
+// From the output: the columns' weight, bias and 1/weight in shared memory, in the slices'
+// order, for every row to read per pack. A pack a thread, both loads issued first: a column a
+// thread left three loads' latency in series at the start of every block. Packs never straddle
+// ncols (cols is a multiple of V), so the padding words are never read.
+template <class T, int V, bool kRms>
+__device__ __forceinline__ void stage_column_params(const T* weight, const T* bias, float* column_params, int ncols,
+                                                    int padded, int group_size, int step) {
+  for (int c = threadIdx.x * V; c < ncols; c += blockDim.x * V) {
+    float w[V], b[V] = {};
+    load_vec<T, V>(weight + c, w);
+    if constexpr (!kRms) load_vec<T, V>(bias + c, b);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int at = slice_index<V>(c + k, group_size, step);
+      column_params[kWeightSlice * padded + at] = w[k];
+      column_params[kBiasSlice * padded + at] = b[k];
+      column_params[kInverseWeightSlice * padded + at] = 1.0f / w[k];
+    }
+  }
+  __syncthreads();
+}
+
+// Row r's packs of the saved tensor and dy, copied asynchronously into a stage (the two rows'
+// `padded` words); past the last row an empty group keeps the wait count uniform.
+template <class T, int V, int P>
+__device__ __forceinline__ void stage_row_copies(T* to, const T* saved, const T* dy, int64_t r, int64_t rows,
+                                                 int64_t cols, int first_column, int step, int padded) {
+  if (r < rows) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int c = first_column + p * step;
+      if (c >= cols) break;
+      mma::copy_async16(to + c, saved + r * cols + c, 16);
+      mma::copy_async16(to + padded + c, dy + r * cols + c, 16);
+    }
+  }
+  mma::commit_copies();
+}
+
+// dx of one row from its registers (xs: the saved tensor, gs: dy through the epilogue), the
+// row's two means known: stored once, plus the residual's gradient when there is one, its
+// column sums (as stored) kept in registers or the third slice.
+template <class T, int V, int P, bool kRms, bool kFromOutput, bool kSumsInRegisters, int R>
+__device__ __forceinline__ void write_row_dx(const Pack<T, V> (&xs)[P], const Pack<T, V> (&gs)[P],
+                                             const SliceWords<V>& params, const SliceWords<V>& acc, const T* weight,
+                                             T* dx_row, const T* addend_row, int ncols,
+                                             int first_column, int step, float rstd, float shift, float mean_g,
+                                             float mean_gx, bool sum_dx, float (&dx_sums)[R][V]) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int c = first_column + p * step;
+    if (c >= ncols) break;
+    float w[V], b[V] = {}, inv_w[V], d[V];
+    if constexpr (kFromOutput) {
+      params.read(p, kWeightSlice, w);
+      if constexpr (!kRms) params.read(p, kBiasSlice, b);
+      params.read(p, kInverseWeightSlice, inv_w);
+    } else {
+      load_vec<T, V>(weight + c, w);
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float xhat = kFromOutput ? (element(xs[p], k) - b[k]) * inv_w[k] : fmaf(element(xs[p], k), rstd, shift);
+      d[k] = rstd * (element(gs[p], k) * w[k] - mean_g - xhat * mean_gx);
+    }
+    if (addend_row) {  // the residual stream's gradient, added before the one rounding to T
+      float a[V];
+      load_vec<T, V>(addend_row + c, a);
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] += a[k];
+    }
+    if (sum_dx) {  // as stored: rounded to T (storing a rounded value rounds nothing more)
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] = rounded<T>(d[k]);
+      if constexpr (kSumsInRegisters) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) dx_sums[p][k] += d[k];
+      } else {
+        acc.add_one(p, kDxSumSlice, d);
+      }
+    }
+    store_vec<T, V>(dx_row + c, d);
+  }
+}
+
+// The block's partial row: its row groups' slices (dweight, dbias and dx's column sums) added
+// in group order, whatever shared memory held them.
+template <class T, int V, int P, bool kFromOutput, bool kSumsInRegisters, class Group, int R>
+__device__ __forceinline__ void write_block_partial(const Group& group, const float (&dx_sums)[R][V], bool sum_dx,
+                                                    bool dx_sums_in_stages, T* stages_base, float* slices,
+                                                    int slice_rows, int padded, int groups, int step, int ncols,
+                                                    int64_t cols, float* partials, const T* weight,
+                                                    unsigned* error_word) {
+  // The row group's dx sums, where the block's sum below reads them: the first words of the
+  // warp's stages (its copies all landed; the loop's last wait left only an empty group), or
+  // the third slice.
+  auto dx_sum_words = [&](int g) {
+    return dx_sums_in_stages ? reinterpret_cast<float*>(stages_base) + g * (4 * padded * sizeof(T) / sizeof(float))
+                             : slices + (g * slice_rows + kDxSumSlice) * padded;
+  };
+  if constexpr (kSumsInRegisters) {
+    if (sum_dx) {
+      if (dx_sums_in_stages) mma::wait_copies<0>();
+      const SliceWords<V> words{dx_sum_words(threadIdx.x / 32) + group.rank() * kSliceWidth<V>, group.size(), padded};
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+        if (group.rank() * V + p * step < ncols) words.write(p, 0, dx_sums[p]);
+    }
+  }
+  __syncthreads();
+  // This block's partial: its row groups' slices added in group order.
+  for (int j = threadIdx.x; j < ncols; j += blockDim.x) {
+    const int at = slice_index<V>(j, group.size(), step);
+    float dweight = 0.0f, dbias = 0.0f, dx_sum = 0.0f;
+    for (int g = 0; g < groups; ++g) {
+      dweight += slices[g * slice_rows * padded + at];
+      dbias += slices[g * slice_rows * padded + padded + at];
+      if (sum_dx) dx_sum += dx_sum_words(g)[at];
+    }
+    // A partial row per block: dweight, dbias (and dx's sums), whatever shared memory held them.
+    float* partial = partials + blockIdx.x * partial_sums(sum_dx) * cols;
+    partial[j] = dweight;
+    partial[cols + j] = dbias;
+    if (sum_dx) partial[2 * cols + j] = dx_sum;
+    // A zero weight erased x̂ from the output: dx and dweight are NaN there, and the caller
+    // learns why at its next synchronizing read.
+    if (kFromOutput && blockIdx.x == 0 && to_acc(weight[j]) == 0.0f) atomicOr(error_word, kNormZeroWeight);
+  }
+}
+
 template <class T, int V, int P, bool kRms, bool kWarpRows, bool kEpilogue>
 __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBackwardBlocks : 1)
     norm_backward_kernel(const T* dy, const T* saved, const T* weight, const float* mean_in, const float* rstd_in,
@@ -43,17 +173,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
   T* const stages_base = reinterpret_cast<T*>(column_params + (kFromOutput ? kColumnParamSlices * padded : 0));
   T* stages = stages_base + (threadIdx.x / 32) * 4 * padded;
   auto stage_row = [&](int64_t r, int stage) {
-    if (r < rows) {
-      T* to = stages + stage * 2 * padded;
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const int c = group.rank() * V + p * step;
-        if (c >= ncols) break;
-        mma::copy_async16(to + c, saved + r * cols + c, 16);
-        mma::copy_async16(to + padded + c, dy + r * cols + c, 16);
-      }
-    }
-    mma::commit_copies();  // an empty group past the last row keeps the wait count uniform
+    stage_row_copies<T, V, P>(stages + stage * 2 * padded, saved, dy, r, rows, cols, group.rank() * V, step, padded);
   };
   int stage = 0;
   float dx_sums[kDxSumsInRegisters<kWarpRows, kEpilogue> ? P : 1][V] = {};
@@ -62,24 +182,7 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
 #pragma unroll
     for (int k = 0; k < V; ++k)
       for (int slice = 0; slice < slice_rows; ++slice) acc.at(p, k)[slice * padded] = 0.0f;
-  if constexpr (kFromOutput) {
-    // A pack a thread, both loads issued first: a column a thread left three loads' latency in
-    // series at the start of every block (7% of the GPT-2 backward's stall samples). Packs never
-    // straddle ncols (cols is a multiple of V), so the padding words are never read.
-    for (int c = threadIdx.x * V; c < ncols; c += blockDim.x * V) {
-      float w[V], b[V] = {};
-      load_vec<T, V>(weight + c, w);
-      if constexpr (!kRms) load_vec<T, V>(bias + c, b);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int at = slice_index<V>(c + k, group.size(), step);
-        column_params[kWeightSlice * padded + at] = w[k];
-        column_params[kBiasSlice * padded + at] = b[k];
-        column_params[kInverseWeightSlice * padded + at] = 1.0f / w[k];
-      }
-    }
-    __syncthreads();
-  }
+  if constexpr (kFromOutput) stage_column_params<T, V, kRms>(weight, bias, column_params, ncols, padded, group.size(), step);
   for (int64_t r = group.first_row(); r < rows; r += group.row_stride(), stage ^= 1) {
     const float mean = kRms || kFromOutput ? 0.0f : mean_in[r], rstd = rstd_in[r];
     const float shift = -mean * rstd;  // x̂ = x·rstd + shift
@@ -154,77 +257,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
     }
     const float mean_g = kRms ? 0.0f : group.sum(part_g, scratch) / static_cast<float>(cols);
     const float mean_gx = group.sum(part_gx, scratch) / static_cast<float>(cols);
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int c = group.rank() * V + p * step;
-      if (c >= ncols) break;
-      float w[V], b[V] = {}, inv_w[V], d[V];
-      if constexpr (kFromOutput) {
-        params.read(p, kWeightSlice, w);
-        if constexpr (!kRms) params.read(p, kBiasSlice, b);
-        params.read(p, kInverseWeightSlice, inv_w);
-      } else {
-        load_vec<T, V>(weight + c, w);
-      }
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float xhat = kFromOutput ? (element(xs[p], k) - b[k]) * inv_w[k] : fmaf(element(xs[p], k), rstd, shift);
-        d[k] = rstd * (element(gs[p], k) * w[k] - mean_g - xhat * mean_gx);
-      }
-      if (addend) {  // the residual stream's gradient, added before the one rounding to T
-        float a[V];
-        load_vec<T, V>(addend + r * cols + c, a);
-#pragma unroll
-        for (int k = 0; k < V; ++k) d[k] += a[k];
-      }
-      if (sum_dx) {  // as stored: rounded to T (storing a rounded value rounds nothing more)
-#pragma unroll
-        for (int k = 0; k < V; ++k) d[k] = rounded<T>(d[k]);
-        if constexpr (kDxSumsInRegisters<kWarpRows, kEpilogue>) {
-#pragma unroll
-          for (int k = 0; k < V; ++k) dx_sums[p][k] += d[k];
-        } else {
-          acc.add_one(p, kDxSumSlice, d);
-        }
-      }
-      store_vec<T, V>(dx + r * cols + c, d);
-    }
+    write_row_dx<T, V, P, kRms, kFromOutput, kDxSumsInRegisters<kWarpRows, kEpilogue>>(
+        xs, gs, params, acc, weight, dx + r * cols, addend ? addend + r * cols : nullptr, ncols,
+        group.rank() * V, step, rstd, shift, mean_g, mean_gx, sum_dx, dx_sums);
   }
-  // The row group's dx sums, where the block's sum below reads them: the first words of the
-  // warp's stages (its copies all landed; the loop's last wait left only an empty group), or
-  // the third slice.
-  auto dx_sum_words = [&](int g) {
-    return dx_sums_in_stages ? reinterpret_cast<float*>(stages_base) + g * (4 * padded * sizeof(T) / sizeof(float))
-                             : slices + (g * slice_rows + kDxSumSlice) * padded;
-  };
-  if constexpr (kDxSumsInRegisters<kWarpRows, kEpilogue>) {
-    if (sum_dx) {
-      if (dx_sums_in_stages) mma::wait_copies<0>();
-      const SliceWords<V> words{dx_sum_words(threadIdx.x / 32) + group.rank() * kSliceWidth<V>, group.size(), padded};
-#pragma unroll
-      for (int p = 0; p < P; ++p)
-        if (group.rank() * V + p * step < ncols) words.write(p, 0, dx_sums[p]);
-    }
-  }
-  __syncthreads();
-  // This block's partial: its row groups' slices added in group order.
-  for (int j = threadIdx.x; j < ncols; j += blockDim.x) {
-    const int at = slice_index<V>(j, group.size(), step);
-    float dweight = 0.0f, dbias = 0.0f, dx_sum = 0.0f;
-    for (int g = 0; g < groups; ++g) {
-      dweight += slices[g * slice_rows * padded + at];
-      dbias += slices[g * slice_rows * padded + padded + at];
-      if (sum_dx) dx_sum += dx_sum_words(g)[at];
-    }
-    // A partial row per block: dweight, dbias (and dx's sums), whatever shared memory held them.
-    float* partial = partials + blockIdx.x * partial_sums(sum_dx) * cols;
-    partial[j] = dweight;
-    partial[cols + j] = dbias;
-    if (sum_dx) partial[2 * cols + j] = dx_sum;
-    // A zero weight erased x̂ from the output: dx and dweight are NaN there, and the caller
-    // learns why at its next synchronizing read.
-    if (kFromOutput && blockIdx.x == 0 && to_acc(weight[j]) == 0.0f) atomicOr(error_word, kNormZeroWeight);
-  }
+  write_block_partial<T, V, P, kFromOutput, kDxSumsInRegisters<kWarpRows, kEpilogue>>(
+      group, dx_sums, sum_dx, dx_sums_in_stages, stages_base, slices, slice_rows, padded, groups, step, ncols, cols,
+      partials, weight, error_word);
 }
 
 // out[j] = Σ_b partials[b, j] over j in [sums, cols] (dweight, dbias, and with sums = 3 the

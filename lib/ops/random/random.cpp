@@ -9,6 +9,7 @@
 #include "lib/elementwise_math.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "lib/ops/random/random_cuda.h"
 #include "lib/philox.h"
 
@@ -137,5 +138,26 @@ Tensor PhiloxCounter::take(uint64_t count) {
 
 uint64_t PhiloxCounter::value() const { return static_cast<uint64_t>(counter_.item()); }
 void PhiloxCounter::set(uint64_t value) { counter_.copy_(philox_offset(value, kCPU)); }
+
+// ---- Tensor's random constructors (declared in lib/tensor.h, drawn by this op)
+
+Tensor Tensor::rand(const Shape& shape, Generator& gen, DType dtype, Device device) {
+  FT_CHECK(is_floating(dtype), "rand: expected a floating dtype, got ", dtype_name(dtype));
+  Tensor u = philox_uniform(shape, gen.seed(), gen.advance(static_cast<uint64_t>(shape_numel(shape))), device);
+  return dtype == DType::F32 ? u : cast(u, dtype);
+}
+
+Tensor Tensor::randn(const Shape& shape, Generator& gen, DType dtype, Device device) {
+  FT_CHECK(is_floating(dtype), "randn: expected a floating dtype, got ", dtype_name(dtype));
+  // Drawn on the host so every device sees the same values; used for initialization only.
+  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * shape_numel(shape)));
+  return philox_normal(shape, gen.seed(), offset, dtype).to(device);
+}
+
+Tensor Tensor::normal(const Shape& shape, Generator& gen, double std, DType dtype, Device device) {
+  FT_CHECK(is_floating(dtype), "normal: expected a floating dtype, got ", dtype_name(dtype));
+  const uint64_t offset = gen.advance(static_cast<uint64_t>(2 * shape_numel(shape)));
+  return philox_normal(shape, gen.seed(), offset, dtype, std).to(device);
+}
 
 }  // namespace ft

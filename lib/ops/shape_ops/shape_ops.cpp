@@ -278,4 +278,10 @@ Tensor gather_last(const Tensor& x, const Tensor& ids) {
   });
 }
 
+// ---- Tensor's view methods (declared in lib/tensor.h), which are these ops
+
+Tensor Tensor::reshape(const Shape& new_shape) const { return ft::reshape(*this, new_shape); }
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const { return ft::narrow(*this, d, start, length); }
+Tensor Tensor::transpose() const { return ft::transpose(*this); }
+
 }  // namespace ft

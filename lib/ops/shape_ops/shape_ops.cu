@@ -133,7 +133,8 @@ void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, s
 
 void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) {
   const size_t row_bytes = static_cast<size_t>(table.size(1)) * dtype_size(table.dtype());
-  move_indexed_rows<RowMove::Gather>(table.data_ptr(), table.size(0), ids, out.data_ptr(), row_bytes);
+  move_indexed_rows<RowMove::Gather>(table.data_ptr(), table.size(0), ids.data_ptr(), ids.numel(),
+                                     ids.dtype() == DType::I64, out.data_ptr(), row_bytes);
 }
 
 void scatter_add_rows(const Tensor& grad, const Tensor& ids, const Tensor& table_grad) {

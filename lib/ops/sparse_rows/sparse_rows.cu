@@ -90,7 +90,8 @@ void segment_spread(const Tensor& grad, const Tensor& offsets, const Tensor& bag
 
 void index_put_rows(const Tensor& dst, const Tensor& ids, const Tensor& src) {
   const size_t row_bytes = static_cast<size_t>(dst.size(1)) * dtype_size(dst.dtype());
-  move_indexed_rows<RowMove::Put>(dst.data_ptr(), dst.size(0), ids, src.data_ptr(), row_bytes);
+  move_indexed_rows<RowMove::Put>(dst.data_ptr(), dst.size(0), ids.data_ptr(), ids.numel(), ids.dtype() == DType::I64,
+                                  src.data_ptr(), row_bytes);
 }
 
 }  // namespace ft::cuda

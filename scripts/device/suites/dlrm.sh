@@ -70,6 +70,11 @@ grep '^RESULT' "$logs/mlperf.log"
 grep -E '^RESULT' "$logs/torch-bench.log" "$logs/torch-bench-bf16.log" | sed 's/^.*RESULT /peer: /'
 ours=$(sed -n 's/^RESULT dlrm preset=bench kernels=fused graph=1 ms=\([0-9.]*\).*/\1/p' "$logs/bench.log")
 peer=$(sed -n 's/^RESULT .*eager_ms=\([0-9.]*\).*/\1/p' "$logs/torch-bench.log")
+record "dlrm-kaggle B8192" "fusedtrain, fused" "$ours"
+record "dlrm-kaggle B8192" "fusedtrain, unfused" "$(sed -n 's/^RESULT dlrm preset=bench kernels=unfused graph=1 ms=\([0-9.]*\).*/\1/p' "$logs/bench.log")"
+record "dlrm-kaggle B8192" "PyTorch eager, f32" "$peer"
+record "dlrm-kaggle B8192" "PyTorch eager, bf16" "$(sed -n 's/^RESULT .*eager_ms=\([0-9.]*\).*/\1/p' "$logs/torch-bench-bf16.log")"
+record "dlrm-mlperf" "fusedtrain, fused" "$(sed -n 's/^RESULT dlrm preset=mlperf kernels=fused graph=1 ms=\([0-9.]*\).*/\1/p' "$logs/mlperf.log")"
 [ -n "$ours" ] && [ -n "$peer" ] &&
   awk -v o="$ours" -v p="$peer" 'BEGIN { printf "dlrm-kaggle: torch eager %.3f ms, ours %.3f ms, torch / ours %.2fx\n", p, o, p / o }'
 echo

@@ -28,6 +28,23 @@ sed -n '/^kernels/,$p' "$logs/gpt2.log" | grep -v '^RESULT'
 grep '^RESULT gpt2' "$logs/gpt2-torch.log" | sed 's/^RESULT /peer: /'
 ours=$(sed -n 's/^RESULT gpt2 kernels=fused graph=[01] ms=\([0-9.]*\).*/\1/p' "$logs/gpt2.log")
 peer=$(sed -n 's/^RESULT gpt2 torch=compile ms=\([0-9.]*\).*/\1/p' "$logs/gpt2-torch.log")
+record "gpt2-124M B16 T1024" "fusedtrain, fused" "$ours" "$(sed -n 's/^RESULT gpt2 kernels=fused .*\(tok_per_s=[0-9]*\).*/\1/p' "$logs/gpt2.log")"
+record "gpt2-124M B16 T1024" "fusedtrain, unfused" "$(sed -n 's/^RESULT gpt2 kernels=unfused graph=[01] ms=\([0-9.]*\).*/\1/p' "$logs/gpt2.log")"
+for mode in compile eager; do
+  record "gpt2-124M B16 T1024" "PyTorch, torch.$mode" "$(sed -n "s/^RESULT gpt2 torch=$mode ms=\([0-9.]*\).*/\1/p" "$logs/gpt2-torch.log")"
+done
+# Causal attention, B16 T1024, forward + backward in one graph.
+for hs in 64 128; do
+  line=$(grep "^RESULT attention=HS$hs fused_fwd_ms=" "$logs/attention.log")
+  value() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<"$line"; }
+  workload="causal attention HS$hs B16 T1024, fwd+bwd"
+  record "$workload" "fusedtrain, fused" "$(value fused_total_ms)" "fwd $(value fused_fwd_tflops), bwd $(value fused_bwd_tflops) TF/s"
+  record "$workload" "fusedtrain, twin" "$(value twin_total_ms)"
+  for peer in sdpa eager; do
+    line=$(grep "^RESULT attention=HS$hs torch=$peer " "$logs/attention-torch.log")
+    record "$workload" "PyTorch $peer" "$(value total_ms)" "$([ $peer = sdpa ] && echo "fwd $(value fwd_tflops), bwd $(value bwd_tflops) TF/s")"
+  done
+done
 [ -n "$ours" ] && [ -n "$peer" ] &&
   awk -v o="$ours" -v p="$peer" 'BEGIN { printf "gpt2-124M: torch.compile %.2f ms, ours %.2f ms, torch / ours %.3fx\n", p, o, p / o }'
 } | tee -a "$summary"

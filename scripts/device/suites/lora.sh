@@ -30,9 +30,11 @@ grep -v '^RESULT' "$logs/ops-lora.log" | sed -n '/^lora_linear/,$p'
 echo
 grep '^RESULT lora' "$logs/lora.log"
 ours=$(sed -n 's/^RESULT lora kernels=fused graph=1 ms=\([0-9.]*\).*/\1/p' "$logs/lora.log")
+record "lora-gpt2 r16" "fusedtrain, fused" "$ours"
 for mode in eager compile; do
   grep '^RESULT lora-gpt2' "$logs/lora-torch-$mode.log" | sed 's/^RESULT /peer: /'
   peer=$(sed -n 's/^RESULT lora-gpt2 torch=[a-z]* rank=16 dropout=0 ms=\([0-9.]*\).*/\1/p' "$logs/lora-torch-$mode.log")
+  record "lora-gpt2 r16" "PyTorch + PEFT-style adapters, $mode" "$peer"
   [ -n "$ours" ] && [ -n "$peer" ] &&
     awk -v o="$ours" -v p="$peer" -v m="$mode" 'BEGIN { printf "lora-gpt2: torch %s %.2f ms, ours %.2f ms, torch / ours %.2fx\n", m, p, o, p / o }'
 done

@@ -15,6 +15,10 @@ for mode in unfused fused; do
 done
 torch_graph=$(result_value torch_graph_ms "$logs/mlp-torch.log")
 torch_eager=$(result_value torch_eager_ms "$logs/mlp-torch.log")
+record "mlp-fmnist B4096, step" "fusedtrain, fused" "${ms[fused]:-}" "test accuracy ${acc[fused]:-?} after one epoch"
+record "mlp-fmnist B4096, step" "fusedtrain, unfused" "${ms[unfused]:-}"
+record "mlp-fmnist B4096, step" "PyTorch, whole step in a CUDA graph" "$torch_graph"
+record "mlp-fmnist B4096, step" "PyTorch, eager" "$torch_eager"
 if [ -n "${ms[fused]:-}" ] && [ -n "${ms[unfused]:-}" ] && [ -n "$torch_graph" ]; then
   row "$(awk -v f="${ms[fused]}" -v u="${ms[unfused]}" -v g="$torch_graph" -v e="$torch_eager" 'BEGIN {
     printf "  fused %.2fx unfused; PyTorch whole-step graph %.3f ms (%.2fx ours), eager %.3f ms (%.2fx ours)", u / f, g, g / f, e, e / f }')"

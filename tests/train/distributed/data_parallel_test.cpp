@@ -98,7 +98,7 @@ TEST_P(DataParallelTest, BucketsStartBeforeBackwardEnds) {
   ThreeLayers model(gen, dtype(), device);
   // One 64×64 f32 layer a bucket: 16 KB.
   AdamW optimizer(model.weights, AdamW::Options{.partition = DataPartition{.bucket_bytes = 64 * 64 * 4}});
-  ASSERT_GE(optimizer.buckets().size(), 3u);
+  ASSERT_GE(optimizer.store().buckets().size(), 3u);
   OneRank rank(device);
   DataParallel dp(*rank.comm, optimizer, DataParallel::Options{.trace = true});
   const Tensor x = random_tensor({16, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
@@ -116,7 +116,7 @@ TEST_P(DataParallelTest, BucketsStartBeforeBackwardEnds) {
   EXPECT_LT(at("start 0"), at("ready 0")) << order;
   EXPECT_LT(at("start 0"), at("backward done")) << order;
   EXPECT_LT(at("ready 3"), at("start 0")) << order;
-  for (size_t b = 0; b < optimizer.buckets().size(); ++b) at("start " + std::to_string(b));
+  for (size_t b = 0; b < optimizer.store().buckets().size(); ++b) at("start " + std::to_string(b));
 }
 
 // DataParallel removes only its own gradient-ready hooks when it goes: a hook the user put on
@@ -161,7 +161,7 @@ TEST_P(DataParallelTest, OnlyTheLastMicroBatchReduces) {
   dp.after_backward();
   const std::vector<std::string>& trace = dp.trace();
   const auto starts = std::count_if(trace.begin(), trace.end(), [](const std::string& e) { return e.rfind("start", 0) == 0; });
-  EXPECT_EQ(static_cast<size_t>(starts), optimizer.buckets().size());
+  EXPECT_EQ(static_cast<size_t>(starts), optimizer.store().buckets().size());
   EXPECT_THROW(dp.after_backward(), Error);  // not armed again without before_backward(true)
 }
 

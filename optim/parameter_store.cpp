@@ -1,0 +1,215 @@
+#include "optim/parameter_store.h"
+
+#include <algorithm>
+
+#include "lib/autograd.h"
+#include "lib/error.h"
+
+namespace ft {
+
+namespace {
+
+DType state_dtype_for(const std::vector<Tensor>& params) {
+  for (const Tensor& p : params)
+    if (p.dtype() == DType::F64) return DType::F64;
+  return DType::F32;
+}
+
+// The parameters an optimizer takes: the trainable leaves (frozen ones have nothing to update).
+std::vector<Tensor> trainable(const std::vector<Tensor>& params) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : params) {
+    check_defined(p, "Optimizer", "parameter");
+    FT_CHECK(!p.grad_fn(), "Optimizer: parameters must be leaf tensors, not results of an op");
+    FT_CHECK(p.device() == params.front().device(), "Optimizer: parameters on different devices (",
+             p.device().str(), " and ", params.front().device().str(), ")");
+    if (p.requires_grad()) out.push_back(p);
+  }
+  FT_CHECK(!out.empty(), "Optimizer: no trainable parameters among the ", params.size(), " given");
+  return out;
+}
+
+// Makes a parameter stored in its master dtype live in the master buffer: its storage becomes
+// the view's (values copied first), keeping the tensor's identity for the model that holds it.
+void move_into(const Tensor& param, const Tensor& view) {
+  view.copy_(param.detach());
+  TensorImpl* impl = param.impl();
+  impl->storage = view.impl()->storage;
+  impl->byte_offset = view.impl()->byte_offset;
+}
+
+const DataPartition& checked(const DataPartition& partition) {
+  FT_CHECK(partition.world >= 1 && partition.rank >= 0 && partition.rank < partition.world, "Optimizer: rank ",
+           partition.rank, " of a data-parallel world of ", partition.world);
+  FT_CHECK(partition.bucket_bytes > 0, "Optimizer: the gradient bucket size must be positive, got ",
+           partition.bucket_bytes, " bytes");
+  return partition;
+}
+
+}  // namespace
+
+ParameterStore::ParameterStore(const std::vector<Tensor>& params, DataPartition partition)
+    : params_(trainable(params)),
+      partition_(checked(partition)),
+      grads_(params_, FlatLayout::kAlign * partition_.world),
+      state_dtype_(state_dtype_for(params_)) {
+  NoGradGuard no_grad;
+  make_masters();
+  make_pieces();
+  for (const Piece& p : pieces_)
+    if (sharded() && p.master.defined()) p.master.copy_(p.value);
+}
+
+void ParameterStore::make_masters() {
+  const FlatLayout& layout = grads_.layout();
+  // Buckets in elements of f32 gradient (an f64 group's hold the same count, twice the bytes).
+  buckets_ = layout.buckets(std::max<int64_t>(1, partition_.bucket_bytes / 4), partition_.world);
+  for (size_t g = 0; g < layout.groups().size(); ++g) {
+    const FlatLayout::Group& group = layout.groups()[g];
+    const DType param_dtype = params_[group.members.front()].dtype();
+    bool own = true, mixed = false;
+    for (size_t i : group.members) {
+      own = own && params_[i].dtype() == group.dtype;
+      mixed = mixed || params_[i].dtype() != param_dtype;
+    }
+    FT_CHECK(!sharded() || !mixed, "Optimizer: ZeRO-1 needs the parameters of one gradient group to share a dtype; ",
+             "group ", g, " (", dtype_name(group.dtype), " gradients) mixes ", dtype_name(param_dtype), " and others");
+    group_owns_master_.push_back(own);
+    if (!sharded() || own) {
+      master_flats_.push_back(layout.allocate(g));
+      for (size_t i : group.members) {
+        const Tensor view = layout.view(master_flats_[g], i);
+        if (params_[i].dtype() == group.dtype) move_into(params_[i], view);
+        else view.copy_(params_[i].detach());
+      }
+      gather_flats_.push_back(sharded() ? master_flats_[g] : Tensor());
+    } else {
+      // The bf16 parameters move into one buffer of the layout (gathered after each step); the f32
+      // master holds this rank's chunks only, filled below from the pieces.
+      gather_flats_.push_back(layout.allocate(g, param_dtype));
+      for (size_t i : group.members) move_into(params_[i], layout.view(gather_flats_[g], i));
+      master_flats_.push_back(Tensor());
+    }
+  }
+  if (sharded()) {
+    const std::vector<Tensor> compact = allocate_state();
+    for (size_t g = 0; g < master_flats_.size(); ++g)
+      if (!master_flats_[g].defined()) master_flats_[g] = compact[g];
+  }
+}
+
+void ParameterStore::make_pieces() {
+  const FlatLayout& layout = grads_.layout();
+  if (!sharded()) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const FlatLayout::Slot& slot = layout.slot(i);
+      const bool own = params_[i].dtype() == layout.groups()[slot.group].dtype;
+      pieces_.push_back(Piece{i, 0, layout.view(grads_.flat(slot.group), i), params_[i],
+                              own ? Tensor() : layout.view(master_flats_[slot.group], i), slot.group, slot.offset});
+    }
+    return;
+  }
+  // This rank's chunk of every bucket, laid end to end in the compact state buffers in the order
+  // of the buckets' positions: bucket [begin, end) has its chunk at begin / world.
+  for (const FlatLayout::Bucket& bucket : buckets_) {
+    const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+    const size_t g = bucket.group;
+    const int64_t base = bucket.begin / partition_.world;
+    for (size_t i : bucket.members) {
+      const FlatLayout::Slot& slot = layout.slot(i);
+      const int64_t lo = std::max(slot.offset, first), hi = std::min(slot.offset + slot.numel(), last);
+      if (lo >= hi) continue;
+      const int64_t n = hi - lo, state_offset = base + (lo - first);
+      pieces_.push_back(Piece{i, lo - slot.offset, grads_.flat(g).narrow(0, lo, n), gather_flats_[g].narrow(0, lo, n),
+                              group_owns_master_[g] ? Tensor() : master_flats_[g].narrow(0, state_offset, n), g,
+                              state_offset});
+    }
+  }
+}
+
+std::vector<Tensor> ParameterStore::allocate_state() const {
+  std::vector<Tensor> flats;
+  const FlatLayout& layout = grads_.layout();
+  for (size_t g = 0; g < layout.groups().size(); ++g) {
+    const FlatLayout::Group& group = layout.groups()[g];
+    flats.push_back(sharded() ? Tensor::zeros({group.size / partition_.world}, group.dtype, group.device)
+                              : layout.allocate(g));
+  }
+  return flats;
+}
+
+Tensor ParameterStore::state_piece(const std::vector<Tensor>& flats, size_t k) const {
+  const Piece& p = pieces_.at(k);
+  return flats.at(p.group).narrow(0, p.state_offset, p.value.numel()).reshape(p.value.shape());
+}
+
+ShardCollectives& ParameterStore::collectives(const char* what) const {
+  FT_CHECK(collectives_, "ParameterStore: a ZeRO-1 step ", what, " over the ranks, and it has no data-parallel ",
+           "group (DataParallel sets it)");
+  return *collectives_;
+}
+
+void ParameterStore::gather_chunks(const std::vector<Tensor>& whole, const char* what) const {
+  ShardCollectives& comm = collectives(what);
+  for (const FlatLayout::Bucket& bucket : buckets_) {
+    const Tensor& flat = whole[bucket.group];
+    if (!flat.defined()) continue;
+    const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+    comm.gather(flat.narrow(0, first, last - first), flat.narrow(0, bucket.begin, bucket.size()));
+  }
+}
+
+std::vector<Tensor> ParameterStore::whole(const std::vector<Tensor>* state) const {
+  const std::vector<Tensor>& flats = state ? *state : master_flats_;
+  if (!sharded()) return flats;
+  const FlatLayout& layout = grads_.layout();
+  // A buffer that covers its whole group already (an f32 group's masters: the parameters; any
+  // buffer at world size 1) is taken as it is; the others' chunks go to their places, then the
+  // other ranks' are gathered around them.
+  std::vector<Tensor> whole(flats.size()), to_gather(flats.size());
+  for (size_t g = 0; g < flats.size(); ++g) {
+    if (flats[g].numel() == layout.groups()[g].size) {
+      whole[g] = flats[g];
+      continue;
+    }
+    whole[g] = to_gather[g] = layout.allocate(g, flats[g].dtype());
+    for (const FlatLayout::Bucket& bucket : buckets_) {
+      if (bucket.group != g) continue;
+      const auto [first, last] = bucket.chunk(partition_.rank, partition_.world);
+      whole[g].narrow(0, first, last - first).copy_(flats[g].narrow(0, bucket.begin / partition_.world, last - first));
+    }
+  }
+  gather_chunks(to_gather, "gathers its state");
+  return whole;
+}
+
+void ParameterStore::gather_parameters() { gather_chunks(gather_flats_, "gathers the parameters"); }
+
+void ParameterStore::load_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const {
+  if (!sharded()) {
+    grads_.layout().view(flats[grads_.layout().slot(i).group], i).copy_(value);
+    return;
+  }
+  const Tensor flat_value = value.reshape({value.numel()});
+  for (size_t k = 0; k < pieces_.size(); ++k) {
+    const Piece& p = pieces_[k];
+    if (p.param != i) continue;
+    state_piece(flats, k).copy_(flat_value.narrow(0, p.param_offset, p.value.numel()).reshape(p.value.shape()));
+  }
+}
+
+int64_t ParameterStore::master_bytes() const {
+  size_t bytes = 0;
+  for (size_t g = 0; g < master_flats_.size(); ++g)
+    if (!group_owns_master_[g] && master_flats_[g].defined()) bytes += master_flats_[g].nbytes();
+  return static_cast<int64_t>(bytes);
+}
+
+void ParameterStore::load_master(size_t i, const Tensor& value) {
+  const size_t g = grads_.layout().slot(i).group;
+  if (sharded() && !group_owns_master_[g]) load_into(master_flats_, i, value);
+  else grads_.layout().view(master_flats_[g], i).copy_(value);
+  if (!params_[i].shares_storage(master_flats_[g])) params_[i].copy_(value);
+}
+
+}  // namespace ft

@@ -1,0 +1,127 @@
+// ParameterStore: the trainable parameters' flat storage, which the optimizer updates and data
+// parallelism reduces. It owns the gradient buffer (lib/grad_buffer.h: each .grad() a view of it),
+// the master weights in the same layout (an f32 or f64 parameter lives in its master buffer; a
+// bf16 parameter keeps its storage, written from its f32 master after each update), the bucket
+// plan of the data partition and, with ZeRO-1, this rank's chunks of every bucket ("pieces") and
+// the collectives that gather them. One element offset names one parameter element in every
+// buffer of the layout, so a contiguous range is a shard.
+//
+// Frozen parameters (requires_grad false) are left out: no gradient, no master. Build it (the
+// optimizer builds it) after freezing and after Module::to, which replace what it points at.
+#pragma once
+#include <vector>
+
+#include "lib/grad_buffer.h"
+#include "lib/tensor.h"
+
+namespace ft {
+
+/// How a data-parallel run divides the flat buffers (train/distributed/data_parallel.h). The
+/// buffers of every rank get the same layout, padded so that each bucket splits into `world`
+/// equal chunks; with `shard_state` (ZeRO-1) a rank keeps the master weights and moments of its
+/// chunk of every bucket only, updates that chunk, and the step ends by gathering the updated
+/// parameters from every rank.
+struct DataPartition {
+  int rank = 0;
+  int world = 1;
+  /// The size of a gradient bucket (the unit of reduction, and of ZeRO-1's shards), in bytes of
+  /// gradient; each is rounded down to a multiple of FlatLayout::kAlign · world elements.
+  int64_t bucket_bytes = int64_t{25} << 20;
+  bool shard_state = false;
+};
+
+/// The collectives a sharded (ZeRO-1) step runs, given by the data-parallel layer. Both are
+/// ordered like the step's kernels (stream order on CUDA, done on return on the CPU).
+class ShardCollectives {
+ public:
+  virtual ~ShardCollectives() = default;
+  /// t = the sum of every rank's t, in place.
+  virtual void sum(const Tensor& t) = 0;
+  /// whole = every rank's chunk of it in rank order; `chunk` is this rank's part of `whole`.
+  virtual void gather(const Tensor& chunk, const Tensor& whole) = 0;
+};
+
+class ParameterStore {
+ public:
+  /// What an update covers: a parameter, or (sharded) the part of one in a chunk this rank owns.
+  /// Unsharded, the views have the parameter's shape; sharded they are 1-D.
+  struct Piece {
+    size_t param = 0;           // index into params()
+    int64_t param_offset = 0;   // its first element's index within the parameter
+    Tensor grad;                // its gradient (reduced over the ranks by then)
+    Tensor value;               // what the update writes: the parameter (bf16 or its own f32 master)
+    Tensor master;              // f32 master of a bf16 parameter; undefined when `value` is the master
+    size_t group = 0;
+    int64_t state_offset = 0;   // where its state starts in allocate_state()'s buffer of its group
+  };
+
+  /// Takes the trainable parameters among `params` (at least one), attaches their gradient views
+  /// and allocates the master weights.
+  ParameterStore(const std::vector<Tensor>& params, DataPartition partition);
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  /// The trainable parameters, in the order given.
+  const std::vector<Tensor>& params() const { return params_; }
+  const DataPartition& partition() const { return partition_; }
+  /// ZeRO-1 (at world size 1 too: the whole path, each chunk being the whole bucket).
+  bool sharded() const { return partition_.shard_state; }
+  /// The flat gradient storage: its layout is also the layout of every state buffer.
+  GradBuffer& grads() { return grads_; }
+  const GradBuffer& grads() const { return grads_; }
+  /// The gradient buckets of the partition, in the order backward completes them.
+  const std::vector<FlatLayout::Bucket>& buckets() const { return buckets_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  /// The dtype of optimizer state: f64 when any parameter is f64, else f32.
+  DType state_dtype() const { return state_dtype_; }
+
+  /// A zeroed state buffer per gradient group, in the gradients' dtype (f32, or f64), for an
+  /// optimizer's moments: the group's size, or sharded the size of this rank's chunks.
+  std::vector<Tensor> allocate_state() const;
+  /// Piece k's view of one of allocate_state()'s buffers (shaped like the piece's `value`).
+  Tensor state_piece(const std::vector<Tensor>& flats, size_t k) const;
+  /// Bytes of the f32 master weights kept beside the parameters (sharded: this rank's chunks).
+  int64_t master_bytes() const;
+  /// The buffers that hold every parameter's value, one per gradient group: the master weights
+  /// (unsharded), or the parameters themselves (sharded: what the step gathers). Replicas of a
+  /// data-parallel run hold them bit for bit alike.
+  const std::vector<Tensor>& replica_buffers() const { return sharded() ? gather_flats_ : master_flats_; }
+
+  /// A sharded store's collectives (DataParallel sets them; they must outlive the steps that use
+  /// them); a sharded step without them is an ft::Error naming `what` needed them.
+  void set_shard_collectives(ShardCollectives* collectives) { collectives_ = collectives; }
+  ShardCollectives& collectives(const char* what) const;
+  /// Sharded: every rank's updated chunk of the parameters, gathered into every rank's buffers.
+  void gather_parameters();
+
+  /// For checkpoints: whole-group buffers of `flats` (state from allocate_state, or the masters
+  /// when null); sharded, gathered from every rank's chunks (a collective: every rank calls it).
+  std::vector<Tensor> whole(const std::vector<Tensor>* flats = nullptr) const;
+  /// Parameter i's whole value (a checkpoint's) into its place, or sharded its pieces, of `flats`.
+  void load_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const;
+  /// Parameter i's master weights from a checkpoint; the parameter takes the value too (rounded
+  /// to bf16 when it has a master of its own).
+  void load_master(size_t i, const Tensor& value);
+
+ private:
+  void make_masters();
+  void make_pieces();
+  /// Every bucket's chunks of `whole` (a buffer per group; undefined: skipped) gathered from
+  /// every rank, in place.
+  void gather_chunks(const std::vector<Tensor>& whole, const char* what) const;
+
+  std::vector<Tensor> params_;
+  DataPartition partition_;
+  GradBuffer grads_;
+  DType state_dtype_;
+  std::vector<FlatLayout::Bucket> buckets_;
+  std::vector<Piece> pieces_;
+  // The master weights: whole groups unsharded, this rank's chunks sharded (an f32 parameter's
+  // group stays whole: the parameters live in it). Sharded, gather_flats_ holds the parameters
+  // of each group, which the step gathers: the f32 master group, or a bf16 copy of the layout.
+  std::vector<Tensor> master_flats_, gather_flats_;
+  std::vector<bool> group_owns_master_;
+  ShardCollectives* collectives_ = nullptr;
+};
+
+}  // namespace ft
