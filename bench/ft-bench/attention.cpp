@@ -43,7 +43,7 @@ void attention_table(const OpsBenchOptions& options, BenchReport& report) {
       variants.push_back({"mma.sync", "fused mma.sync", KernelMode::Fused, FlashKernels::MmaSync});
     std::vector<double> fwd_ms, total_ms;
     // The default fused path is also timed as `batched` calls in one graph, per call: the GPU
-    // time of a call without the graph's launch (about 3.5 us a replay), as the peer's SDPA
+    // time of a call without the graph's launch, as the peer's SDPA
     // figures are taken from back-to-back calls (bench/peers/ops_torch.py).
     double batched_fwd_ms = 0, batched_total_ms = 0;
     for (const Variant& variant : variants) {

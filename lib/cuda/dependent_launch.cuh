@@ -1,8 +1,7 @@
 // Programmatic dependent launch (Hopper, sm_90): a kernel launched with launch_dependent may be
 // scheduled before the kernel ahead of it in the stream has finished, so its launch and its
-// blocks' placement overlap that kernel's last wave and memory flush instead of following them.
-// Measured on the H100 (docs/design-notes.md): about 0.5 us a kernel boundary inside a CUDA
-// graph, 1-3 us between eagerly launched kernels.
+// blocks' placement overlap that kernel's last wave and memory flush instead of following them
+// (docs/design-notes.md has what it saves).
 //
 // The contract, for every kernel launched with launch_dependent:
 //   - its first statement is begin_dependent_kernel(): every thread waits there until the

@@ -85,8 +85,8 @@ __global__ void map_kernel(Op shared_op, int64_t rows, int64_t cols, FastDivide 
 }
 
 // At most 512 threads a block, and two such blocks must fit on a multiprocessor: without the
-// bound the dropout backward took 70 registers, one block fitted, and the second half of the
-// grid ran as a second wave (45 us where the bytes need 17, measured on the H100).
+// bound the dropout backward took more registers, one block fitted, and the second half of the
+// grid ran as a second wave.
 constexpr int kColumnBlockThreads = 512;
 
 template <int VEC, class T, class Op>
@@ -180,8 +180,7 @@ void launch_map_reduce_columns(const Op& op, int64_t rows, int64_t cols, GradSin
   const int64_t col_tiles = (cols + tile_cols - 1) / tile_cols;
   const size_t smem = column_sums.any() ? static_cast<size_t>(row_lanes - 1) * tile_cols * sizeof(float) : 0;
   // Each row lane takes at least kMinLaneRows rows: a narrow tensor (a classifier's 10 columns
-  // over 4096 rows) spread over every SM took 9.8 us on the H100, mostly 264 blocks' turns at the
-  // tile's counter and the tail adding their partials.
+  // over 4096 rows) spread over every SM spends its time in blocks' turns at the tile's counter.
   constexpr int64_t kMinLaneRows = 8;
   const int64_t row_blocks = std::max<int64_t>(
       1, std::min<int64_t>({rows, 65535, target_blocks / col_tiles, (rows + row_lanes * kMinLaneRows - 1) /

@@ -313,9 +313,9 @@ void CriteoBatchSource::next_into(BatchWriter& out) {
   auto* dense = static_cast<float*>(out.buffer("dense", {n, kCriteoDense}, DType::F32));
   auto* sparse = static_cast<int32_t*>(out.buffer("sparse", {n, kCriteoSparse}, DType::I32));
   auto* labels = static_cast<float*>(out.buffer("labels", {n}, DType::F32));
-  // The rows are scattered over the mapped cache: each costs three cache misses, so one thread
-  // gathers 8192 of them in about 2.3 ms (the H100's host), three times the 0.77 ms step they
-  // feed. A thread per 2K rows, at most half the cores: the training thread keeps the rest.
+  // The rows are scattered over the mapped cache: each costs three cache misses, and one thread
+  // gathering a batch is slower than the step it feeds. A thread per 2K rows, at most half the
+  // cores: the training thread keeps the rest.
   const int threads = static_cast<int>(std::clamp<int64_t>(n >> 11, 1, std::max(1, omp_get_num_procs() / 2)));
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < n; ++i) {

@@ -3,8 +3,8 @@
 // later call replays the graph. The host then enqueues one graph launch per step instead of
 // hundreds of kernels, and nothing else: the graph's first node, the device-writes kernel
 // (lib/runtime.h, DeviceWrites), copies the call's micro-batches into the fixed buffers and writes
-// the call's device values (the learning rate), its arguments set anew for each replay. A step of 0.4 ms
-// loses no time between two replays to copies or fills of its own.
+// the call's device values (the learning rate), its arguments set anew for each replay. A short
+// step loses no time between two replays to copies or fills of its own.
 //
 // The captured step is exactly the training step: optimizer.zero_grad() (lazy: no kernel), then
 // for each micro-batch its scaled loss and backward, then optimizer.step(). What else changes

@@ -37,8 +37,8 @@ Tensor attention_qkv_composite(const Tensor& qkv, int64_t heads, bool causal, do
 /// b [3C]. Fused (the linear on its cuBLASLt epilogue path, the attention's flash kernels, no
 /// dropout): the backward's dQ kernel and its Δ kernel, which reads dO, also give b's gradient
 /// by chunks of 128 tokens (cuda::AttentionGrads says how), and a small kernel adds the chunks,
-/// where cuBLASLt's BGRADB reduction read all of dqkv again (41.3 us a GPT-2 layer on the
-/// H100). Two autograd nodes, as the two ops record. With dropout the projection runs BGRADB;
+/// where cuBLASLt's BGRADB reduction would read all of dqkv again. Two autograd nodes, as the
+/// two ops record. With dropout the projection runs BGRADB;
 /// elsewhere the two ops run as they are.
 /// Twin: linear_composite, then attention_qkv_composite.
 Tensor qkv_attention(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t heads, bool causal,

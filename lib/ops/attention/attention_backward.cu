@@ -72,9 +72,8 @@ __device__ __forceinline__ float chunk_column_sum(const float (&column)[8]) {
 }
 
 /// Δ_i = Σ_d dO[i, d]·O[i, d] for each head's rows. A block takes kQkvBiasRows rows of one head
-/// (blockIdx.y = b·NH + h): D / 8 lanes a row, each reading 16 bytes of O and dO (one warp per
-/// row, reading 4 bytes a lane, ran at half the bandwidth: 33 us on the H100 for the GPT-2
-/// shape), its row lanes taking every kRowLanes-th row. Into p.delta ([B·NH, T]), or, for the
+/// (blockIdx.y = b·NH + h): D / 8 lanes a row, each reading 16 bytes of O and dO (a warp a row,
+/// 4 bytes a lane, reached half the bandwidth), its row lanes taking every kRowLanes-th row. Into p.delta ([B·NH, T]), or, for the
 /// Hopper backward, into p.row_stats next to lse·log2(e) in tiles of kStatTileRows rows (rows
 /// per head padded to whole tiles: Δ 0 and an infinite log-sum-exp there, probability 0).
 /// With Params::qkv_bias_partials (no dropout) it also writes the chunk's rows of the QKV

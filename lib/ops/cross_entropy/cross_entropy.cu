@@ -19,10 +19,8 @@ namespace ft::cuda {
 
 namespace {
 
-// 512 threads a row. Without the shared-memory row, 1024 (fewer rows in flight, to keep each
-// row in L2 for the second pass) measured slower on the H100 (1.70 -> 1.84 ms at N = 16384,
-// V = 50304): 528 rows of 100 KB in flight overflow the 50 MB L2, so the second pass went back
-// to HBM and the op moved 1.5 times the bytes it needs.
+// 512 threads a row. 1024 was slower: with a row per block and no shared-memory copy, the rows
+// in flight overflow L2 and the second pass goes back to HBM.
 constexpr int kRowThreads = 512;
 // Packs each thread loads before it uses any: four 16-byte loads in flight per thread.
 constexpr int kLoadsInFlight = 4;
@@ -120,10 +118,8 @@ __device__ __forceinline__ void for_packs(const T* row, int vocab, int rank, int
 }
 
 // Small vocabularies get a warp per row, 8 rows a block; tiny ones (a classifier's 10 classes)
-// a thread per row, 256 rows a block. With a 512-thread block per row, a row of 10 logits kept
-// 502 threads idle and the MLP's loss took 40 us for 4096 rows; with 64 threads, 23 us (ncu,
-// H100), most of it the 4096 blocks' turns at the one counter that finds the last block; a warp
-// a row, 10.4 us plus 4.5 for the separate count kernel.
+// a thread per row, 256 rows a block: a block per row leaves most threads idle, and thousands
+// of blocks queue at the one counter that finds the last block.
 constexpr int kSmallRowThreads = 32;
 constexpr int kSmallVocab = 1024;
 constexpr int kTinyVocab = 32;
@@ -266,8 +262,7 @@ __global__ void __launch_bounds__(RowGroup<kThreadsPerRow>::kBlockThreads) cross
     }
   }
   // Each block adds its rows' losses; the last block to finish adds the blocks' sums in block
-  // order (deterministic). Summing 4096 row losses in that one block cost the MLP's loss most of
-  // its 10 us.
+  // order (deterministic), not every row's loss, which would serialize on that one block.
   if constexpr (Group::kRowsPerBlock == 1) {
     if (threadIdx.x == 0) block_loss[blockIdx.x] = my_loss;
   } else {

@@ -11,8 +11,7 @@
 // Fused (CUDA, fused mode, an activation or dropout, where linear takes its cuBLASLt epilogue
 // path and the norm its fused kernels): the same two forward kernels, and one backward node in which the norm's backward
 // also sums the columns of the dx it writes, which is b's gradient, so the linear's backward runs
-// its two products without cuBLASLt's BGRADB reduction, a pass over that dx of its own (6.9 us a
-// layer for the MLP's 4096 × 1024 on the H100). Saves x and W for the products, and the linear's
+// its two products without cuBLASLt's BGRADB reduction, a pass over that dx of its own. Saves x and W for the products, and the linear's
 // output with the norm's mean and rstd (and dropout mask), as the two ops would, but held until
 // the linear's products have run (one node instead of two).
 // Twin: linear_composite, then layer_norm_act_dropout_composite. Where the fused form does not
@@ -41,7 +40,7 @@ Tensor linear_layer_norm_act_dropout_composite(const Tensor& x, const Tensor& we
 /// the norm's), but the norm's backward sums dx's columns (f32) and the sum's node, when the
 /// gradient it receives is that dx, takes them as b's gradient, written into b's gradient view
 /// when it can claim it: GPT-2's attention and MLP projections, where cuBLASLt's
-/// `globalKernelBgradAB_v2` took 16.4 us each (24 a step, H100). The plain norm backward keeps
+/// `globalKernelBgradAB_v2` would read dx again. The plain norm backward keeps
 /// the sums in registers (norm_kernels.cuh, kDxSumsInRegisters). Where the fused form does not apply, the
 /// two ops run one after the other.
 /// Twin: linear_composite, then add_layer_norm's twin.

@@ -197,15 +197,13 @@ __global__ void __launch_bounds__(kMaxThreads<V, kWarpRows>, kWarpRows ? kNormBa
       }
     };
     if (staged) {
-      // The next row's copies go out before this row is read: a row stays in flight while
-      // the warp computes (with rows loaded into registers, 16 warps an SM each waiting on its
-      // own row kept too few bytes in flight: 39.5 us for 75 MB on the H100).
+      // The next row's copies go out before this row is read: a row stays in flight while the
+      // warp computes (rows loaded into registers kept too few bytes in flight per SM).
       stage_row(r + group.row_stride(), stage ^ 1);
       mma::wait_copies<1>();
       __syncwarp();  // orders the reads below after the wait for the compiler
       // Read through the shared array itself: through a pointer that may also point to global
-      // memory the compiler issued generic loads, which wait on the long scoreboard (9% of the
-      // GPT-2 backward's stall samples, at the first use of each row).
+      // memory the compiler issues generic loads, which wait on the long scoreboard.
       read_row(stages + stage * 2 * padded, stages + stage * 2 * padded + padded);
     } else {
       read_row(saved + r * cols, dy + r * cols);
@@ -333,7 +331,7 @@ void norm_backward(NormKind kind, const Tensor& dy, const Tensor& saved, const T
         };
         static_assert(4 * sizeof(T) >= sizeof(float), "a warp's stages hold its dx sums (padded floats)");
         // Rows are staged only while kNormBackwardBlocks blocks still fit: at C = 1024 (the MLP)
-        // the stages would leave one block an SM, and the MLP's step slowed from 0.385 to 0.414 ms.
+        // the stages would leave one block an SM, which is slower than not staging.
         const bool stage_rows = kStagedRows<T, V, kW, decltype(epi)::value> &&
                                 kNormBackwardBlocks * (shared_bytes(true) + 1024) <= shared_memory_per_multiprocessor();
         const size_t smem = shared_bytes(stage_rows);

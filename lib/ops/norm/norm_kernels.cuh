@@ -17,13 +17,11 @@ namespace ft::cuda::norm_kernels {
 constexpr int kWarpPacks = 4;    // packs per lane in warp mode
 constexpr int kBlockPacks = 8;   // packs per thread in block mode
 constexpr int kBlockThreads = 256;  // warp mode: 8 rows per block
-// Warp-mode backward blocks per multiprocessor. On the H100 (GPT-2 shape, residual+LN fwd+bwd)
-// 2 blocks took 0.084 ms and 4 took 0.112: bounded to 64 registers, the backward spilled.
+// Warp-mode backward blocks per multiprocessor: 4 would bound it to 64 registers, and it spilled.
 constexpr int kNormBackwardBlocks = 2;
 // Warp-mode forward blocks per multiprocessor the registers must allow: 4 (64 registers) hold
-// the MLP's 4096 rows of 1024 (512 blocks, a row a warp) in one wave; with the LayerNorm + GELU +
-// Dropout epilogue the compiler took 72 registers, 3 blocks fitted, and a third of the blocks
-// ran as a second wave (17 us a launch on the H100).
+// the MLP's 4096 rows of 1024 (512 blocks, a row a warp) in one wave; unbounded, the LayerNorm +
+// GELU + Dropout epilogue took more registers, 3 blocks fitted, and a second wave ran.
 constexpr int kNormForwardBlocks = 4;
 
 // Most threads a launch can have: 8 warps in warp mode; in block mode cols / (V·kBlockPacks)
@@ -69,9 +67,8 @@ constexpr int kDxSumSlice = 2;  // the third slice: dx's column sums
 /// Whether the backward keeps dx's column sums in registers (a float per column a thread owns)
 /// instead of adding each pack into a third shared-memory slice: the plain warp-row kernels
 /// (GPT-2's, 96 registers without the sums, 127 with; 128 fit their 2 blocks of 8 warps). Their
-/// third slice did not fit beside the staged rows: 8 staged warps an SM became 6 (2 blocks of 3
-/// slices and stages), and the backward took 48.0 us where it took 41.6 without the sums (ncu,
-/// the gpt2-124M step on the H100). The epilogue kernels (128 registers already) and the block-
+/// third slice did not fit beside the staged rows (8 staged warps an SM became 6, and the
+/// backward slowed). The epilogue kernels (128 registers already) and the block-
 /// row ones (a row a block: P = 8 packs a thread, 208 registers with them) keep the slice.
 template <bool kWarpRows, bool kEpilogue>
 constexpr bool kDxSumsInRegisters = kWarpRows && !kEpilogue;
@@ -232,14 +229,12 @@ struct Epilogue {
   uint8_t* mask = nullptr;  // keep bits: the forward writes them (V % 8 == 0), the backward reads
   // The backward also sums dx's columns, as stored (rounded to T), into a third slice: the bias
   // gradient of the linear layer whose output this norm normalizes, read from registers instead
-  // of from dx again (cuBLASLt's BGRADB kernel: 6.9 us a layer for the MLP's 4096 × 1024, 16.5
-  // us for each of GPT-2's projections). Both forms; the plain one takes it in GPT-2.
+  // of from dx again by cuBLASLt's BGRADB kernel. Both forms; the plain one takes it in GPT-2.
   bool sum_dx = false;
 };
 
-// kEpilogue is a compile-time switch: with the epilogue's code in the plain kernels, their
-// registers grew (forward 64 -> 74, backward 118 -> 128) and residual + LayerNorm slowed from
-// 0.084 to 0.090 ms on the H100.
+// kEpilogue is a compile-time switch: the epilogue's code in the plain kernels grew their
+// registers and slowed residual + LayerNorm.
 
 struct Launch {
   bool warp_rows;
