@@ -22,6 +22,8 @@ inline void add_checkpoint_flags(Args& args) {
   args.flag("keep-last", "0", "keep only this many newest checkpoints in --ckpt-dir (0: all)");
   args.flag("resume", "", "checkpoint folder, or a --ckpt-dir holding 'latest', to continue from (the run's\n"
                           "other flags must match the checkpointed run's)");
+  args.flag("resume-new-batch", "0", "1: let --resume continue with a global batch (--batch x processes, x\n"
+                                     "--grad-accum) other than the checkpoint's; the data position is kept as it is");
 }
 
 /// Where --resume left the run: the checkpoint's step and the data source's position.
@@ -56,14 +58,19 @@ inline void check_steps_left(const Resumed& resumed, int64_t steps, const std::s
            ": nothing is left to train (--steps counts from the start of the run)");
 }
 
-/// A position that counts global batches (--batch times the processes) holds only for that
-/// batch: a resume with another is an error naming both.
-inline void check_resumed_batch(const Resumed& resumed, int64_t batch, int world_size, const std::string& program) {
-  const int64_t global_batch = batch * world_size;
-  if (auto saved = resumed.run_state.find("batch size"); saved != resumed.run_state.end())
-    FT_CHECK(saved->second == std::to_string(global_batch), program, ": --resume: the checkpoint was written with a ",
-             "global batch of ", saved->second, " samples, this run has ", global_batch, " (--batch ", batch, " x ",
-             world_size, " processes; its data position counts batches of that size)");
+/// The global batch a checkpoint was written with (run state "batch size": --batch times the
+/// processes, times --grad-accum where there is one): a resume with another is an error naming
+/// both, unless --resume-new-batch 1 says it is meant.
+inline void check_resumed_batch(const Args& args, const Resumed& resumed, int64_t global_batch,
+                                const std::string& how, const std::string& program) {
+  const bool allowed = args.boolean("resume-new-batch");
+  auto saved = resumed.run_state.find("batch size");
+  if (saved == resumed.run_state.end() || saved->second == std::to_string(global_batch)) return;
+  FT_CHECK(allowed, program, ": --resume: the checkpoint was written with a global batch of ", saved->second,
+           ", this run has ", global_batch, " (", how, "); give --resume-new-batch 1 if the change is meant");
+  if (launch_env().rank == 0)
+    std::printf("%s: --resume with a global batch of %lld, the checkpoint's was %s (--resume-new-batch 1)\n",
+                program.c_str(), static_cast<long long>(global_batch), saved->second.c_str());
 }
 
 /// With --ckpt-dir set, has the trainer write checkpoints there (every --ckpt-every steps and at

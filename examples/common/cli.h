@@ -7,6 +7,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,20 @@ class Args {
       }
       FT_CHECK(values_.count(name), program_, ": unknown flag --", name, " (see --help)");
       values_[name] = value;
+      given_.insert(name);
     }
     return true;
   }
 
   std::string str(const std::string& name) const { return values_.at(name); }
+  /// Whether the command line set the flag (to any value, its default too).
+  bool given(const std::string& name) const { return given_.count(name) > 0; }
+  /// A switch: exactly 0 or 1 (an ft::Error naming the flag otherwise).
+  bool boolean(const std::string& name) const {
+    const std::string& v = values_.at(name);
+    FT_CHECK(v == "0" || v == "1", program_, ": --", name, " must be 0 or 1, got '", v, "'");
+    return v == "1";
+  }
   /// The flag as a whole, in-range integer at least `min` (an ft::Error naming the flag otherwise).
   long long integer(const std::string& name, long long min = std::numeric_limits<long long>::min()) const {
     const long long x = parse_int64(values_.at(name), program_ + ": --" + name);
@@ -91,6 +101,7 @@ class Args {
   std::string program_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, std::string> values_, help_;
+  std::set<std::string> given_;
 };
 
 /// Declares --gemm-tuning: which cuBLASLt algorithm each product runs (lib/ops/matmul/matmul.h).
@@ -172,7 +183,7 @@ inline void add_device_flags(Args& args) {
 }
 
 /// --graph as a bool.
-inline bool graph_flag(const Args& args) { return args.integer("graph", 0) != 0; }
+inline bool graph_flag(const Args& args) { return args.boolean("graph"); }
 
 /// Reads --device (checking a GPU is there when asked for) and applies --kernels globally.
 inline Device apply_device_flags(const Args& args, const std::string& program) {

@@ -64,12 +64,14 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   FT_CHECK(reduce == "f32" || reduce == "bf16", program, ": --grad-reduce must be f32 or bf16, got '", reduce, "'");
   const double bucket_mb = args.number("bucket-mb", 0);
   FT_CHECK(bucket_mb > 0 && bucket_mb <= 1e6, program, ": --bucket-mb must be in (0, 1e6], got ", bucket_mb);
+  // Checked whether or not this run is data-parallel: a flag is checked at the edge, always.
+  const double timeout_s = args.number("comm-timeout");
+  FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
+  (void)args.boolean("check-replicas");
   if (!run.env.distributed() && when != "on") {
     FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
     return run;
   }
-  const double timeout_s = args.number("comm-timeout", 0);
-  FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
   run.comm = make_communicator(run.env, device,
                                {.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))});
   if (reduce == "bf16") run.reduce_dtype = DType::BF16;
@@ -86,7 +88,7 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
                                 Optimizer& optimizer) {
   if (!run.comm) return;
   run.dp = std::make_unique<DataParallel>(*run.comm, optimizer,
-                                          DataParallel::Options{.check_replicas = args.integer("check-replicas", 0) != 0,
+                                          DataParallel::Options{.check_replicas = args.boolean("check-replicas"),
                                                                 .reduce_dtype = run.reduce_dtype});
   run.dp->broadcast_parameters(model);
   if (run.primary()) {

@@ -28,7 +28,8 @@ inline void add_training_flags(Args& args, const TrainingDefaults& d) {
   add_device_flags(args);
   args.flag("seed", "0", d.seed_help);
   args.flag("steps", d.steps, d.steps_help);
-  args.flag("log-every", d.log_every, "steps between progress lines");
+  args.flag("log-every", d.log_every, "steps between progress lines (0: none; the run still prints its start and its\n"
+                                      "closing RESULT line)");
   args.flag("metrics", "", "write one JSON line per logged step (and evaluation) to this file");
   args.flag("optimizer", d.optimizer, d.optimizer_help);
   args.flag("lr", d.lr, d.lr_help);
@@ -44,6 +45,7 @@ inline void check_training_flags(const Args& args, const std::string& program) {
   for (const char* name : {"steps", "log-every", "seed"}) (void)args.integer(name, 0);
   for (const char* name : {"momentum", "weight-decay"}) (void)args.number(name, 0);
   if (!args.str("lr").empty()) (void)args.number("lr", 0);
+  (void)args.boolean("resume-new-batch");
   FT_CHECK(args.number("momentum") < 1, program, ": --momentum must be below 1, got ", args.number("momentum"));
 }
 

@@ -35,8 +35,29 @@ Preset preset_named(const std::string& name) {
   FT_FAIL("ft-dlrm: --preset must be kaggle, bench or mlperf, got '", name, "'");
 }
 
+/// --preset's help: every preset's values, from the table above (so help and presets agree).
+std::string preset_help() {
+  std::string help = "the flags left empty take the preset's values:";
+  for (const char* name : {"kaggle", "bench", "mlperf"}) {
+    const Preset p = preset_named(name);
+    // The tables' f32 weights alone: 26 tables of table_rows x dim.
+    const double table_gb = 26.0 * static_cast<double>(p.table_rows) * static_cast<double>(p.dim) * 4 / 1e9;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "\n%s: --dim %lld --bottom %s --top %s --table-rows %lld (%.2f GB of tables) --batch %lld\n"
+                  "  --optimizer %s --lr %s --sparse-lr %s",
+                  name, static_cast<long long>(p.dim), p.bottom.c_str(), p.top.c_str(),
+                  static_cast<long long>(p.table_rows), table_gb, static_cast<long long>(p.batch), p.optimizer.c_str(),
+                  p.lr.c_str(), p.sparse_lr.c_str());
+    help += line;
+  }
+  return help + "\n(kaggle: dlrm's Kaggle recipe; bench: docs/workloads.md's dlrm-kaggle; mlperf: dlrm-mlperf)";
+}
+
 /// "512-256-1" as widths; every width positive.
 std::vector<int64_t> widths(const std::string& flag, const std::string& text) {
+  FT_CHECK(!text.empty() && text.front() != '-' && text.back() != '-', "ft-dlrm: --", flag,
+           " must be widths joined by '-', like 512-256-1, got '", text, "'");
   std::vector<int64_t> out;
   std::stringstream in(text);
   std::string part;
@@ -58,6 +79,8 @@ std::string or_preset(const ft::cli::Args& args, const std::string& flag, const 
 
 int make_synthetic(const ft::cli::Args& args, int64_t table_rows) {
   const std::string path = args.str("make-synthetic");
+  FT_CHECK(!std::filesystem::exists(path), "ft-dlrm: --make-synthetic: '", path,
+           "' exists; it is not overwritten (remove it, or name another file)");
   const int64_t rows = args.integer("rows", 1);
   FT_CHECK(rows >= 2, "ft-dlrm: --rows must be at least 2, got ", rows);
   const ft::SyntheticCriteoInfo info = ft::write_synthetic_criteo(
@@ -89,16 +112,15 @@ void define_flags(ft::cli::Args& args) {
   args.flag("make-synthetic", "", "write a synthetic Criteo TSV with --rows lines (labels from a hidden logistic model\n"
                                   "over the hashed features, its AUC written to FILE.json) and exit");
   args.flag("rows", "1000000", "lines for --make-synthetic");
-  args.flag("preset", "kaggle", "kaggle (dlrm's Kaggle recipe: D 16, SGD lr 0.1, batch 128), bench (docs/workloads.md's\n"
-                                "dlrm-kaggle: D 64, AdamW + sparse SGD, batch 8192) or mlperf (D 128, batch 65536)");
-  args.flag("dim", "", "D, the embedding width (the bottom MLP's last width)");
-  args.flag("bottom", "", "bottom MLP widths after the 13 dense inputs, e.g. 512-256-64-16");
-  args.flag("top", "", "top MLP widths after the interaction, ending at 1, e.g. 512-256-1");
-  args.flag("table-rows", "", "rows of each of the 26 tables; categorical values are hashed modulo it");
+  args.flag("preset", "kaggle", "kaggle, bench or mlperf; " + preset_help());
+  args.flag("dim", "", "D, the embedding width (the bottom MLP's last width; empty: the preset's)");
+  args.flag("bottom", "", "bottom MLP widths after the 13 dense inputs, e.g. 512-256-64-16 (empty: the preset's)");
+  args.flag("top", "", "top MLP widths after the interaction, ending at 1, e.g. 512-256-1 (empty: the preset's)");
+  args.flag("table-rows", "", "rows of each of the 26 tables; categorical values are hashed modulo it\n(empty: the preset's)");
   args.flag("pooling", "sum", "sum or mean (one id per bag in Criteo, so both give the same model)");
-  args.flag("batch", "", "samples per step");
+  args.flag("batch", "", "samples per step (empty: the preset's)");
   args.flag("sparse-optimizer", "sgd", "the tables' update inside backward: sgd or adagrad (exact row-wise Adagrad)");
-  args.flag("sparse-lr", "", "the tables' learning rate");
+  args.flag("sparse-lr", "", "the tables' learning rate (empty: the preset's)");
   args.flag("epochs", "1", "passes over the training rows");
   args.flag("eval-every", "0", "steps between validation passes (0: only at the end)");
   args.flag("eval-batches", "0", "batches per validation pass (0: the whole validation split)");
@@ -124,6 +146,7 @@ int64_t preset_integer(const ft::cli::Args& args, const std::string& flag, int64
 Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
   ft::cli::check_training_flags(args, "ft-dlrm");
   for (const char* name : {"epochs", "eval-every", "eval-batches"}) (void)args.integer(name, 0);
+  (void)args.boolean("skip-bad-lines");
   Settings s{.dim = preset_integer(args, "dim", preset.dim), .batch = preset_integer(args, "batch", preset.batch),
              .table_rows = preset_integer(args, "table-rows", preset.table_rows)};
   s.sparse_lr = ft::parse_double(or_preset(args, "sparse-lr", preset.sparse_lr), "ft-dlrm: --sparse-lr");
@@ -155,7 +178,7 @@ Data open_data(const ft::cli::Args& args, int64_t batch) {
   FT_CHECK(!path.empty(), "ft-dlrm: give the training data with --data FILE (a Criteo TSV), or write one with "
                           "--make-synthetic FILE --rows N");
   ft::CriteoDataset dataset = ft::CriteoDataset::open(
-      path, {.skip_bad_lines = args.integer("skip-bad-lines", 0) != 0, .cache_dir = args.str("cache-dir")});
+      path, {.skip_bad_lines = args.boolean("skip-bad-lines"), .cache_dir = args.str("cache-dir")});
   const ft::CriteoSplit split = ft::criteo_kaggle_split(dataset.rows());
   if (ft::launch_env().rank == 0)
     std::printf("ft-dlrm: %s: %lld rows (%s), train %lld, test %lld, val %lld%s\n", path.c_str(),
@@ -243,9 +266,8 @@ int run(int argc, char** argv) {
   define_flags(args);
   if (!args.parse(argc, argv)) return 0;
   const Preset preset = preset_named(args.str("preset"));
-  if (!args.str("make-synthetic").empty())
-    return make_synthetic(args, preset_integer(args, "table-rows", preset.table_rows));
   const Settings s = check_flags(args, preset);
+  if (!args.str("make-synthetic").empty()) return make_synthetic(args, s.table_rows);
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-dlrm");
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const Data data = open_data(args, s.batch);
@@ -263,7 +285,10 @@ int run(int argc, char** argv) {
   const std::unique_ptr<ft::Optimizer> optimizer = ft::cli::make_optimizer(
       args, "ft-dlrm", model->dense_parameters(), dp.partition, {.name = s.optimizer, .lr = s.lr});
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"});
-  ft::cli::check_resumed_batch(resumed, s.batch, dp.env.world_size, "ft-dlrm");
+  ft::cli::check_resumed_batch(args, resumed, s.batch * dp.env.world_size,
+                              "--batch " + std::to_string(s.batch) + " x " + std::to_string(dp.env.world_size) +
+                                  " processes",
+                              "ft-dlrm");
   ft::cli::start_data_parallel(dp, args, "ft-dlrm", *model, *optimizer);
   if (dp.get()) model->tables().set_exchange(dp.get()->bag_exchange());
   if (dp.primary()) print_banner(*model, s, args, device, dtype);

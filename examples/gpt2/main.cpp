@@ -139,6 +139,14 @@ Settings check_flags(const ft::cli::Args& args) {
   FT_CHECK(args.number("min-lr-frac") <= 1, "ft-gpt2: --min-lr-frac is the floor as a fraction of the peak, at most 1, got ",
            args.number("min-lr-frac"));
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
+  for (const char* name : {"shuffle", "lora-rslora"}) (void)args.boolean(name);
+  ft::GPT::check_lora_targets(split_list(args.str("lora-targets")), "ft-gpt2: --lora-targets");
+  if (args.integer("lora-rank", 0) == 0)
+    for (const char* name : {"lora-alpha", "lora-dropout", "lora-targets", "lora-rslora"})
+      FT_CHECK(!args.given(name), "ft-gpt2: --", name, " configures LoRA adapters, which --lora-rank 0 (the default) turns off: ",
+               "set --lora-rank too");
+  FT_CHECK(args.str("init-from").empty() || args.str("resume").empty(), "ft-gpt2: --init-from and --resume both given: ",
+           "--resume continues a run from its own weights; --init-from starts a new one (give one of them)");
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
   Settings s{.format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards};
@@ -163,7 +171,7 @@ struct Data {
 Data open_data(const ft::cli::Args& args, const Settings& s, const ft::BatchShard& shard) {
   const ft::TokenLoader::Options options{.batch_size = s.batch, .seq_len = s.seq, .vocab_size = s.token_limit,
                                          .seed = static_cast<uint64_t>(args.integer("seed", 0)),
-                                         .shuffle = args.integer("shuffle", 0) != 0, .format = s.format, .shard = shard};
+                                         .shuffle = args.boolean("shuffle"), .format = s.format, .shard = shard};
   Data d{std::make_unique<ft::TokenLoader>(args.str("train"), options), nullptr};
   if (!args.str("val").empty()) {
     ft::TokenLoader::Options in_order = options;
@@ -184,12 +192,11 @@ ft::PeftLoraConfig prepare_model(ft::GPT& model, const ft::cli::Args& args, ft::
   if (rank == 0) return {};
   FT_CHECK(rank <= model.config().channels, "ft-gpt2: --lora-rank ", rank, " exceeds the model's width ",
            model.config().channels, " (a rank above the smaller side of a linear adds nothing)");
-  ft::GPT::check_lora_targets(split_list(args.str("lora-targets")), "ft-gpt2: --lora-targets");
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   const ft::PeftLoraConfig adapter{.r = rank, .alpha = args.number("lora-alpha", 0),
                                    .dropout = args.number("lora-dropout", 0),
                                    .targets = split_list(args.str("lora-targets")),
-                                   .rslora = args.integer("lora-rslora", 0) != 0, .base_model = args.str("init-from")};
+                                   .rslora = args.boolean("lora-rslora"), .base_model = args.str("init-from")};
   model.add_lora(ft::LoRAConfig{.rank = adapter.r, .alpha = adapter.alpha, .dropout = adapter.dropout,
                                 .rslora = adapter.rslora, .seed = seed},
                  adapter.targets, seed + 1);
@@ -218,7 +225,7 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& 
           .schedule = {.kind = ft::LRSchedule::Kind::WarmupCosine, .max_lr = lr,
                        .warmup_steps = args.integer("warmup", 0), .total_steps = s.steps,
                        .min_lr = lr * args.number("min-lr-frac", 0)},
-          .log_every = std::max<int64_t>(1, args.integer("log-every", 0)),
+          .log_every = args.integer("log-every", 0),
           .metrics_path = args.str("metrics"),
           .unit = "tok",
           .items_per_batch = s.batch * s.seq,
@@ -286,6 +293,11 @@ int run(int argc, char** argv) {
       args, "ft-gpt2", model.parameters(), dp.partition,
       {.policy = {.max_grad_norm = std::max(0.0, args.number("clip", 0))}, .beta2 = 0.95});
   const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, model, *optimizer, {"epoch", "shard", "offset"});
+  const int64_t global_batch = s.batch * dp.env.world_size * s.accum;
+  ft::cli::check_resumed_batch(args, resumed, global_batch,
+                               "--batch " + std::to_string(s.batch) + " x " + std::to_string(dp.env.world_size) +
+                                   " processes x --grad-accum " + std::to_string(s.accum) + ", sequences",
+                               "ft-gpt2");
   ft::cli::start_data_parallel(dp, args, "ft-gpt2", model, *optimizer);
   ft::mark_startup("optimizer");
   if (dp.primary()) print_banner(model, s, device, dtype, dp.env.world_size);
@@ -297,6 +309,7 @@ int run(int argc, char** argv) {
       [&](ft::DataPosition& run_state) {
         run_state["model"] = args.str("model");
         run_state["vocab"] = std::to_string(s.vocab);
+        run_state["batch size"] = std::to_string(global_batch);
       },
       [&](const std::string& folder) {
         // The adapters on their own too, as PEFT saves them (PeftModel.from_pretrained reads the folder).

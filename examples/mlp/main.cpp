@@ -122,7 +122,9 @@ int run(int argc, char** argv) {
     return std::map<std::string, double>{
         {"test accuracy", ft::evaluate_accuracy(m, data.test_images, data.test.labels, 1024, device, dtype)}};
   };
-  ft::cli::check_resumed_batch(resumed, batch, dp.env.world_size, "ft-mlp");
+  ft::cli::check_resumed_batch(args, resumed, batch * dp.env.world_size,
+                              "--batch " + std::to_string(batch) + " x " + std::to_string(dp.env.world_size) + " processes",
+                              "ft-mlp");
   ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {
     run_state["batch size"] = std::to_string(batch * dp.env.world_size);
   });
@@ -137,7 +139,7 @@ int run(int argc, char** argv) {
     trainer.resume(resumed.step, resumed.position);
   }
   const ft::FitSummary summary = trainer.fit(steps);
-  if (dp.get() && args.integer("check-replicas", 0)) dp.get()->check_replicas();  // the last step's update too
+  if (dp.get() && args.boolean("check-replicas")) dp.get()->check_replicas();  // the last step's update too
   ft::cli::print_reduction_timing(dp, "ft-mlp");
   if (!dp.primary()) return 0;
   // One machine-readable summary line for scripts: median_ms is the step alone (GPU events on

@@ -21,7 +21,7 @@ int64_t shard_token_count(std::span<const uint8_t, kShardHeaderBytes> header, in
   const int32_t magic = little_endian_i32(header.data()), version = little_endian_i32(header.data() + 4);
   const int64_t count = little_endian_i32(header.data() + 8);
   FT_CHECK(magic == kShardMagic, "TokenLoader: '", path, "' has magic ", magic, ", expected ", kShardMagic,
-           " (not an llm.c token shard; use TokenFormat::Text for a text file)");
+           " (not an llm.c token shard; a text file is read as bytes: ft-gpt2 --format text)");
   FT_CHECK(version == kShardVersion, "TokenLoader: '", path, "' has version ", version, ", expected ", kShardVersion,
            " (uint16 tokens)");
   FT_CHECK(count >= 0, "TokenLoader: '", path, "' has a negative token count ", count);
