@@ -93,9 +93,10 @@ int make_synthetic(const ft::cli::Args& args, int64_t table_rows) {
 }
 
 std::string metrics_line(const ft::BinaryMetrics& m) {
-  char line[160];
-  std::snprintf(line, sizeof line, "logloss %.5f, accuracy %.4f, AUC %.5f over %lld samples", m.logloss, m.accuracy,
-                m.auc, static_cast<long long>(m.count));
+  char line[200];
+  const std::string auc = m.auc_missing.empty() ? std::to_string(m.auc) : "not measurable (" + m.auc_missing + ")";
+  std::snprintf(line, sizeof line, "logloss %.5f, accuracy %.4f, AUC %s over %lld samples", m.logloss, m.accuracy,
+                auc.c_str(), static_cast<long long>(m.count));
   return line;
 }
 
@@ -186,6 +187,11 @@ Data open_data(const ft::cli::Args& args, int64_t batch) {
                 static_cast<long long>(split.train.size()), static_cast<long long>(split.test.size()),
                 static_cast<long long>(split.val.size()),
                 dataset.bad_lines() ? (", " + std::to_string(dataset.bad_lines()) + " bad lines skipped").c_str() : "");
+  // Refused before training, not found empty when the run is over.
+  FT_CHECK(split.train.size() > 0 && split.val.size() > 0 && split.test.size() > 0, "ft-dlrm: ", path, " has ",
+           dataset.rows(), " rows, too few for dlrm's split (6/7 train, the last 1/7 halved into test and ",
+           "validation: ", split.train.size(), ", ", split.test.size(), " and ", split.val.size(),
+           " rows); it needs at least 14");
   FT_CHECK(batch <= split.train.size(), "ft-dlrm: --batch must be in [1, ", split.train.size(), "] (the training rows)");
   return {path, std::move(dataset), split};
 }

@@ -43,8 +43,17 @@ double exact_auc(const std::vector<float>& scores, const std::vector<float>& lab
 }
 
 BinaryMetrics binary_metrics_from_logits(const std::vector<float>& logits, const std::vector<float>& labels) {
+  FT_CHECK(logits.size() == labels.size(), "binary metrics: ", logits.size(), " scores but ", labels.size(), " labels");
+  FT_CHECK(!logits.empty(), "binary metrics: no predictions to measure (an empty split)");
+  for (size_t i = 0; i < labels.size() && i < logits.size(); ++i)
+    FT_CHECK(labels[i] == 0.0f || labels[i] == 1.0f, "binary metrics: label ", labels[i], " at ", i, " is not 0 or 1");
   BinaryMetrics m;
-  m.auc = exact_auc(logits, labels);
+  // What cannot be measured is NaN and named, never an error that throws the run's result away:
+  // AUC needs both classes and scores that are numbers (a diverged model's are not).
+  const bool nan_score = std::any_of(logits.begin(), logits.end(), [](float z) { return std::isnan(z); });
+  const bool one_class = std::all_of(labels.begin(), labels.end(), [&](float y) { return y == labels.front(); });
+  m.auc_missing = nan_score ? "NaN scores" : one_class ? "the labels are all of one class" : "";
+  m.auc = m.auc_missing.empty() ? exact_auc(logits, labels) : std::nan("");
   m.count = static_cast<int64_t>(logits.size());
   double loss = 0, right = 0, positives = 0;
   for (size_t i = 0; i < logits.size(); ++i) {

@@ -289,6 +289,12 @@ FitSummary Trainer::fit(int64_t total_steps) {
         summary.mfu = mfu(*options_.flops_per_item, summary.items_per_s / world_size(), peak_flops_);
       summary.replayed = replaying();
     }
+    // The checkpoint comes before the evaluation, so a failing one cannot lose the step's weights.
+    // ZeRO-1's state is gathered over the ranks: then every rank takes part (rank 0 writes).
+    const bool checkpoints_here = primary() || (options_.data_parallel && options_.data_parallel->sharded());
+    if (options_.checkpoint && checkpoints_here &&
+        (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
+      outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
     if (options_.eval && (last || (options_.eval_every > 0 && step_ % options_.eval_every == 0)))
       outside_steps(window, [&] {
         NoGradGuard no_grad;
@@ -299,11 +305,6 @@ FitSummary Trainer::fit(int64_t total_steps) {
       });
     for (const Periodic& p : options_.periodic)
       if (p.every > 0 && step_ % p.every == 0) outside_steps(window, [&] { p.run(step_); });
-    // ZeRO-1's state is gathered over the ranks: then every rank takes part (rank 0 writes).
-    const bool checkpoints_here = primary() || (options_.data_parallel && options_.data_parallel->sharded());
-    if (options_.checkpoint && checkpoints_here &&
-        (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
-      outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
   }
   summary.steps = step_ - first;
   return summary;

@@ -50,6 +50,7 @@ for name, (n, ns, b) in agg.items():
 PY
 
 syn=/tmp/ft-dlrm-syn.tsv
+rm -f $syn  # --make-synthetic does not write over a file
 $B/examples/ft-dlrm --make-synthetic $syn --rows 2000000 --table-rows 100000 >"$logs/synthetic.log" 2>&1
 for mode in fused unfused; do
   timeout 150 $B/examples/ft-dlrm --data $syn --preset bench --table-rows 100000 --kernels $mode --log-every 50 \

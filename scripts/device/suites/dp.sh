@@ -28,6 +28,7 @@ cp /tmp/dp-resume/*.log "$logs/" 2>/dev/null
 # ft-dlrm (dlrm-kaggle shapes, graph on) without and with data parallelism at world size 1: the
 # dense MLPs' buckets and the tables' bag exchange inside the graph.
 syn=/tmp/ft-dlrm-syn.tsv
+rm -f $syn  # --make-synthetic does not write over a file
 $B/examples/ft-dlrm --make-synthetic $syn --rows 1000000 --table-rows 100000 >"$logs/synthetic.log" 2>&1
 for dp in auto on; do
   FT_RUN_ID=dlrm-$dp timeout 120 $B/examples/ft-dlrm --data $syn --preset bench --table-rows 100000 --log-every 50 \

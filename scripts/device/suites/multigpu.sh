@@ -231,6 +231,7 @@ PY
   $B/examples/ft-mlp $mlp --batch $((N * 256)) >"$logs/mlp-1.log" 2>&1
   FT_RUN_ID=mlp MASTER_PORT=$(next_port) scripts/launch.sh $N $B/examples/ft-mlp $mlp --batch 256 >"$logs/mlp-$N.log" 2>&1
   row "ft-mlp, 200 steps of $((N * 256)): 1 process $(grep -o 'final.*\|test_accuracy=[0-9.]*\|wall_ms=[0-9.]*' "$logs/mlp-1.log" | tr '\n' ' ')| $N ranks $(grep -o 'test_accuracy=[0-9.]*\|wall_ms=[0-9.]*' "$logs/mlp-$N.log" | tr '\n' ' ')"
+  rm -f /tmp/dlrm.tsv
   $B/examples/ft-dlrm --make-synthetic /tmp/dlrm.tsv --rows 2000000 --table-rows 100000 >"$logs/dlrm-data.log" 2>&1
   local dlrm="--data /tmp/dlrm.tsv --preset bench --table-rows 100000 --log-every 50 --steps 200"
   $B/examples/ft-dlrm $dlrm --batch $((N * 8192)) >"$logs/dlrm-1.log" 2>&1

@@ -462,6 +462,32 @@ TEST(BinaryMetrics, LoglossAndAccuracyFromLogits) {
   EXPECT_DOUBLE_EQ(m.positive_rate, std::count(y.begin(), y.end(), 1.0f) / 500.0);
 }
 
+// What cannot be measured is NaN and named; the rest is still reported. An empty split is an error.
+TEST(BinaryMetrics, UnmeasurableAucIsNamedAndTheRestReported) {
+  std::mt19937_64 rng(test::test_seed());
+  std::vector<float> z(300), y(300, 0.0f);
+  for (float& v : z) v = static_cast<float>(static_cast<double>(rng() % 2001) / 100.0 - 10.0);
+  const BinaryMetrics one_class = binary_metrics_from_logits(z, y);
+  EXPECT_TRUE(std::isnan(one_class.auc));
+  EXPECT_EQ(one_class.auc_missing, "the labels are all of one class");
+  EXPECT_TRUE(std::isfinite(one_class.logloss));
+  EXPECT_GT(one_class.logloss, 0.0);
+  EXPECT_DOUBLE_EQ(one_class.accuracy, static_cast<double>(std::count_if(z.begin(), z.end(), [](float v) {
+                                                             return v <= 0;
+                                                           })) / 300.0);
+  y[7] = 1.0f;
+  z[3] = NAN;
+  const BinaryMetrics nan_scores = binary_metrics_from_logits(z, y);
+  EXPECT_TRUE(std::isnan(nan_scores.auc));
+  EXPECT_EQ(nan_scores.auc_missing, "NaN scores");
+  z[3] = 0.5f;
+  const BinaryMetrics both = binary_metrics_from_logits(z, y);
+  EXPECT_TRUE(both.auc_missing.empty());
+  EXPECT_DOUBLE_EQ(both.auc, exact_auc(z, y));
+  EXPECT_FT_ERROR(binary_metrics_from_logits({}, {}), "no predictions to measure");
+  EXPECT_FT_ERROR(binary_metrics_from_logits({0.5f}, {2.0f}), "not 0 or 1");
+}
+
 TEST(CriteoSynthetic, SameSeedSameBytesAndItParsesBack) {
   TempDir dir;
   const SyntheticCriteoOptions options{.rows = 20000, .seed = test::test_seed(), .table_rows = {5000}};
