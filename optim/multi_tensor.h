@@ -20,7 +20,7 @@ bool fused_supported(const std::vector<Tensor>& tensors, DType state_dtype = DTy
 /// Global L2 norm of `tensors` (f32, squares summed per block and the block sums added in a fixed
 /// order: deterministic on a given GPU) into state.grad_norm, then settles the step: clip = min(1,
 /// max_grad_norm / (norm + 1e-6)) when max_grad_norm > 0, else 1; keep = 0 when skip_nonfinite
-/// and the norm is NaN or infinite, else 1; applied += keep; skipped += 1 − keep. Undefined
+/// and the norm is NaN or infinite, else 1; applied += keep; skipped += 1 − keep; skip_run = keep ? 0 : skip_run + 1. Undefined
 /// members of `state` are not written. With `tensors` empty no norm is taken (keep = clip = 1).
 /// `sum_across`, when set, is given the sum of squares (f32 [1] on the device) before the step
 /// is settled, to add up in place with the other ranks' (ZeRO-1: each holds part of the

@@ -68,6 +68,7 @@ void settle_step_twin(const std::vector<Tensor>& grads, const StepState& state, 
   // copy_, not assign_: the state tensors keep their storage, which captured kernels point at.
   state.applied.copy_(state.applied + state.keep);
   state.skipped.copy_(state.skipped + (1.0 - state.keep));
+  if (state.skip_run.defined()) state.skip_run.copy_((state.skip_run + 1.0) * (1.0 - state.keep));
 }
 
 }  // namespace
@@ -78,8 +79,13 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr, StepPolicy policy, D
   const DType dtype = store_.state_dtype();
   const Device device = store_.params().front().device();
   auto scalar = [&](double v) { return Tensor::full({1}, v, dtype, device); };
-  state_ = StepState{scalar(lr), scalar(0), scalar(0), scalar(std::numeric_limits<double>::quiet_NaN()), scalar(1),
-                     scalar(1)};
+  state_ = StepState{.lr = scalar(lr),
+                     .applied = scalar(0),
+                     .skipped = scalar(0),
+                     .skip_run = scalar(0),
+                     .grad_norm = scalar(std::numeric_limits<double>::quiet_NaN()),
+                     .keep = scalar(1),
+                     .clip = scalar(1)};
 }
 
 int64_t Optimizer::state_bytes() const {
@@ -108,6 +114,7 @@ void Optimizer::set_step_count(int64_t steps) {
   step_count_ = steps;
   state_.applied.fill_(static_cast<double>(steps));
   state_.skipped.fill_(0.0);
+  state_.skip_run.fill_(0.0);
 }
 
 void Optimizer::set_skipped_steps(int64_t skipped) {
@@ -115,6 +122,7 @@ void Optimizer::set_skipped_steps(int64_t skipped) {
            " is outside [0, step_count() = ", step_count_, "]");
   state_.applied.fill_(static_cast<double>(step_count_ - skipped));
   state_.skipped.fill_(static_cast<double>(skipped));
+  state_.skip_run.fill_(0.0);
 }
 
 bool Optimizer::fused_update() const {

@@ -40,6 +40,7 @@ struct StepState {
   Tensor lr = {};         // written by set_lr, read by the update
   Tensor applied = {};    // steps applied so far; Adam's bias correction counts these
   Tensor skipped = {};    // steps skipped for a non-finite gradient norm
+  Tensor skip_run = {};   // steps skipped in a row, up to the last one (0 after an applied step)
   Tensor grad_norm = {};  // the last computed global gradient norm, before clipping
   Tensor keep = {};       // this step: 1 to apply it, 0 to skip it
   Tensor clip = {};       // this step: the factor the update scales gradients by

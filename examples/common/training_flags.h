@@ -35,6 +35,8 @@ inline void add_training_flags(Args& args, const TrainingDefaults& d) {
   args.flag("lr", d.lr, d.lr_help);
   args.flag("momentum", d.momentum, "SGD's momentum");
   args.flag("weight-decay", d.weight_decay, d.weight_decay_help);
+  args.flag("max-skipped", "10", "stop with an error when this many steps in a row were skipped for a non-finite\n"
+                                 "gradient norm: the run has diverged (checked at each progress line; 0: never)");
   add_checkpoint_flags(args);
   add_data_parallel_flags(args);
 }
@@ -42,7 +44,7 @@ inline void add_training_flags(Args& args, const TrainingDefaults& d) {
 /// Checks the shared numeric flags at the edge, before any data is read (--lr and --optimizer
 /// may be left empty for a preset to fill).
 inline void check_training_flags(const Args& args, const std::string& program) {
-  for (const char* name : {"steps", "log-every", "seed"}) (void)args.integer(name, 0);
+  for (const char* name : {"steps", "log-every", "seed", "max-skipped"}) (void)args.integer(name, 0);
   for (const char* name : {"momentum", "weight-decay"}) (void)args.number(name, 0);
   if (!args.str("lr").empty()) (void)args.number("lr", 0);
   (void)args.boolean("resume-new-batch");

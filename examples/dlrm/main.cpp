@@ -240,6 +240,7 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, ft::DLRM& model,
                                .graph = ft::cli::graph_flag(args),
                                .window_loss = false,
                                .eval_every = args.integer("eval-every", 0),
+                               .max_skipped_in_a_row = args.integer("max-skipped", 0),
                                .data_parallel = data_parallel};
   options.schedule.max_lr = ft::parse_double(s.lr, "ft-dlrm: --lr");
   options.eval = [&args, &model, &data, batch = s.batch, device](ft::Module&) {

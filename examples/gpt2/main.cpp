@@ -234,6 +234,7 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& 
           .flops_per_item = 4.0 * params + 2.0 * trainable +
                             6.0 * static_cast<double>(s.config.layers * s.config.channels * s.seq),
           .graph = ft::cli::graph_flag(args),
+          .max_skipped_in_a_row = args.integer("max-skipped", 0),
           .data_parallel = data_parallel};
 }
 

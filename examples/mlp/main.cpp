@@ -68,6 +68,7 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, int64_t steps, i
                                // The step's loss is read at logged steps only: no extra kernel a step.
                                .window_loss = false,
                                .eval_every = steps_per_epoch,
+                               .max_skipped_in_a_row = args.integer("max-skipped", 0),
                                .data_parallel = data_parallel};
   options.schedule.max_lr = args.number("lr", 0);
   if (args.str("schedule") == "cosine") {

@@ -29,7 +29,8 @@ void check_operand(const Tensor& t, const char* op, const char* what) {
            " must be f32 or bf16 on CUDA, got ", dtype_name(t.dtype()), " on ", t.device().str());
 }
 void check_state(const StepState& state, const char* op) {
-  for (const Tensor* t : {&state.lr, &state.applied, &state.skipped, &state.grad_norm, &state.keep, &state.clip}) {
+  for (const Tensor* t :
+       {&state.lr, &state.applied, &state.skipped, &state.skip_run, &state.grad_norm, &state.keep, &state.clip}) {
     if (!t->defined()) continue;
     FT_CHECK(t->is_cuda() && t->dtype() == DType::F32 && t->numel() == 1, "multi_tensor::", op,
              ": the step state must be one-element f32 tensors on CUDA, got ", dtype_name(t->dtype()), " ",
@@ -60,7 +61,7 @@ struct SquaresOp {
 };
 
 struct SettleTargets {
-  float *grad_norm, *keep, *clip, *applied, *skipped;
+  float *grad_norm, *keep, *clip, *applied, *skipped, *skip_run;
   float max_grad_norm;
   bool skip_nonfinite;
   float* sum_only;  // set: write the sum of the partials there and settle nothing
@@ -89,6 +90,7 @@ __global__ void settle_kernel(const float* partials, int64_t count, SettleTarget
   if (out.clip) *out.clip = clip;
   if (out.applied) *out.applied += keep;
   if (out.skipped) *out.skipped += 1.0f - keep;
+  if (out.skip_run) *out.skip_run = keep > 0.0f ? 0.0f : *out.skip_run + 1.0f;
 }
 
 // ---- scale and zero ----
@@ -257,8 +259,9 @@ void settle_step(const std::vector<Tensor>& tensors, const StepState& state, con
     cuda::multi_tensor_apply<1>(f32, SquaresOp<float>{partials.data<float>()});
     cuda::multi_tensor_apply<1>(bf16, SquaresOp<__nv_bfloat16>{partials.data<float>() + f32_blocks});
   }
-  const SettleTargets out{ptr(state.grad_norm), ptr(state.keep), ptr(state.clip), ptr(state.applied),
-                          ptr(state.skipped), static_cast<float>(policy.max_grad_norm), policy.skip_nonfinite, nullptr};
+  const SettleTargets out{ptr(state.grad_norm),         ptr(state.keep),        ptr(state.clip),
+                          ptr(state.applied),           ptr(state.skipped),     ptr(state.skip_run),
+                          static_cast<float>(policy.max_grad_norm), policy.skip_nonfinite, nullptr};
   if (sum_across) {
     // This rank's sum of squares, added up with the others', is the one partial of the settle.
     const Tensor total = Tensor::empty({1}, DType::F32, state.keep.device());

@@ -180,6 +180,25 @@ class NonfiniteSkipTest : public ::testing::TestWithParam<SkipCase> {
   std::optional<KernelModeGuard> mode_;
 };
 
+// The step state counts the steps skipped in a row (the trainer stops a run on it): back to 0
+// at every applied step; set_step_count (a resume) starts it over.
+TEST_P(NonfiniteSkipTest, SkipRunCountsStepsSkippedInARow) {
+  Generator gen = test_generator();
+  const std::vector<Tensor> params = random_params(shapes(), ParamKind::Mixed, device(), gen);
+  AdamW opt(params, AdamW::Options{.lr = 1e-2, .policy = {.max_grad_norm = 1.0}});
+  const std::vector<bool> bad = {false, true, true, true, false, true, true};
+  const std::vector<double> runs = {0, 1, 2, 3, 0, 1, 2};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    if (bad[i]) set_grads_with_one_bad_element(gen, params);
+    else set_random_grads(gen, params);
+    opt.step();
+    EXPECT_EQ(opt.step_state().skip_run.item(), runs[i]) << "after step " << i + 1;
+  }
+  EXPECT_EQ(opt.skipped_steps(), 5);
+  opt.set_step_count(7);
+  EXPECT_EQ(opt.step_state().skip_run.item(), 0.0);
+}
+
 // Clipping is on as well: the bad norm also reaches the clip factor (0 for an infinite norm),
 // and a skipped step must let none of it (nor a NaN · 0) reach any value.
 TEST_P(NonfiniteSkipTest, AdamWLeavesEverythingUntouchedThenResumes) {

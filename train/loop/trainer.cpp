@@ -110,7 +110,7 @@ namespace {
 
 constexpr size_t kStagedValue = 8;  // bytes per staged value: any scalar dtype fits
 // Staged in order: loss, gradient norm, skip count, the window's loss sum, then the error word.
-constexpr int kErrorWordSlot = 4, kStagedValues = 5;
+constexpr int kErrorWordSlot = 5, kStagedValues = 6;
 
 double host_scalar(const void* p, DType dtype) {
   switch (dtype) {
@@ -133,6 +133,7 @@ Trainer::LinePoint Trainer::line_point(const Tensor& loss, const Tensor& window_
   point.loss = loss;
   point.grad_norm = optimizer_.last_grad_norm();
   point.skipped = optimizer_.step_state().skipped;
+  point.skip_run = optimizer_.step_state().skip_run;
   point.window_loss = window_loss;
   if (!device_.is_cuda()) return point;
   if (!line_host_) {
@@ -141,7 +142,7 @@ Trainer::LinePoint Trainer::line_point(const Tensor& loss, const Tensor& window_
   }
   // One kernel writes them all into the pinned staging (which the GPU reaches directly).
   char* staged = static_cast<char*>(line_host_);
-  const Tensor* values[] = {&point.loss, &point.grad_norm, &point.skipped, &point.window_loss};
+  const Tensor* values[] = {&point.loss, &point.grad_norm, &point.skipped, &point.window_loss, &point.skip_run};
   DeviceWrites copies;
   for (int i = 0; i < kErrorWordSlot; ++i)
     if (values[i]->defined()) copies.copies.push_back({staged + i * kStagedValue, values[i]->data_ptr(), values[i]->nbytes()});
@@ -192,6 +193,11 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   m.lr = options_.schedule.at(point.step - 1);
   if (point.grad_norm.defined()) m.grad_norm = value(point.grad_norm, 1);
   m.skipped_steps = static_cast<int64_t>(value(point.skipped, 2));
+  const int64_t skip_run = point.skip_run.defined() ? static_cast<int64_t>(value(point.skip_run, 4)) : 0;
+  FT_CHECK(options_.max_skipped_in_a_row <= 0 || skip_run < options_.max_skipped_in_a_row,
+           "training diverged: the last ", skip_run, " steps up to step ", point.step, " were all skipped for a ",
+           "non-finite gradient norm (the run stops at ", options_.max_skipped_in_a_row, " in a row: --max-skipped). ",
+           "Lower the learning rate or clip harder; the checkpoints written so far are kept");
   if (print && primary()) {
     // The start-up time is that of the process's first step, printed with its first line.
     if (const std::string startup = take_startup_summary(); !startup.empty()) std::cout << startup << std::endl;
@@ -301,6 +307,9 @@ FitSummary Trainer::fit(int64_t total_steps) {
         model_.eval();
         summary.eval = options_.eval(model_);
         model_.train();
+        for (const auto& [name, value] : summary.eval)
+          FT_CHECK(name.find("loss") == std::string::npos || std::isfinite(value), "training diverged: the evaluation's ",
+                   name, " is ", value, " at step ", step_, "; the checkpoints written so far are kept");
         if (primary()) log_.log_eval(step_, summary.eval);
       });
     for (const Periodic& p : options_.periodic)

@@ -81,6 +81,10 @@ class Trainer {
     std::vector<Periodic> periodic = {};
     AfterBackwardFn after_backward = {};  ///< set: every step runs eagerly (it reads the gradients)
     int64_t prefetch_depth = 3;       ///< batches the loader thread keeps ready
+    /// A line (every log_every steps, and the last step) that finds this many steps in a row
+    /// skipped for a non-finite gradient norm stops the run with an ft::Error: it has diverged.
+    /// The checkpoints written so far are kept. 0: never stop.
+    int64_t max_skipped_in_a_row = 10;
     /// Set: the gradients are averaged over the ranks before each optimizer step; items per
     /// second count the global batch; only rank 0 prints, records metrics and checkpoints.
     GradientSync* data_parallel = nullptr;
@@ -119,7 +123,7 @@ class Trainer {
   /// an event: the host then waits for that step alone, not for the one running after it.
   struct LinePoint {
     int64_t step = 0;
-    Tensor loss, grad_norm, skipped, window_loss;  // window_loss: the window's summed losses
+    Tensor loss, grad_norm, skipped, window_loss, skip_run;  // window_loss: the window's summed losses
     bool print = false;
     bool staged = false;
   };
