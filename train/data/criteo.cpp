@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <vector>
 
 #include "lib/error.h"
 #include "train/io/atomic_file.h"
@@ -54,7 +56,7 @@ class MappedFile {
 // ---- the cache
 
 constexpr char kCacheMagic[8] = {'F', 'T', 'C', 'R', 'I', 'T', 'E', 'O'};
-constexpr uint32_t kCacheVersion = 1;
+constexpr uint32_t kCacheVersion = 2;  // 2: the TSV's content hash in the header
 
 struct CacheHeader {
   char magic[8];
@@ -66,8 +68,9 @@ struct CacheHeader {
   int64_t bad_lines;
   int64_t payload_bytes;
   uint64_t checksum;
+  uint64_t source_hash;  // SourceStamp::content_hash
 };
-static_assert(sizeof(CacheHeader) == 64);
+static_assert(sizeof(CacheHeader) == 72);
 
 // Byte offsets of the columns inside the payload.
 struct PayloadLayout {
@@ -126,15 +129,43 @@ class Checksum {
   uint64_t length_ = 0;
 };
 
-// The TSV's size and mtime: a cache built from other ones is stale. Taken before the parse, so
-// a file changed during it leaves a cache that the next open rebuilds.
+// The TSV's size, mtime and content: a cache built from other ones is stale. The content hash
+// covers the whole file up to kWholeHashBytes, else its first and last kSampleBytes, so an edit
+// that keeps the size and the mtime (a copy that preserves times, a fixed line) is still seen
+// in any file of that size, and in larger ones at either end. Taken before the parse, so a file
+// changed during it leaves a cache that the next open rebuilds.
+constexpr int64_t kWholeHashBytes = int64_t{64} << 20, kSampleBytes = int64_t{1} << 20;
 struct SourceStamp {
   int64_t size = 0, mtime_ns = 0;
+  uint64_t content_hash = 0;
 };
+uint64_t content_hash(const std::string& path, int64_t size) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in, "CriteoDataset: cannot open '", path, "': ", std::strerror(errno));
+  Checksum sum;
+  std::vector<char> buffer(static_cast<size_t>(std::min(size, kSampleBytes)));
+  auto hash_range = [&](int64_t begin, int64_t end) {
+    in.seekg(begin);
+    for (int64_t at = begin; at < end;) {
+      const auto n = static_cast<std::streamsize>(std::min<int64_t>(end - at, static_cast<int64_t>(buffer.size())));
+      FT_CHECK(in.read(buffer.data(), n), "CriteoDataset: cannot read '", path, "'");
+      sum.update(buffer.data(), static_cast<size_t>(n));
+      at += n;
+    }
+  };
+  if (size <= kWholeHashBytes) {
+    hash_range(0, size);
+  } else {
+    hash_range(0, kSampleBytes);
+    hash_range(size - kSampleBytes, size);
+  }
+  return sum.finish();
+}
 SourceStamp source_stamp(const std::string& path) {
   struct stat st {};
   FT_CHECK(::stat(path.c_str(), &st) == 0, "CriteoDataset: cannot open '", path, "': ", std::strerror(errno));
-  return {static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  const auto size = static_cast<int64_t>(st.st_size);
+  return {size, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, content_hash(path, size)};
 }
 
 std::string cache_path_for(const std::string& tsv, const std::string& dir) {
@@ -150,7 +181,8 @@ std::string cache_problem(const MappedFile& cache, const SourceStamp& stamp, boo
   if (std::memcmp(h.magic, kCacheMagic, sizeof h.magic) != 0) return "it has a bad magic";
   if (h.version != kCacheVersion)
     return "it has format version " + std::to_string(h.version) + ", expected " + std::to_string(kCacheVersion);
-  if (h.source_size != stamp.size || h.source_mtime_ns != stamp.mtime_ns) return "the TSV changed since it was built";
+  if (h.source_size != stamp.size || h.source_mtime_ns != stamp.mtime_ns || h.source_hash != stamp.content_hash)
+    return "the TSV changed since it was built";
   if ((h.skip_bad_lines != 0) != skip_bad_lines)
     return std::string("it was built with skip_bad_lines ") + (h.skip_bad_lines ? "on" : "off");
   // Rows bounded by the file's size first: payload_layout of a row count near 2^63 wraps around
@@ -187,6 +219,7 @@ void write_cache(const std::string& path, const CriteoColumns& c, const SourceSt
   h.bad_lines = c.bad_lines;
   h.payload_bytes = static_cast<int64_t>(layout.total);
   h.checksum = sum.finish();
+  h.source_hash = stamp.content_hash;
   AtomicFile file(path, "CriteoDataset");
   file.write(&h, sizeof h);
   for (const auto& [data, bytes] : parts) file.write(data, bytes);

@@ -4,9 +4,10 @@
 //
 // B: batch size, N: rows.
 //
-// The cache (`<tsv>.ftcache` unless a folder is given) is a 64-byte header (magic "FTCRITEO",
-// format version, the TSV's size and mtime in ns, N, the bad-line count, skip_bad_lines, payload
-// length and a 64-bit checksum of the payload) followed by labels u8[N] padded to 8 bytes,
+// The cache (`<tsv>.ftcache` unless a folder is given) is a 72-byte header (magic "FTCRITEO",
+// format version 2, the TSV's size and mtime in ns, N, the bad-line count, skip_bad_lines, payload
+// length, a 64-bit checksum of the payload, and a hash of the TSV's content: all of it up to 64 MiB,
+// else its first and last MiB) followed by labels u8[N] padded to 8 bytes,
 // dense f32[N, 13] and sparse u32[N, 26], each row's values contiguous, in the host's (little-
 // endian) byte order.
 #pragma once
@@ -35,8 +36,8 @@ struct CriteoOpenOptions {
 /// the same (read-only) memory.
 class CriteoDataset {
  public:
-  /// Maps the cache of `tsv_path` when it was built from this very file (same size and mtime)
-  /// with the same skip_bad_lines and its checksum holds; otherwise parses the TSV
+  /// Maps the cache of `tsv_path` when it was built from this very file (same size, mtime and
+  /// content hash) with the same skip_bad_lines and its checksum holds; otherwise parses the TSV
   /// (parse_criteo_tsv's errors) and writes the cache atomically. A stale or corrupt cache is
   /// rebuilt, with one line on stderr saying why; a cache that cannot be written is reported on
   /// stderr and the parsed rows stay in memory. Checking the checksum reads the whole cache once

@@ -232,6 +232,25 @@ TEST(CriteoDataset, StaleCacheIsRebuilt) {
   EXPECT_TRUE(CriteoDataset::open(f.path, {.skip_bad_lines = true}).cache_reused());
 }
 
+// An edit that keeps the file's size and its mtime (a fixed digit, times preserved by a copy)
+// still invalidates the cache: it is keyed by the content too.
+TEST(CriteoDataset, EditKeepingSizeAndMtimeRebuildsTheCache) {
+  TsvFixture f;
+  CriteoDataset::open(f.path);
+  const auto mtime = fs::last_write_time(f.path);
+  std::string text = read_text(f.path);
+  // The first row's label, 0 or 1, flipped: one byte, the same length.
+  ASSERT_TRUE(text[0] == '0' || text[0] == '1');
+  text[0] = text[0] == '0' ? '1' : '0';
+  write_text(f.path, text);
+  fs::last_write_time(f.path, mtime);
+  const CriteoDataset edited = CriteoDataset::open(f.path);
+  EXPECT_FALSE(edited.cache_reused());
+  CriteoColumns expected = f.rows.expected;
+  expected.labels[0] = static_cast<uint8_t>(text[0] == '1');
+  expect_rows(edited, expected);
+}
+
 // The cache `good` with its header's row count (bytes 32..39) replaced by another N < 2^63 whose
 // payload size, 8·ceil(N / 8) + 156·N bytes, wraps around 2^64 to the real one. The checksum
 // covers only the payload, so nothing else gives the edit away.
