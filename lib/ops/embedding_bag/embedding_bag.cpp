@@ -1,5 +1,10 @@
 #include "lib/ops/embedding_bag/embedding_bag.h"
 
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
@@ -48,6 +53,20 @@ void check_inputs(const Tensor& weight, const Tensor& row_offsets, const Tensor&
   FT_CHECK(u.eps > 0.0, "embedding_bag: eps must be positive, got ", u.eps);
 }
 
+/// On the CPU, the rows a batch touches, each once: each id's slot among them ([N], the ids'
+/// dtype) and their count. Read on the host, which a CPU tensor costs nothing (on CUDA it would
+/// be a sync, and no step could be captured).
+std::pair<Tensor, int64_t> row_slots(const Tensor& rows) {
+  const std::vector<double> ids = rows.to_vector();
+  std::unordered_map<int64_t, int64_t> slot_of;
+  slot_of.reserve(ids.size());
+  std::vector<double> slots(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    slots[i] = static_cast<double>(slot_of.emplace(static_cast<int64_t>(ids[i]), slot_of.size()).first->second);
+  return {Tensor::from_vector(slots, {static_cast<int64_t>(ids.size())}, rows.dtype()),
+          static_cast<int64_t>(slot_of.size())};
+}
+
 /// The update of the twin, from the gradient of the gathered rows, in primitives.
 void apply_update_composite(const SparseRowUpdate& u, const Tensor& weight, const Tensor& rows, const Tensor& d_rows) {
   const Tensor step = cast(u.lr, weight.dtype()) * u.lr_scale;  // [1]
@@ -56,11 +75,16 @@ void apply_update_composite(const SparseRowUpdate& u, const Tensor& weight, cons
     return;
   }
   // Exact row-wise Adagrad needs each row's whole gradient before its accumulator moves: sum
-  // the rows' gradients in a dense scratch, then every id of a row computes the same new values.
+  // the rows' gradients in a scratch, then every id of a row computes the same new values. On
+  // the CPU the scratch holds the touched rows only (work in proportion to the batch, not the
+  // table); on CUDA it is table-sized, so that the step stays capturable.
   const int64_t r = weight.size(0), d = weight.size(1);
-  Tensor summed = Tensor::zeros({r, d}, weight.dtype(), weight.device());
-  index_add_rows_(summed, rows, d_rows);
-  const Tensor g = gather_rows(summed, rows);                                         // [N, D]
+  Tensor slots = rows;
+  int64_t scratch_rows = r;
+  if (!weight.is_cuda()) std::tie(slots, scratch_rows) = row_slots(rows);
+  Tensor summed = Tensor::zeros({scratch_rows, d}, weight.dtype(), weight.device());
+  index_add_rows_(summed, slots, d_rows);
+  const Tensor g = gather_rows(summed, slots);                                        // [N, D]
   const Tensor accumulator = u.accumulator.reshape({r, 1});
   const Tensor acc = gather_rows(accumulator, rows) + mean(g * g, true);             // [N, 1]
   index_put_rows_(accumulator, rows, acc);
