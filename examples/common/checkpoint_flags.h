@@ -39,7 +39,11 @@ inline Resumed resume_from_flag(const Args& args, Module& model, Optimizer& opti
                                 const std::vector<std::string>& position_keys) {
   Resumed out;
   if (args.str("resume").empty()) return out;
-  out.run_state = load_checkpoint(args.str("resume"), model, optimizer);
+  try {
+    out.run_state = load_checkpoint(args.str("resume"), model, optimizer);
+  } catch (const Error& e) {
+    FT_FAIL("--resume '", args.str("resume"), "': ", e.what());
+  }
   out.step = parse_int64(out.run_state.at("step"), "--resume: the checkpoint's step");
   for (const std::string& key : position_keys) {
     auto it = out.run_state.find(key);

@@ -18,6 +18,7 @@
 #include "models/gpt2/gpt2_init.h"
 #include "optim/lr_schedule.h"
 #include "train/data/token_shards.h"
+#include "train/io/checkpoint.h"
 #include "train/io/peft_adapter.h"
 #include "train/loop/startup.h"
 #include "train/loop/trainer.h"
@@ -127,6 +128,16 @@ struct Settings {
   ft::GPTConfig config;
 };
 
+/// A --resume checkpoint of another model is named as such before anything is loaded.
+void check_resumed_model(const ft::cli::Args& args, const Settings& s) {
+  const std::map<std::string, std::string> state = ft::checkpoint_run_state(args.str("resume"));
+  const auto value = [&](const char* key) { return state.count(key) ? state.at(key) : std::string(); };
+  const std::string model = value("model"), vocab = value("vocab");
+  FT_CHECK((model.empty() || model == args.str("model")) && (vocab.empty() || vocab == std::to_string(s.vocab)),
+           "ft-gpt2: --resume '", args.str("resume"), "' holds a --model ", model, " --vocab ", vocab,
+           " run; this one is --model ", args.str("model"), " --vocab ", s.vocab, ": give the checkpoint's");
+}
+
 /// Every numeric flag is checked here, at the edge, even those only read later (sampling, LoRA).
 Settings check_flags(const ft::cli::Args& args) {
   ft::cli::check_training_flags(args, "ft-gpt2");
@@ -161,6 +172,7 @@ Settings check_flags(const ft::cli::Args& args) {
   s.steps = args.integer("steps", 1);
   s.accum = args.integer("grad-accum", 1);
   FT_CHECK(s.seq <= s.config.block_size, "ft-gpt2: --seq ", s.seq, " exceeds the model's block size ", s.config.block_size);
+  if (!args.str("resume").empty()) check_resumed_model(args, s);
   return s;
 }
 

@@ -192,7 +192,11 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
   return final_dir.string();
 }
 
-std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer) {
+namespace {
+
+// The checkpoint folder `folder` names: itself, or under a root the one `latest` names (the
+// newest complete one when that is missing or incomplete).
+fs::path checkpoint_folder(const std::string& folder) {
   fs::path dir(folder);
   if (fs::exists(dir / "latest")) {
     std::ifstream in(dir / "latest");
@@ -211,13 +215,41 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
       dir = newest;
     }
   }
+  return dir;
+}
+
+// "model=tiny, vocab=256, step=40": a checkpoint's run state, for an error about what it holds.
+std::string run_state_summary(const std::map<std::string, std::string>& state) {
+  std::string out;
+  for (const auto& [key, value] : state)
+    if (value.size() <= 40 && key.find("__") == std::string::npos) out += (out.empty() ? "" : ", ") + key + "=" + value;
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> checkpoint_run_state(const std::string& folder) {
+  const fs::path dir = checkpoint_folder(folder);
+  FT_CHECK(fs::exists(dir / "optimizer.safetensors"), "checkpoint_run_state: '", dir.string(),
+           "' holds no complete checkpoint (optimizer.safetensors)");
+  return load_safetensors((dir / "optimizer.safetensors").string()).metadata;
+}
+
+std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer) {
+  const fs::path dir = checkpoint_folder(folder);
   FT_CHECK(fs::exists(dir / "model.safetensors") && fs::exists(dir / "optimizer.safetensors"), "load_checkpoint: '",
            dir.string(), "' holds no complete checkpoint (model.safetensors and optimizer.safetensors)");
   if (complete(dir)) verify(dir);  // checkpoints written before manifests load unverified
   const SafetensorsFile weights = load_safetensors((dir / "model.safetensors").string());
-  // Strict: a resumed run must continue from every saved weight, so any mismatch is an error.
-  model.load_state_dict(weights.tensors, /*strict=*/true);
   const SafetensorsFile state = load_safetensors((dir / "optimizer.safetensors").string());
+  // Strict: a resumed run must continue from every saved weight, so any mismatch is an error,
+  // which says what run wrote the checkpoint.
+  try {
+    model.load_state_dict(weights.tensors, /*strict=*/true);
+  } catch (const Error& e) {
+    FT_FAIL("load_checkpoint: '", dir.string(), "' holds another model than this run builds (written by a run with ",
+            run_state_summary(state.metadata), "): ", e.what());
+  }
   const CheckpointCounters counters = parse_checkpoint_counters(state.metadata, dir.string());
   // The step count first: it resets the device counters, which the saved state then restores.
   optimizer.set_step_count(counters.step);

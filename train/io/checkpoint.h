@@ -32,6 +32,10 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
 /// ft::Error.
 std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer);
 
+/// The run state of the checkpoint `folder` names (as load_checkpoint finds it), without loading
+/// it: for checking, before anything is loaded, that it is this run's.
+std::map<std::string, std::string> checkpoint_run_state(const std::string& folder);
+
 /// Removes the complete checkpoints under root beyond the `keep_last` newest (never the one
 /// `latest` names).
 void prune_checkpoints(const std::string& root, int64_t keep_last);
