@@ -238,7 +238,6 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, ft::DLRM& model,
                                .metrics_path = args.str("metrics"),
                                .flops_per_item = model.flops_per_sample(),
                                .graph = ft::cli::graph_flag(args),
-                               .window_loss = false,
                                .eval_every = args.integer("eval-every", 0),
                                .max_skipped_in_a_row = args.integer("max-skipped", 0),
                                .data_parallel = data_parallel};

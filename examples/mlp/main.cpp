@@ -65,8 +65,6 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, int64_t steps, i
   ft::Trainer::Options options{.log_every = args.integer("log-every", 0),
                                .metrics_path = args.str("metrics"),
                                .graph = ft::cli::graph_flag(args),
-                               // The step's loss is read at logged steps only: no extra kernel a step.
-                               .window_loss = false,
                                .eval_every = steps_per_epoch,
                                .max_skipped_in_a_row = args.integer("max-skipped", 0),
                                .data_parallel = data_parallel};

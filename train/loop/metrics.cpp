@@ -34,8 +34,11 @@ MetricsLog::MetricsLog(std::string unit, const std::string& jsonl_path, std::str
 
 std::string MetricsLog::format(const StepMetrics& m) const {
   char buf[256];
-  int n = std::snprintf(buf, sizeof buf, "step %5lld/%lld | loss %.4f | lr %.2e | grad norm ",
-                        static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss, m.lr);
+  // "loss 0.4123 (mean of 20)": the mean since the last line, which one batch's loss jumps around.
+  char mean_of[32] = "";
+  if (m.loss_steps > 1) std::snprintf(mean_of, sizeof mean_of, " (mean of %lld)", static_cast<long long>(m.loss_steps));
+  int n = std::snprintf(buf, sizeof buf, "step %5lld/%lld | loss %.4f%s | lr %.2e | grad norm ",
+                        static_cast<long long>(m.step), static_cast<long long>(m.total_steps), m.loss, mean_of, m.lr);
   std::string line(buf, static_cast<size_t>(n));
   if (m.grad_norm) {
     std::snprintf(buf, sizeof buf, "%.3f", *m.grad_norm);
@@ -70,9 +73,9 @@ std::string MetricsLog::json(const StepMetrics& m) const {
   char buf[512];
   auto opt = [](const std::optional<double>& v) { return v ? std::to_string(*v) : std::string("null"); };
   std::snprintf(buf, sizeof buf,
-                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.4f, \"step_ms\": %s, "
-                "\"%s_per_s\": %.1f, \"mfu\": %s, \"skipped_steps\": %lld}",
-                static_cast<long long>(m.step), m.loss, m.lr, opt(m.grad_norm).c_str(), m.ms,
+                "{\"step\": %lld, \"loss\": %.9g, \"loss_steps\": %lld, \"lr\": %.6e, \"grad_norm\": %s, \"ms\": %.4f, "
+                "\"step_ms\": %s, \"%s_per_s\": %.1f, \"mfu\": %s, \"skipped_steps\": %lld}",
+                static_cast<long long>(m.step), m.loss, static_cast<long long>(m.loss_steps), m.lr, opt(m.grad_norm).c_str(), m.ms,
                 m.step_ms ? std::to_string(*m.step_ms).c_str() : "null", unit_.c_str(), m.items_per_s,
                 opt(m.mfu).c_str(), static_cast<long long>(m.skipped_steps));
   return buf;

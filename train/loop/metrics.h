@@ -11,7 +11,8 @@ namespace ft {
 struct StepMetrics {
   int64_t step = 0;
   int64_t total_steps = 0;
-  double loss = 0;
+  double loss = 0;                      // the mean over loss_steps steps up to this one
+  int64_t loss_steps = 1;               // how many: the steps since the last line (Trainer::Options::window_loss)
   double lr = 0;
   std::optional<double> grad_norm = {};
   double ms = 0;                        // wall clock per step over the logged window, data included

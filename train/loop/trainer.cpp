@@ -170,6 +170,10 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     return point.staged ? host_scalar(staged + i * kStagedValue, t.dtype()) : t.item();
   };
   m.loss = value(point.loss, 0);
+  if (options_.window_loss && window.losses > 0) {
+    m.loss = value(point.window_loss, 3) / static_cast<double>(window.losses);
+    m.loss_steps = window.losses;
+  }
   // Data-parallel: the mean of every rank's loss (a collective at the logged steps, which every
   // rank reaches alike), so that the line is the global batch's and a diverging rank stops all.
   if (options_.data_parallel) m.loss = options_.data_parallel->mean_over_ranks(m.loss);
@@ -203,12 +207,7 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     if (const std::string startup = take_startup_summary(); !startup.empty()) std::cout << startup << std::endl;
     log_.log(m);
   }
-  if (options_.window_loss && window.losses > 0) {
-    summary.final_loss = value(point.window_loss, 3) / static_cast<double>(window.losses);
-    if (options_.data_parallel) summary.final_loss = options_.data_parallel->mean_over_ranks(summary.final_loss);
-  } else {
-    summary.final_loss = m.loss;
-  }
+  summary.final_loss = m.loss;  // the window's mean, over the ranks too
   window.start = now;
   window.first_step = point.step;
   window.excluded_s = 0;

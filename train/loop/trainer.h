@@ -72,7 +72,10 @@ class Trainer {
     std::optional<double> flops_per_item = {};  ///< model FLOPs per item, forward and backward, for MFU
     int64_t warmup_steps = 3;         ///< steps left out of FitSummary's times (two eager steps and the capture)
     bool graph = false;               ///< CUDA: replay the whole step from a CUDA graph after two eager steps
-    bool window_loss = true;          ///< add every step's loss on the device for FitSummary::final_loss
+    /// Add every step's loss on the device (one small kernel a step, outside the step's graph): a
+    /// line then shows the mean loss since the last line, and FitSummary::final_loss is the last
+    /// window's mean. Off: a line shows its own step's loss.
+    bool window_loss = true;
                                       ///< (one small kernel a step)
     EvalFn eval = {};                 ///< every eval_every steps and at the last step of fit()
     int64_t eval_every = 0;           ///< 0: only at the last step

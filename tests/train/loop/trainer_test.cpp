@@ -8,6 +8,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
 #include <future>
 #include <thread>
 
@@ -176,6 +179,52 @@ TEST(Trainer, AResumedRunRepeatsTheUninterruptedOneExactly) {
   EXPECT_EQ(trainer.step(), 8);
   EXPECT_EQ(values(*resumed), values(*whole));
   EXPECT_FT_ERROR(trainer.resume(0, {}), "started");
+}
+
+// The losses a run's --metrics file logged: step -> (loss, how many steps it is the mean of).
+std::map<int64_t, std::pair<double, int64_t>> logged_losses(const std::string& path) {
+  std::map<int64_t, std::pair<double, int64_t>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    long long step = 0, steps = 0;
+    double loss = 0;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld, \"loss\": %lf, \"loss_steps\": %lld", &step, &loss, &steps) == 3)
+      out[step] = {loss, steps};
+  }
+  return out;
+}
+
+// A line's loss is the mean of the steps since the previous line: a run logging every 4 steps
+// shows the mean of the 4 losses a run logging every step shows (same seeds, same steps), and
+// the summary's final loss is the last window's.
+TEST(Trainer, ALineShowsTheMeanLossSinceTheLastLine) {
+  const std::string dir = ::testing::TempDir();
+  std::map<int64_t, std::pair<double, int64_t>> logged[2];
+  double final_loss[2] = {};
+  for (int run = 0; run < 2; ++run) {
+    Generator gen = test_generator();
+    auto model = small_model(5);
+    SGD optimizer(model->parameters(), SGD::Options{.lr = 0.05});
+    ListSource source(random_batches(5, 4, gen));
+    const std::string path = dir + "/window_loss_" + std::to_string(run) + ".jsonl";
+    Trainer trainer(*model, optimizer, source, mse, {.log_every = run == 0 ? 1 : 4, .metrics_path = path});
+    final_loss[run] = trainer.fit(12).final_loss;
+    logged[run] = logged_losses(path);
+  }
+  ASSERT_EQ(logged[0].size(), 12u);
+  ASSERT_EQ(logged[1].size(), 3u);
+  for (const auto& [step, entry] : logged[1]) {
+    double sum = 0;
+    for (int64_t s = step - 3; s <= step; ++s) {
+      EXPECT_EQ(logged[0].at(s).second, 1) << "step " << s;
+      sum += logged[0].at(s).first;
+    }
+    EXPECT_EQ(entry.second, 4) << "step " << step;
+    // The window's sum is kept in f32 on the device, and the file holds 9 digits.
+    EXPECT_NEAR(entry.first, sum / 4, 1e-6 * std::abs(sum / 4)) << "step " << step;
+  }
+  EXPECT_NEAR(final_loss[1], logged[1].at(12).first, 1e-8 * final_loss[1]);
+  EXPECT_NEAR(final_loss[0], logged[0].at(12).first, 1e-8 * final_loss[0]);
 }
 
 TEST(Trainer, AMissingBatchTensorIsAnErrorNamingIt) {
