@@ -36,6 +36,11 @@ bool capturing();
 size_t device_memory_in_use();
 /// Bytes of memory the device has in all; 0 without a GPU.
 size_t device_memory_total();
+/// Bytes of device memory free now, plus what fusedtrain's pool holds unused; 0 without a GPU.
+size_t device_memory_free();
+/// Bytes of host memory available to a new allocation (/proc/meminfo's MemAvailable); 0 when
+/// unknown.
+size_t host_memory_available();
 /// Restarts the high-water mark of device_memory_in_use() at the current value.
 void reset_peak_memory();
 /// After a failure (out of memory, say): waits for the queued work, ignoring its errors, and

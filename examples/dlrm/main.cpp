@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/memory_check.h"
 #include "examples/common/training_flags.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bce/bce.h"
@@ -168,6 +169,32 @@ Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
   return s;
 }
 
+/// What the run holds: the tables (f32, with Adagrad's accumulators) and the MLPs with their
+/// training state, certain; the activations of a batch, estimated.
+ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype) {
+  const double tables = ft::kCriteoSparse * static_cast<double>(s.table_rows);
+  const bool adagrad = s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad;
+  double mlp_params = 0, widths = 0;
+  auto add_mlp = [&](int64_t in, const std::vector<int64_t>& layers) {
+    for (int64_t w : layers) {
+      mlp_params += static_cast<double>(in * w + w);
+      widths += static_cast<double>(w);
+      in = w;
+    }
+  };
+  add_mlp(ft::kCriteoDense, s.bottom);
+  const int64_t features = ft::kCriteoSparse + 1;
+  add_mlp(s.dim + features * (features - 1) / 2, s.top);
+  const double per_param = ft::cli::training_bytes_per_parameter(dtype, s.optimizer, args.number("momentum", 0));
+  ft::cli::MemoryEstimate e;
+  e.certain = {{"26 tables", tables * static_cast<double>(s.dim) * 4},
+               {"their Adagrad accumulators", adagrad ? tables * 4 : 0},
+               {"the MLPs with gradients and optimizer state", mlp_params * per_param}};
+  // A batch's rows of every width, forward and backward, and the interaction's vectors.
+  e.activations = static_cast<double>(s.batch) * (widths + features * static_cast<double>(s.dim)) * 4 * 3;
+  return e;
+}
+
 /// The file, parsed or from its cache, and dlrm's split of it.
 struct Data {
   std::string path;
@@ -278,6 +305,8 @@ int run(int argc, char** argv) {
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const Data data = open_data(args, s.batch);
   ft::mark_startup("data");
+  ft::cli::check_memory(memory_estimate(s, args, dtype), device, "ft-dlrm",
+                        "make the tables smaller (--table-rows, --dim) or the batch (--batch)");
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   const std::shared_ptr<ft::DLRM> model = build_model(s, seed);

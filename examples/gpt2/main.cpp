@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/common/memory_check.h"
 #include "examples/common/training_flags.h"
 #include "examples/gpt2/parity_dump.h"
 #include "lib/autograd.h"
@@ -176,6 +177,21 @@ Settings check_flags(const ft::cli::Args& args) {
   return s;
 }
 
+/// What the run holds: the weights with their gradients and optimizer state, certain; the
+/// activations, estimated from a measured gpt2-124M step (about 24 bytes per token, channel and
+/// layer, and the logits).
+ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype) {
+  const ft::GPTConfig& c = s.config;
+  const double C = static_cast<double>(c.channels), L = static_cast<double>(c.layers);
+  const double params = static_cast<double>(c.vocab + c.block_size) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const double tokens = static_cast<double>(s.batch * s.seq), width = dtype == ft::DType::BF16 ? 2 : 4;
+  ft::cli::MemoryEstimate e;
+  e.certain = {{"weights with gradients and optimizer state",
+                params * ft::cli::training_bytes_per_parameter(dtype, args.str("optimizer"), args.number("momentum", 0))}};
+  e.activations = tokens * (12 * width * C * L + width * static_cast<double>(c.vocab));
+  return e;
+}
+
 /// The training loader and, with --val, the validation one (in order), each reading this rank's part.
 struct Data {
   std::unique_ptr<ft::TokenLoader> train, val;
@@ -297,6 +313,8 @@ int run(int argc, char** argv) {
   ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
   const Data data = open_data(args, s, dp.shard());
   ft::mark_startup("data");
+  ft::cli::check_memory(memory_estimate(s, args, dtype), device, "ft-gpt2",
+                        "a smaller --model, or fewer tokens a step (--batch, --seq, with --grad-accum to keep the batch)");
 
   ft::GPT model(s.config, static_cast<uint64_t>(args.integer("seed", 0)));
   const ft::PeftLoraConfig adapter = prepare_model(model, args, device, dtype);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "examples/common/memory_check.h"
 #include "examples/common/training_flags.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/cross_entropy/cross_entropy.h"
@@ -59,6 +60,18 @@ Data load_data(const std::string& dir, ft::Device device, ft::DType dtype) {
   return d;
 }
 
+/// What the run holds: the weights with their gradients and optimizer state, certain; a batch's
+/// activations (each hidden layer's linear, norm, activation and dropout outputs), estimated.
+ft::cli::MemoryEstimate memory_estimate(const ft::cli::Args& args, int64_t batch, ft::DType dtype) {
+  const double h = static_cast<double>(args.integer("hidden", 1)), layers = static_cast<double>(args.integer("layers", 0));
+  const double params = 785 * h + std::max(0.0, layers - 1) * (h * h + h) + 2 * layers * h + 10 * h + 10;
+  ft::cli::MemoryEstimate e;
+  e.certain = {{"weights with gradients and optimizer state",
+                params * ft::cli::training_bytes_per_parameter(dtype, args.str("optimizer"), args.number("momentum", 0))}};
+  e.activations = static_cast<double>(batch) * layers * h * 8 * (dtype == ft::DType::BF16 ? 2 : 4);
+  return e;
+}
+
 /// The loop's options: progress lines, the schedule, the test accuracy after each epoch.
 ft::Trainer::Options trainer_options(const ft::cli::Args& args, int64_t steps, int64_t steps_per_epoch,
                                      ft::DataParallel* data_parallel) {
@@ -91,6 +104,7 @@ int run(int argc, char** argv) {
   const int64_t epochs = args.integer("epochs", 0), batch = args.integer("batch", 1);
   const Data data = load_data(args.str("data-dir"), device, dtype);
   ft::mark_startup("data");
+  ft::cli::check_memory(memory_estimate(args, batch, dtype), device, "ft-mlp", "a smaller --hidden, --layers or --batch");
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   // Each rank of a data-parallel run draws its own dropout masks (the weights come from rank 0).

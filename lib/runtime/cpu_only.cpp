@@ -27,6 +27,7 @@ size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
 void release_cached_memory() {}
 size_t device_memory_total() { return 0; }
+size_t device_memory_free() { return 0; }
 size_t peak_memory() { return 0; }
 void profiler_start() {}
 void profiler_stop() {}

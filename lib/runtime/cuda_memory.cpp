@@ -63,6 +63,14 @@ size_t device_memory_total() {
   return total_bytes;
 }
 
+size_t device_memory_free() {
+  if (!cuda_available()) return 0;
+  size_t free_bytes = 0, total_bytes = 0;
+  FT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto reserved = static_cast<size_t>(pool_attribute(cudaMemPoolAttrReservedMemCurrent));
+  return free_bytes + (reserved > device_memory_in_use() ? reserved - device_memory_in_use() : 0);
+}
+
 void release_cached_memory() {
   if (!cuda_available()) return;
   cudaStreamSynchronize(cuda::stream());

@@ -180,6 +180,12 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   m.ranks = world_size();
   m.items_per_step = items_per_step_;
   const Clock::time_point now = Clock::now();
+  // A run of skipped steps says more than the loss it left behind, so it is checked first.
+  const int64_t skip_run = point.skip_run.defined() ? static_cast<int64_t>(value(point.skip_run, 4)) : 0;
+  FT_CHECK(options_.max_skipped_in_a_row <= 0 || skip_run < options_.max_skipped_in_a_row,
+           "training diverged: the last ", skip_run, " steps up to step ", point.step, " were all skipped for a ",
+           "non-finite gradient norm (the run stops at ", options_.max_skipped_in_a_row, " in a row: --max-skipped). ",
+           "Lower the learning rate or clip harder; the checkpoints written so far are kept");
   FT_CHECK(std::isfinite(m.loss), "training diverged: the loss is ", m.loss, " at step ", point.step);
   const int64_t steps = point.step - window.first_step;
   m.ms = (seconds(now - window.start) - window.excluded_s) * 1000.0 / static_cast<double>(steps);
@@ -197,11 +203,6 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
   m.lr = options_.schedule.at(point.step - 1);
   if (point.grad_norm.defined()) m.grad_norm = value(point.grad_norm, 1);
   m.skipped_steps = static_cast<int64_t>(value(point.skipped, 2));
-  const int64_t skip_run = point.skip_run.defined() ? static_cast<int64_t>(value(point.skip_run, 4)) : 0;
-  FT_CHECK(options_.max_skipped_in_a_row <= 0 || skip_run < options_.max_skipped_in_a_row,
-           "training diverged: the last ", skip_run, " steps up to step ", point.step, " were all skipped for a ",
-           "non-finite gradient norm (the run stops at ", options_.max_skipped_in_a_row, " in a row: --max-skipped). ",
-           "Lower the learning rate or clip harder; the checkpoints written so far are kept");
   if (print && primary()) {
     // The start-up time is that of the process's first step, printed with its first line.
     if (const std::string startup = take_startup_summary(); !startup.empty()) std::cout << startup << std::endl;
