@@ -3,6 +3,7 @@
 // fused update (SGD, row-wise Adagrad) against the f64 twin on the CPU with ids that repeat
 // across the fused kernel's chunks, bit-identical tables from two runs, and bad inputs.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -296,6 +297,32 @@ TEST(SparseRowsTest, PrimitivesMatchLoops) {
   EXPECT_EQ(std::vector<double>(p.begin() + 15, p.begin() + 18), (std::vector<double>{4, 5, 6}));
   EXPECT_FT_ERROR(index_put_rows_(put, Tensor::from_vector({6}, {1}, DType::I64), random_tensor({1, 3}, DType::F64, kCPU, gen)),
                   "out of range");
+}
+
+// The CPU's row-wise Adagrad works on the rows a batch touches, not the table: one step over a
+// table of 4M rows takes about as long as over one of 4K (a table-sized zeroed scratch made the
+// big one take over a hundred times longer). Medians of 5 steps; the bound leaves a wide margin.
+TEST(EmbeddingBagCpu, RowWiseAdagradStepDoesNotScaleWithTheTable) {
+  Generator gen = test_generator();
+  auto step_ms = [&](int64_t rows) {
+    const Bags b = random_bags({rows}, 256, 2, 1000, gen);
+    Tensor weight = Tensor::full({rows, 8}, 0.01, DType::F32, kCPU);
+    weight.requires_grad_();
+    const SparseRowUpdate update{.kind = RowUpdateKind::RowWiseAdagrad,
+                                 .lr = Tensor::full({1}, 0.05, DType::F32, kCPU),
+                                 .accumulator = Tensor::zeros({rows}, DType::F32, kCPU)};
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      embedding_bag(weight, b.row_offsets, b.ids, b.offsets, Tensor(), {.update = update}).backward(
+          Tensor::full({256, 1, 8}, 1.0, DType::F32, kCPU));
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[2];
+  };
+  const double small = step_ms(4096), big = step_ms(int64_t{4} << 20);
+  EXPECT_LT(big, 10 * small + 2.0) << "4K rows: " << small << " ms a step, 4M rows: " << big << " ms";
 }
 
 }  // namespace
