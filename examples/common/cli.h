@@ -62,6 +62,13 @@ class Args {
   std::string str(const std::string& name) const { return values_.at(name); }
   /// Whether the command line set the flag (to any value, its default too).
   bool given(const std::string& name) const { return given_.count(name) > 0; }
+  /// A one-line note (rank 0 only) for each of `flags` the command line set that this setup
+  /// ignores, saying `why`: nothing the user asked for is dropped without a word.
+  void note_ignored(const std::vector<std::string>& flags, const std::string& why) const {
+    if (launch_env().rank != 0) return;
+    for (const std::string& flag : flags)
+      if (given(flag)) std::printf("%s: note: --%s is ignored: %s\n", program_.c_str(), flag.c_str(), why.c_str());
+  }
   /// A switch: exactly 0 or 1 (an ft::Error naming the flag otherwise).
   bool boolean(const std::string& name) const {
     const std::string& v = values_.at(name);

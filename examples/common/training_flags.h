@@ -48,6 +48,7 @@ inline void check_training_flags(const Args& args, const std::string& program) {
   for (const char* name : {"momentum", "weight-decay"}) (void)args.number(name, 0);
   if (!args.str("lr").empty()) (void)args.number("lr", 0);
   (void)args.boolean("resume-new-batch");
+  if (args.str("ckpt-dir").empty()) args.note_ignored({"ckpt-every", "keep-last"}, "without --ckpt-dir no checkpoint is written");
   FT_CHECK(args.number("momentum") < 1, program, ": --momentum must be below 1, got ", args.number("momentum"));
 }
 
@@ -67,6 +68,7 @@ inline std::unique_ptr<Optimizer> make_optimizer(const Args& args, const std::st
   const double lr = choice.lr.empty() ? args.number("lr", 0) : parse_double(choice.lr, program + ": --lr");
   FT_CHECK(lr >= 0, program, ": --lr must not be negative, got ", lr);
   const double weight_decay = args.number("weight-decay", 0);
+  if (name == "adamw") args.note_ignored({"momentum"}, "AdamW has no momentum (--optimizer sgd has)");
   if (name == "adamw")
     return std::make_unique<AdamW>(parameters, AdamW::Options{.lr = lr, .beta2 = choice.beta2, .weight_decay = weight_decay,
                                                               .policy = choice.policy, .partition = partition});

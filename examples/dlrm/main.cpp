@@ -300,7 +300,11 @@ int run(int argc, char** argv) {
   if (!args.parse(argc, argv)) return 0;
   const Preset preset = preset_named(args.str("preset"));
   const Settings s = check_flags(args, preset);
-  if (!args.str("make-synthetic").empty()) return make_synthetic(args, s.table_rows);
+  if (!args.str("make-synthetic").empty()) {
+    args.note_ignored({"data", "steps", "epochs", "batch", "lr", "optimizer", "ckpt-dir", "resume", "metrics"},
+                      "--make-synthetic writes a file and exits");
+    return make_synthetic(args, s.table_rows);
+  }
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-dlrm");
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const Data data = open_data(args, s.batch);

@@ -174,6 +174,10 @@ Settings check_flags(const ft::cli::Args& args) {
   s.accum = args.integer("grad-accum", 1);
   FT_CHECK(s.seq <= s.config.block_size, "ft-gpt2: --seq ", s.seq, " exceeds the model's block size ", s.config.block_size);
   if (!args.str("resume").empty()) check_resumed_model(args, s);
+  if (args.str("val").empty()) args.note_ignored({"val-every", "val-batches"}, "without --val nothing is validated");
+  if (s.vocab != 256)
+    args.note_ignored({"sample-every", "sample-len", "prompt", "temperature", "top-k"},
+                      "samples are drawn for byte-level models (vocabulary 256) only");
   return s;
 }
 
