@@ -183,15 +183,14 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
     }
   };
   add_mlp(ft::kCriteoDense, s.bottom);
-  const int64_t features = ft::kCriteoSparse + 1;
-  add_mlp(s.dim + features * (features - 1) / 2, s.top);
+  add_mlp(ft::DLRM::interaction_width(ft::kCriteoSparse, s.dim), s.top);
   const double per_param = ft::cli::training_bytes_per_parameter(dtype, s.optimizer, args.number("momentum", 0));
   ft::cli::MemoryEstimate e;
   e.certain = {{"26 tables", tables * static_cast<double>(s.dim) * 4},
                {"their Adagrad accumulators", adagrad ? tables * 4 : 0},
                {"the MLPs with gradients and optimizer state", mlp_params * per_param}};
   // A batch's rows of every width, forward and backward, and the interaction's vectors.
-  e.activations = static_cast<double>(s.batch) * (widths + features * static_cast<double>(s.dim)) * 4 * 3;
+  e.activations = static_cast<double>(s.batch) * (widths + (ft::kCriteoSparse + 1) * static_cast<double>(s.dim)) * 4 * 3;
   return e;
 }
 

@@ -43,10 +43,6 @@ DLRM::DLRM(Options options, Generator& gen) : options_(std::move(options)) {
   }
 }
 
-int64_t DLRM::interaction_width() const {
-  const int64_t features = tables_->tables() + 1;
-  return options_.tables.dim + features * (features - 1) / 2;
-}
 
 Tensor DLRM::logits(const Tensor& dense, const Tensor& sparse_ids) {
   const DType dtype = bottom_.front()->weight().dtype();

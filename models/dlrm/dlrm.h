@@ -30,7 +30,9 @@ class DLRM : public Module {
   /// Every parameter but the tables (which update themselves in backward): the optimizer's.
   std::vector<Tensor> dense_parameters() const;
   /// The width of the top MLP's input: D + (T + 1)·T / 2.
-  int64_t interaction_width() const;
+  int64_t interaction_width() const { return interaction_width(tables_->tables(), options_.tables.dim); }
+  /// The same for T tables of width D, before a model is built (a run's memory estimate).
+  static int64_t interaction_width(int64_t tables, int64_t dim) { return dim + (tables + 1) * tables / 2; }
   /// Model FLOPs per sample, forward and backward (2·MACs forward, twice that backward), of the
   /// MLPs and the interaction.
   double flops_per_sample() const;

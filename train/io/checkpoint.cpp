@@ -232,7 +232,7 @@ std::map<std::string, std::string> checkpoint_run_state(const std::string& folde
   const fs::path dir = checkpoint_folder(folder);
   FT_CHECK(fs::exists(dir / "optimizer.safetensors"), "checkpoint_run_state: '", dir.string(),
            "' holds no complete checkpoint (optimizer.safetensors)");
-  return load_safetensors((dir / "optimizer.safetensors").string()).metadata;
+  return load_safetensors_metadata((dir / "optimizer.safetensors").string());
 }
 
 std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer) {

@@ -1,6 +1,7 @@
 #include "train/io/safetensors.h"
 
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "lib/error.h"
@@ -60,8 +61,10 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   file.commit();
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+
+// The file's parsed header, every range checked, and the header's length; `in` is left open.
+std::pair<SafetensorsHeader, uint64_t> read_header(std::ifstream& in, const std::string& path) {
   FT_CHECK(in.good(), "load_safetensors: cannot open '", path, "'");
   in.seekg(0, std::ios::end);
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
@@ -72,8 +75,20 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::string header(header_size, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_size));
   FT_CHECK(in.good(), "load_safetensors: reading the header of '", path, "' failed");
+  return {parse_safetensors_header(header, file_size - 8 - header_size, path), header_size};
+}
+
+}  // namespace
+
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return read_header(in, path).first.metadata;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   // Every range is checked before the first tensor is allocated.
-  const SafetensorsHeader parsed = parse_safetensors_header(header, file_size - 8 - header_size, path);
+  const auto [parsed, header_size] = read_header(in, path);
   SafetensorsFile out;
   out.metadata = parsed.metadata;
   for (const SafetensorsEntry& entry : parsed.tensors) {

@@ -24,5 +24,7 @@ struct SafetensorsFile {
 /// an unknown dtype, a byte range that does not match the shape or falls outside the data, or
 /// overlapping ranges are each an ft::Error naming the file and the problem.
 SafetensorsFile load_safetensors(const std::string& path);
+/// The file's metadata alone: its header is read and checked, no tensor is.
+std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
 
 }  // namespace ft

@@ -10,18 +10,17 @@ namespace ft {
 
 namespace {
 
-void check_inputs(const char* op, const std::vector<float>& scores, const std::vector<float>& labels) {
+void check_inputs(const char* op, const std::vector<float>& scores, const std::vector<float>& labels,
+                  bool nan_scores_allowed = false) {
   FT_CHECK(scores.size() == labels.size(), op, ": ", scores.size(), " scores but ", labels.size(), " labels");
   for (size_t i = 0; i < labels.size(); ++i) {
     FT_CHECK(labels[i] == 0.0f || labels[i] == 1.0f, op, ": label ", labels[i], " at ", i, " is not 0 or 1");
-    FT_CHECK(!std::isnan(scores[i]), op, ": score ", i, " is NaN");
+    FT_CHECK(nan_scores_allowed || !std::isnan(scores[i]), op, ": score ", i, " is NaN");
   }
 }
 
-}  // namespace
-
-double exact_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
-  check_inputs("exact_auc", scores, labels);
+// The AUC of inputs check_inputs passed; NaN when the labels are all of one class.
+double auc_of_checked(const std::vector<float>& scores, const std::vector<float>& labels) {
   std::vector<uint32_t> order(scores.size());
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return scores[a] < scores[b]; });
@@ -37,23 +36,27 @@ double exact_auc(const std::vector<float>& scores, const std::vector<float>& lab
     positives += pos;
     i = j;
   }
-  FT_CHECK(positives > 0 && negatives_below > 0, "exact_auc: the ", scores.size(),
-           " labels are all of one class; AUC needs both");
-  return wins / (positives * negatives_below);
+  return positives > 0 && negatives_below > 0 ? wins / (positives * negatives_below) : std::nan("");
+}
+
+}  // namespace
+
+double exact_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
+  check_inputs("exact_auc", scores, labels);
+  const double auc = auc_of_checked(scores, labels);
+  FT_CHECK(!std::isnan(auc), "exact_auc: the ", scores.size(), " labels are all of one class; AUC needs both");
+  return auc;
 }
 
 BinaryMetrics binary_metrics_from_logits(const std::vector<float>& logits, const std::vector<float>& labels) {
-  FT_CHECK(logits.size() == labels.size(), "binary metrics: ", logits.size(), " scores but ", labels.size(), " labels");
+  check_inputs("binary metrics", logits, labels, /*nan_scores_allowed=*/true);
   FT_CHECK(!logits.empty(), "binary metrics: no predictions to measure (an empty split)");
-  for (size_t i = 0; i < labels.size() && i < logits.size(); ++i)
-    FT_CHECK(labels[i] == 0.0f || labels[i] == 1.0f, "binary metrics: label ", labels[i], " at ", i, " is not 0 or 1");
   BinaryMetrics m;
   // What cannot be measured is NaN and named, never an error that throws the run's result away:
-  // AUC needs both classes and scores that are numbers (a diverged model's are not).
+  // AUC needs scores that are numbers (a diverged model's are not) and both classes.
   const bool nan_score = std::any_of(logits.begin(), logits.end(), [](float z) { return std::isnan(z); });
-  const bool one_class = std::all_of(labels.begin(), labels.end(), [&](float y) { return y == labels.front(); });
-  m.auc_missing = nan_score ? "NaN scores" : one_class ? "the labels are all of one class" : "";
-  m.auc = m.auc_missing.empty() ? exact_auc(logits, labels) : std::nan("");
+  m.auc = nan_score ? std::nan("") : auc_of_checked(logits, labels);
+  m.auc_missing = nan_score ? "NaN scores" : std::isnan(m.auc) ? "the labels are all of one class" : "";
   m.count = static_cast<int64_t>(logits.size());
   double loss = 0, right = 0, positives = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
