@@ -4,26 +4,56 @@
 
 #include "lib/error.h"
 #include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/random/random.h"
 
 namespace ft {
 
-EmbeddingBagCollection::EmbeddingBagCollection(Options options, Generator& gen) : options_(std::move(options)) {
-  FT_CHECK(!options_.table_rows.empty() && options_.dim > 0, "EmbeddingBagCollection: needs at least one table and D > 0");
-  std::vector<Tensor> parts;
+Tensor EmbeddingBagCollection::initial_rows(int64_t rows, int64_t dim, uint64_t seed, uint64_t offset, int64_t begin,
+                                            int64_t count) {
+  FT_CHECK(begin >= 0 && count >= 0 && begin + count <= rows, "EmbeddingBagCollection: rows [", begin, ", ",
+           begin + count, ") are outside a table of ", rows);
+  const double bound = std::sqrt(1.0 / static_cast<double>(rows));
+  const Tensor u = philox_uniform({count, dim}, seed, offset + static_cast<uint64_t>(begin * dim));
+  return affine(u, 2.0 * bound, -bound);
+}
+
+namespace {
+
+/// The tables' rows in all, each table's and the sum checked.
+int64_t checked_rows(const EmbeddingBagCollection::Options& options) {
+  FT_CHECK(!options.table_rows.empty() && options.dim > 0, "EmbeddingBagCollection: needs at least one table and D > 0");
   int64_t rows = 0;
-  for (int64_t r : options_.table_rows) {
+  for (int64_t r : options.table_rows) {
     FT_CHECK(r > 0, "EmbeddingBagCollection: every table needs rows, got ", r);
-    const double bound = std::sqrt(1.0 / static_cast<double>(r));
-    parts.push_back(affine(Tensor::rand({r, options_.dim}, gen, DType::F32), 2.0 * bound, -bound));
     rows += r;
   }
   FT_CHECK(rows < (int64_t{1} << 31), "EmbeddingBagCollection: ", rows, " rows in all exceed 2^31");
-  Tensor weight = Tensor::empty({rows, options_.dim}, DType::F32);
+  return rows;
+}
+
+/// The tables' stacked f32 weight, each table drawn as initial_rows draws it.
+Tensor initial_weight(const EmbeddingBagCollection::Options& options, Generator& gen) {
+  const int64_t rows = checked_rows(options);
+  Tensor weight = Tensor::empty({rows, options.dim}, DType::F32);
   int64_t at = 0;
-  for (const Tensor& t : parts) {
-    weight.narrow(0, at, t.size(0)).copy_(t);
-    at += t.size(0);
+  for (int64_t r : options.table_rows) {
+    const uint64_t offset = gen.advance(static_cast<uint64_t>(r * options.dim));
+    weight.narrow(0, at, r).copy_(EmbeddingBagCollection::initial_rows(r, options.dim, gen.seed(), offset, 0, r));
+    at += r;
   }
+  return weight;
+}
+
+}  // namespace
+
+EmbeddingBagCollection::EmbeddingBagCollection(Options options, Generator& gen)
+    : EmbeddingBagCollection(options, initial_weight(options, gen)) {}
+
+EmbeddingBagCollection::EmbeddingBagCollection(Options options, Tensor weight) : options_(std::move(options)) {
+  const int64_t rows = checked_rows(options_);
+  FT_CHECK(weight.dtype() == DType::F32 && weight.shape() == (Shape{rows, options_.dim}),
+           "EmbeddingBagCollection: the initial weight must be f32 [", rows, ", ", options_.dim, "], got ",
+           dtype_name(weight.dtype()), " ", shape_str(weight.shape()));
   weight_ = register_parameter("weight", weight, true, /*keep_dtype=*/true);
   if (options_.update == RowUpdateKind::RowWiseAdagrad)
     accumulator_ = register_parameter("accumulator", Tensor::zeros({rows}, DType::F32), false, true);
@@ -54,9 +84,9 @@ Tensor EmbeddingBagCollection::forward_one_hot(const Tensor& ids, DType out_dtyp
   FT_CHECK(ids.dim() == 2 && ids.size(1) == tables(), "EmbeddingBagCollection: ids must be [B, ", tables(), "], got ",
            shape_str(ids.shape()));
   const int64_t n = ids.numel();
-  if (!one_hot_offsets_.defined() || one_hot_offsets_.numel() != n + 1 || one_hot_offsets_.device() != ids.device())
-    one_hot_offsets_ = Tensor::arange(n + 1, DType::I32, ids.device());
-  return forward_bags(ids.reshape({n}), one_hot_offsets_, Tensor(), out_dtype);
+  Tensor& offsets = one_hot_offsets_[{n, ids.device()}];
+  if (!offsets.defined()) offsets = Tensor::arange(n + 1, DType::I32, ids.device());
+  return forward_bags(ids.reshape({n}), offsets, Tensor(), out_dtype);
 }
 
 }  // namespace ft

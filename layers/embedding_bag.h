@@ -5,6 +5,7 @@
 // parameters (DLRM::dense_parameters).
 #pragma once
 #include <functional>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -13,31 +14,51 @@
 
 namespace ft {
 
-class EmbeddingBagCollection : public Module {
+/// A recommender's tables: how many, their rows and width, pooling and sparse update.
+struct EmbeddingTablesOptions {
+  std::vector<int64_t> table_rows = {};  ///< rows of each table, T of them
+  int64_t dim = 0;                        ///< D, shared by every table
+  BagMode mode = BagMode::Sum;
+  RowUpdateKind update = RowUpdateKind::SGD;
+  double lr = 0.01;   ///< the tables' learning rate (constant)
+  double eps = 1e-8;  ///< row-wise Adagrad's
+};
+
+/// What a recommender model asks of its tables, whether one process holds them all
+/// (EmbeddingBagCollection) or they are spread over the ranks of a run
+/// (train/distributed/sharded_tables.h).
+class PooledTables : public Module {
  public:
-  struct Options {
-    std::vector<int64_t> table_rows = {};  ///< rows of each table, T of them
-    int64_t dim = 0;                        ///< D, shared by every table
-    BagMode mode = BagMode::Sum;
-    RowUpdateKind update = RowUpdateKind::SGD;
-    double lr = 0.01;   ///< the tables' learning rate (constant)
-    double eps = 1e-8;  ///< row-wise Adagrad's
-  };
+  /// ids i32/i64 [B, T], one id per bag (Criteo's one-hot features): [B, T, D] in out_dtype.
+  virtual Tensor forward_one_hot(const Tensor& ids, DType out_dtype) = 0;
+  virtual const EmbeddingTablesOptions& options() const = 0;
+  /// Data parallelism: the update of the tables every rank holds exchanges every rank's bags
+  /// and gradients first (SparseRowUpdate::exchange), so that the replicas stay identical.
+  virtual void set_exchange(std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange) = 0;
+  int64_t tables() const { return static_cast<int64_t>(options().table_rows.size()); }
+  int64_t dim() const { return options().dim; }
+};
+
+class EmbeddingBagCollection : public PooledTables {
+ public:
+  using Options = EmbeddingTablesOptions;
   /// Table t uniform in ±√(1 / rows_t), as facebookresearch/dlrm initializes them, drawn from gen.
   /// Parameters: "weight" [R, D] f32 (trainable, kept f32 by Module::to) and, for Adagrad,
   /// "accumulator" [R] (frozen: state the update keeps, saved with the model like a buffer).
   EmbeddingBagCollection(Options options, Generator& gen);
-  /// ids i32/i64 [B, T], one id per bag (Criteo's one-hot features): [B, T, D] in out_dtype.
-  Tensor forward_one_hot(const Tensor& ids, DType out_dtype);
+  /// The same tables starting from `weight` [R, D] f32 (R the tables' rows): a rank's shard of
+  /// sharded tables, drawn by initial_rows.
+  EmbeddingBagCollection(Options options, Tensor weight);
+  /// Rows [begin, begin + count) of a table of `rows` rows as the first constructor draws it,
+  /// when the generator stood at `offset` before the table: f32 [count, D]. Any rows of any
+  /// table can be drawn alone, so each rank of sharded tables draws only its own.
+  static Tensor initial_rows(int64_t rows, int64_t dim, uint64_t seed, uint64_t offset, int64_t begin, int64_t count);
+  Tensor forward_one_hot(const Tensor& ids, DType out_dtype) override;
   /// Bags of any size: ids [N], offsets [B·T + 1] sample-major, optional per-sample weights [N].
   Tensor forward_bags(const Tensor& ids, const Tensor& offsets, const Tensor& per_sample_weights, DType out_dtype);
-  int64_t tables() const { return static_cast<int64_t>(options_.table_rows.size()); }
-  int64_t dim() const { return options_.dim; }
   const Tensor& weight() const { return weight_; }
-  const Options& options() const { return options_; }
-  /// Data parallelism: the tables' update exchanges every rank's bags and gradients first
-  /// (SparseRowUpdate::exchange), so that the replicas stay identical.
-  void set_exchange(std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange) {
+  const Options& options() const override { return options_; }
+  void set_exchange(std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange) override {
     exchange_ = std::move(exchange);
   }
 
@@ -47,7 +68,9 @@ class EmbeddingBagCollection : public Module {
 
   Options options_;
   Tensor weight_, accumulator_, row_offsets_, lr_;
-  Tensor one_hot_offsets_;  // 0, 1, ..., B·T for the last batch shape: made once, not every step
+  // 0, 1, ..., B·T for each batch shape seen (training's and evaluation's), made once and kept:
+  // a captured step reads its own, which an evaluation batch in between must not free.
+  std::map<std::pair<int64_t, Device>, Tensor> one_hot_offsets_;
   std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange_;  // set_exchange's
 };
 

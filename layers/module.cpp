@@ -100,6 +100,22 @@ std::map<std::string, Tensor> Module::state_dict() const {
   return out;
 }
 
+std::map<std::string, Tensor> Module::replicated_state_dict() const {
+  std::map<std::string, Tensor> out;
+  if (rank_local_) return out;
+  for (auto& [name, t] : params_) out.emplace(name, t.detach());
+  for (auto& [name, child] : children_)
+    for (auto& [sub, t] : child->replicated_state_dict()) out.emplace(name + "." + sub, t);
+  return out;
+}
+
+bool Module::has_rank_local_state() const {
+  if (rank_local_ && !named_parameters().empty()) return true;
+  for (auto& [name, child] : children_)
+    if (child->has_rank_local_state()) return true;
+  return false;
+}
+
 LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
   // Everything is checked before anything is copied, so a strict failure leaves the model as it was.
   LoadReport report;

@@ -47,6 +47,13 @@ class Module {
 
   /// Every parameter, frozen or trainable, detached (sharing storage), by dotted name.
   std::map<std::string, Tensor> state_dict() const;
+  /// Model parallelism: this module's parameters (children's included) are this rank's own
+  /// shard, different on every rank, so data parallelism neither broadcasts nor compares them.
+  void set_rank_local() { rank_local_ = true; }
+  /// state_dict() without the parameters of rank-local modules: what every replica holds alike.
+  std::map<std::string, Tensor> replicated_state_dict() const;
+  /// Whether some module in this tree is rank-local.
+  bool has_rank_local_state() const;
   /// Copies values in place (dtype converted, any device) into the parameters named in `state`.
   /// Strict: anything missing, unexpected or mis-shaped throws one ft::Error listing all of
   /// them, and nothing is loaded. Non-strict: every entry matching a parameter in name and
@@ -82,6 +89,7 @@ class Module {
   std::vector<bool> keep_dtype_;  // per entry of params_
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  bool rank_local_ = false;  // set_rank_local
 };
 
 }  // namespace ft

@@ -1,5 +1,6 @@
 // Element types and devices, and the host-side bfloat16 storage type.
 #pragma once
+#include <compare>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
@@ -58,6 +59,7 @@ struct Device {
   bool is_cuda() const { return type == DeviceType::CUDA; }
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool operator==(const Device&) const = default;
+  auto operator<=>(const Device&) const = default;  // ordered: a map key
   std::string str() const;
   /// Parses "cpu", "cuda" or "cuda:N".
   static Device parse(const std::string& text);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -123,6 +124,14 @@ void define_flags(ft::cli::Args& args) {
   args.flag("batch", "", "samples per step (empty: the preset's)");
   args.flag("sparse-optimizer", "sgd", "the tables' update inside backward: sgd or adagrad (exact row-wise Adagrad)");
   args.flag("sparse-lr", "", "the tables' learning rate (empty: the preset's)");
+  args.flag("sharding", "replicated",
+            "where the tables live when several processes train (scripts/launch.sh N, torchrun):\n"
+            "replicated: every process holds every table and applies every process's updates;\n"
+            "auto: tables larger than 1/N of all are split row-wise over the processes, the rest\n"
+            "placed whole, each on the process holding the fewest bytes; table: every table whole;\n"
+            "row: every table split row-wise; or 26 comma-separated entries, one a table: a process\n"
+            "number (the table whole there), r (row-wise) or d (replicated). The plan is printed\n"
+            "at start-up. Sharded tables exchange ids and pooled vectors by all-to-all each step");
   args.flag("epochs", "1", "passes over the training rows");
   args.flag("eval-every", "0", "steps between validation passes (0: only at the end)");
   args.flag("eval-batches", "0", "batches per validation pass (0: the whole validation split)");
@@ -136,6 +145,7 @@ struct Settings {
   std::string optimizer, lr;  // the preset's when the flags are empty
   ft::BagMode pooling;
   ft::RowUpdateKind sparse_update;
+  std::string sharding;
 };
 
 int64_t preset_integer(const ft::cli::Args& args, const std::string& flag, int64_t preset_value) {
@@ -161,6 +171,7 @@ Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
            "ft-dlrm: --sparse-optimizer must be sgd or adagrad, got '", sparse_optimizer, "'");
   s.pooling = pooling == "mean" ? ft::BagMode::Mean : ft::BagMode::Sum;
   s.sparse_update = sparse_optimizer == "adagrad" ? ft::RowUpdateKind::RowWiseAdagrad : ft::RowUpdateKind::SGD;
+  s.sharding = args.str("sharding");
   s.bottom = widths("bottom", or_preset(args, "bottom", preset.bottom));
   s.top = widths("top", or_preset(args, "top", preset.top));
   FT_CHECK(s.bottom.back() == s.dim, "ft-dlrm: --bottom must end at --dim ", s.dim,
@@ -169,11 +180,16 @@ Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
   return s;
 }
 
-/// What the run holds: the tables (f32, with Adagrad's accumulators) and the MLPs with their
-/// training state, certain; the activations of a batch, estimated.
-ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype) {
-  const double tables = ft::kCriteoSparse * static_cast<double>(s.table_rows);
-  const bool adagrad = s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad;
+/// Bytes of one table row: its f32 values and, for row-wise Adagrad, its f32 accumulator.
+double table_row_bytes(const Settings& s) {
+  return static_cast<double>(s.dim) * 4 + (s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad ? 4 : 0);
+}
+
+/// What the run holds: this process's tables (`tables`: what, and the bytes of their f32 rows
+/// with optimizer state) and the MLPs with their training state, certain; the activations of a
+/// batch, estimated.
+ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype,
+                                        const std::pair<std::string, double>& tables) {
   double mlp_params = 0, widths = 0;
   auto add_mlp = [&](int64_t in, const std::vector<int64_t>& layers) {
     for (int64_t w : layers) {
@@ -186,8 +202,7 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
   add_mlp(ft::DLRM::interaction_width(ft::kCriteoSparse, s.dim), s.top);
   const double per_param = ft::cli::training_bytes_per_parameter(dtype, s.optimizer, args.number("momentum", 0));
   ft::cli::MemoryEstimate e;
-  e.certain = {{"26 tables", tables * static_cast<double>(s.dim) * 4},
-               {"their Adagrad accumulators", adagrad ? tables * 4 : 0},
+  e.certain = {tables,
                {"the MLPs with gradients and optimizer state", mlp_params * per_param}};
   // A batch's rows of every width, forward and backward, and the interaction's vectors.
   e.activations = static_cast<double>(s.batch) * (widths + (ft::kCriteoSparse + 1) * static_cast<double>(s.dim)) * 4 * 3;
@@ -222,7 +237,65 @@ Data open_data(const ft::cli::Args& args, int64_t batch) {
   return {path, std::move(dataset), split};
 }
 
-std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed) {
+/// --sharding's plan for this run, or nullopt when every process holds every table (one process,
+/// or --sharding replicated). A plan whose tables do not fit a process's free memory, less the
+/// rest of the run, is an ft::Error.
+std::optional<ft::ShardingPlan> sharding_plan(const Settings& s, const ft::cli::Args& args, const ft::LaunchEnv& env,
+                                              ft::Device device, ft::DType dtype) {
+  if (s.sharding == "replicated") return std::nullopt;  // the memory check sizes the whole tables
+  const std::vector<int64_t> rows(ft::kCriteoSparse, s.table_rows);
+  // One process shards only under --data-parallel on (its exchanges then go to itself: a test of
+  // the sharded path on one GPU).
+  const bool shards = env.world_size > 1 || args.str("data-parallel") == "on";
+  const ft::cli::MemoryEstimate rest = memory_estimate(s, args, dtype, {"", 0});
+  // The processes of a CPU run share the host's memory; a GPU's is its own.
+  const double free_bytes = device.is_cuda() ? static_cast<double>(ft::device_memory_free())
+                                             : static_cast<double>(ft::host_memory_available()) / env.world_size;
+  const double budget = free_bytes > 0 ? std::max(1.0, free_bytes - rest.certain_bytes() - rest.activations) : 0;
+  const ft::ShardingPlan plan = ft::plan_sharding(
+      s.sharding, {.table_rows = rows, .bytes_per_row = table_row_bytes(s), .world_size = env.world_size,
+                   .budget_per_rank = shards ? budget : 0});
+  if (plan.replicated()) return std::nullopt;
+  if (!shards) {
+    std::printf("ft-dlrm: note: --sharding %s: one process holds every table\n", s.sharding.c_str());
+    return std::nullopt;
+  }
+  if (env.rank == 0)
+    std::printf("ft-dlrm: tables sharded over %d processes (--sharding %s): %s\n", env.world_size, s.sharding.c_str(),
+                plan.describe(rows, table_row_bytes(s)).c_str());
+  return plan;
+}
+
+/// The tables in checkpoints: a sharded run's ranks each write their rows
+/// (tables-<rank>.safetensors); one process holding them all writes them in model.safetensors.
+/// --resume reads this process's rows from either, whatever the writing run's placement.
+ft::cli::RankState table_checkpoints(ft::DLRM& model, const Settings& s, const ft::cli::DataParallelRun& dp) {
+  const std::vector<int64_t> rows(ft::kCriteoSparse, s.table_rows);
+  const int64_t dim = s.dim;
+  ft::cli::RankState state{.prefix = "tables."};
+  state.load = [&model, rows, dim](const std::string& folder) {
+    ft::load_stored_tables(model.tables(), ft::StoredTables(folder, "tables.", rows, dim));
+  };
+  if (ft::ShardedEmbeddingBags* sharded = model.sharded_tables()) {
+    const int rank = dp.env.rank, world = dp.env.world_size;
+    state.comm = dp.comm.get();
+    state.write = [sharded, rows, dim, rank, world](const std::string& folder) {
+      ft::write_table_shard(folder + "/" + ft::table_shard_file(rank), sharded->rows_to_save(), rows, dim, rank, world);
+    };
+    for (int r = 0; r < world; ++r) state.files.push_back(ft::table_shard_file(r));
+  }
+  return state;
+}
+
+/// This process's tables for the memory check: (what, bytes).
+std::pair<std::string, double> tables_held(const Settings& s, const std::optional<ft::ShardingPlan>& plan, int rank) {
+  const std::vector<int64_t> rows(ft::kCriteoSparse, s.table_rows);
+  if (!plan) return {"26 tables", static_cast<double>(ft::kCriteoSparse * s.table_rows) * table_row_bytes(s)};
+  return {"this process's share of the tables", plan->bytes_per_rank(rows, table_row_bytes(s))[static_cast<size_t>(rank)]};
+}
+
+std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed, const std::optional<ft::ShardingPlan>& plan,
+                                      int rank) {
   ft::Generator gen(seed);
   return std::make_shared<ft::DLRM>(
       ft::DLRM::Options{.dense_features = ft::kCriteoDense,
@@ -232,15 +305,21 @@ std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed) {
                                    .dim = s.dim,
                                    .mode = s.pooling,
                                    .update = s.sparse_update,
-                                   .lr = s.sparse_lr}},
+                                   .lr = s.sparse_lr},
+                        .sharding = plan,
+                        .rank = rank},
       gen);
 }
 
 void print_banner(ft::DLRM& model, const Settings& s, const ft::cli::Args& args, ft::Device device,
                   ft::DType dtype) {
+  // Counted from the sizes: with sharded tables this process holds only its share.
+  const int64_t table_parameters = ft::kCriteoSparse * s.table_rows * s.dim;
+  int64_t mlp_parameters = 0;
+  for (const ft::Tensor& p : model.dense_parameters()) mlp_parameters += p.numel();
   std::printf("ft-dlrm: %lld parameters (%lld in 26 tables of %lld x %lld, f32) on %s (MLPs %s), kernels %s%s, "
               "batch %lld, %s lr %g, sparse %s lr %g\n",
-              static_cast<long long>(model.parameter_count()), static_cast<long long>(model.tables().weight().numel()),
+              static_cast<long long>(mlp_parameters + table_parameters), static_cast<long long>(table_parameters),
               static_cast<long long>(s.table_rows), static_cast<long long>(s.dim), device.str().c_str(),
               ft::dtype_name(dtype), ft::kernel_mode_name(ft::kernel_mode()),
               device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "", static_cast<long long>(s.batch),
@@ -308,21 +387,28 @@ int run(int argc, char** argv) {
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
   const Data data = open_data(args, s.batch);
   ft::mark_startup("data");
-  ft::cli::check_memory(memory_estimate(s, args, dtype), device, "ft-dlrm",
-                        "make the tables smaller (--table-rows, --dim) or the batch (--batch)");
+  const ft::LaunchEnv env = ft::launch_env();
+  const std::optional<ft::ShardingPlan> plan = sharding_plan(s, args, env, device, dtype);
+  ft::cli::check_memory(memory_estimate(s, args, dtype, tables_held(s, plan, env.rank)), device, "ft-dlrm",
+                        "make the tables smaller (--table-rows, --dim) or the batch (--batch)" +
+                            std::string(env.world_size > 1 ? ", or shard them (--sharding auto)" : ""));
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
-  const std::shared_ptr<ft::DLRM> model = build_model(s, seed);
+  const std::shared_ptr<ft::DLRM> model = build_model(s, seed, plan, env.rank);
   model->to(device, dtype);
   ft::mark_startup("model");
-  // Joined before the optimizer (its buffers are laid out for the run's world size). Every rank
-  // holds every table; the tables' update applies every rank's bags (DataParallel::bag_exchange).
-  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-dlrm", ft::launch_env(), device);
+  // Joined before the optimizer (its buffers are laid out for the run's world size). The MLPs
+  // are data-parallel. Sharded tables exchange ids and pooled vectors over the communicator;
+  // replicated ones apply every rank's bags (DataParallel::bag_exchange).
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-dlrm", env, device);
+  if (ft::ShardedEmbeddingBags* sharded = model->sharded_tables()) sharded->set_communicator(dp.comm.get());
   // The tables and their Adagrad accumulators are model state (state_dict); the optimizer's holds
   // the MLPs' moments or momentum.
   const std::unique_ptr<ft::Optimizer> optimizer = ft::cli::make_optimizer(
       args, "ft-dlrm", model->dense_parameters(), dp.partition, {.name = s.optimizer, .lr = s.lr});
-  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"});
+  const ft::cli::RankState tables_state = table_checkpoints(*model, s, dp);
+  const ft::cli::Resumed resumed =
+      ft::cli::resume_from_flag(args, *model, *optimizer, {"epoch", "batch"}, &tables_state);
   ft::cli::check_resumed_batch(args, resumed, s.batch * dp.env.world_size,
                               "--batch " + std::to_string(s.batch) + " x " + std::to_string(dp.env.world_size) +
                                   " processes",
@@ -337,10 +423,13 @@ int run(int argc, char** argv) {
                                                      : args.integer("epochs", 0) * source.batches_per_epoch();
   FT_CHECK(steps > 0, "ft-dlrm: --epochs and --steps must not both be 0");
   ft::Trainer::Options options = trainer_options(args, *model, data, s, device, dp.get());
-  ft::cli::wire_checkpoints(args, options, *model, *optimizer, [&](ft::DataPosition& run_state) {
-    run_state["data"] = data.path;
-    run_state["batch size"] = std::to_string(s.batch * dp.env.world_size);
-  });
+  ft::cli::wire_checkpoints(
+      args, options, *model, *optimizer,
+      [&](ft::DataPosition& run_state) {
+        run_state["data"] = data.path;
+        run_state["batch size"] = std::to_string(s.batch * dp.env.world_size);
+      },
+      {}, tables_state);
   ft::Trainer trainer(*model, *optimizer, source,
                       [&](ft::Module&, const ft::Batch& b) {
                         return ft::binary_cross_entropy_with_logits(model->logits(b.at("dense"), b.at("sparse")),

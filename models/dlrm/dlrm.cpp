@@ -33,7 +33,10 @@ DLRM::DLRM(Options options, Generator& gen) : options_(std::move(options)) {
                                       dlrm_linear(in, options_.bottom[i], Activation::ReLU, gen)));
     in = options_.bottom[i];
   }
-  tables_ = register_module("tables", std::make_shared<EmbeddingBagCollection>(options_.tables, gen));
+  tables_ = options_.sharding
+                ? register_module<PooledTables>(
+                      "tables", std::make_shared<ShardedEmbeddingBags>(options_.tables, *options_.sharding, options_.rank, gen))
+                : register_module<PooledTables>("tables", std::make_shared<EmbeddingBagCollection>(options_.tables, gen));
   in = interaction_width();
   for (size_t i = 0; i < options_.top.size(); ++i) {
     const bool last = i + 1 == options_.top.size();

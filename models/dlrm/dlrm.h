@@ -5,11 +5,13 @@
 // Letters: B samples, T tables of D columns; the bottom MLP ends at D.
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "layers/embedding_bag.h"
 #include "layers/linear.h"
 #include "layers/module.h"
+#include "train/distributed/sharded_tables.h"
 
 namespace ft {
 
@@ -20,6 +22,11 @@ class DLRM : public Module {
     std::vector<int64_t> bottom = {};  ///< widths after the input; the last is D
     std::vector<int64_t> top = {};     ///< widths after the interaction; the last is 1
     EmbeddingBagCollection::Options tables = {};  ///< its dim must be D
+    /// Model parallelism: the tables spread over the run's ranks by this plan, as rank `rank`
+    /// holds them (ShardedEmbeddingBags: give it the communicator before training). Unset: this
+    /// process holds every table.
+    std::optional<ShardingPlan> sharding = {};
+    int rank = 0;
   };
   /// Linear weights normal(0, √(2 / (in + out))) and biases normal(0, √(1 / out)), tables
   /// uniform in ±√(1 / rows): facebookresearch/dlrm's initialization, drawn from gen.
@@ -36,13 +43,15 @@ class DLRM : public Module {
   /// Model FLOPs per sample, forward and backward (2·MACs forward, twice that backward), of the
   /// MLPs and the interaction.
   double flops_per_sample() const;
-  EmbeddingBagCollection& tables() { return *tables_; }
+  PooledTables& tables() { return *tables_; }
+  /// The sharded tables, or nullptr when this process holds every table.
+  ShardedEmbeddingBags* sharded_tables() { return dynamic_cast<ShardedEmbeddingBags*>(tables_.get()); }
   const Options& options() const { return options_; }
 
  private:
   Options options_;
   std::vector<std::shared_ptr<Linear>> bottom_, top_;
-  std::shared_ptr<EmbeddingBagCollection> tables_;
+  std::shared_ptr<PooledTables> tables_;
 };
 
 }  // namespace ft

@@ -11,7 +11,7 @@
 #   dlrm       ft-dlrm's benches against the PyTorch peers, AUC fused against unfused
 #   unfused    every bench in both kernel modes with its peers (the README's pictures)
 #   sanitize   compute-sanitizer's four tools over the GPU tests
-#   multigpu   data parallelism on several GPUs (ARG: functional, scaling, tune or all)
+#   multigpu   data parallelism on several GPUs (ARG: functional, scaling, sharded, tune or all)
 #   dp         data parallelism's checks on one GPU
 #   profile    Nsight Compute on the memory-bound ops and the optimizer step
 # Fashion-MNIST is read from data/fashion-mnist: carry it.

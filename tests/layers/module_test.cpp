@@ -37,6 +37,22 @@ TEST(Module, NamesParametersInRegistrationOrder) {
   for (const Tensor& p : m->parameters()) EXPECT_TRUE(p.requires_grad());
 }
 
+TEST(Module, RankLocalChildrenLeaveTheReplicatedStateDict) {
+  Generator gen(1);
+  auto m = small_model(gen);
+  EXPECT_FALSE(m->has_rank_local_state());
+  EXPECT_EQ(m->replicated_state_dict().size(), m->state_dict().size());
+  auto shard = std::make_shared<Linear>(Linear::Options{.in = 2, .out = 3}, gen);
+  shard->set_rank_local();
+  m->push_back(shard);
+  EXPECT_TRUE(m->has_rank_local_state());
+  const auto all = m->state_dict(), replicated = m->replicated_state_dict();
+  EXPECT_EQ(all.size(), replicated.size() + 2);
+  EXPECT_TRUE(all.count("5.weight") && all.count("5.bias"));
+  EXPECT_FALSE(replicated.count("5.weight") || replicated.count("5.bias"));
+  EXPECT_TRUE(replicated.count("0.weight") && replicated.count("4.weight"));
+}
+
 TEST(Module, StateDictRoundTripsIntoAFreshModel) {
   Generator g1(1), g2(2);
   auto a = small_model(g1), b = small_model(g2);

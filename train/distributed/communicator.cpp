@@ -25,6 +25,28 @@ void Communicator::check_parts(const char* collective, const Tensor& whole, cons
            ") times the second, of one dtype");
 }
 
+void Communicator::check_exchange(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& out,
+                                  const std::vector<int64_t>& recv_counts, Device device) const {
+  check_tensor("all_to_all", input, device);
+  check_tensor("all_to_all", out, device);
+  FT_CHECK(input.dtype() == out.dtype(), "all_to_all: input is ", dtype_name(input.dtype()), ", out ",
+           dtype_name(out.dtype()));
+  const auto total = [&](const std::vector<int64_t>& counts, const char* which) {
+    FT_CHECK(static_cast<int>(counts.size()) == world_size(), "all_to_all: ", counts.size(), " ", which,
+             " counts for a world of ", world_size());
+    int64_t sum = 0;
+    for (int64_t c : counts) {
+      FT_CHECK(c >= 0, "all_to_all: a negative ", which, " count (", c, ")");
+      sum += c;
+    }
+    return sum;
+  };
+  FT_CHECK(total(send_counts, "send") == input.numel(), "all_to_all: the send counts sum to ",
+           total(send_counts, "send"), ", the input holds ", input.numel(), " elements");
+  FT_CHECK(total(recv_counts, "receive") == out.numel(), "all_to_all: the receive counts sum to ",
+           total(recv_counts, "receive"), ", out holds ", out.numel(), " elements");
+}
+
 void Communicator::check_wire(const char* collective, const Tensor& t, const Tensor& wire, Device device) {
   check_tensor(collective, t, device);
   check_tensor(collective, wire, device);

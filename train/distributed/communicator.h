@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lib/launch_env.h"
 #include "lib/tensor.h"
@@ -70,6 +71,13 @@ class Communicator {
   /// reduce_scatter likewise: `input` rounded into `wire`, out = this rank's slice of the reduction.
   virtual std::unique_ptr<Work> reduce_scatter_via(const Tensor& input, const Tensor& wire, const Tensor& out,
                                                    CommOp op);
+  /// Personalized exchange: `input` holds send_counts[d] elements for each rank d, one slice after
+  /// the other in rank order; `out` receives recv_counts[s] elements from each rank s, likewise.
+  /// Counts are elements, one per rank, known on the host (so a captured step can replay it):
+  /// rank s's send_counts[r] must equal rank r's recv_counts[s]. Any dtype; input and out may
+  /// not overlap.
+  virtual std::unique_ptr<Work> all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts,
+                                           const Tensor& out, const std::vector<int64_t>& recv_counts) = 0;
   /// In place: t = root's t.
   virtual std::unique_ptr<Work> broadcast(const Tensor& t, int root) = 0;
   virtual std::unique_ptr<Work> barrier() = 0;
@@ -103,6 +111,10 @@ class Communicator {
   /// `whole` holds world_size() times the elements of `part`, of one dtype (reduce_scatter's
   /// input and output, all_gather's output and input), both on `device`.
   void check_parts(const char* collective, const Tensor& whole, const Tensor& part, Device device) const;
+  /// all_to_all's tensors and counts: one count per rank, none negative, summing to the
+  /// elements of input and out, one dtype, both on `device`.
+  void check_exchange(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& out,
+                      const std::vector<int64_t>& recv_counts, Device device) const;
 
  private:
   std::atomic<int64_t> step_{0};  // read by NCCL's watchdog thread

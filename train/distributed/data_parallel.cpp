@@ -9,6 +9,7 @@
 #include "lib/autograd.h"
 #include "lib/error.h"
 #include "lib/ops/elementwise/elementwise.h"
+#include "train/distributed/sharded_tables.h"
 
 namespace ft {
 
@@ -51,7 +52,7 @@ void DataParallel::broadcast_parameters(Module& model) {
   // tensor of the state dict: parameters, frozen ones and buffers.
   const std::map<std::string, Tensor> state = optimizer_.state();
   for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
-  for (const auto& [name, tensor] : model.state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
+  for (const auto& [name, tensor] : model.replicated_state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
   for (auto& work : pending) work->wait();
   model_ = &model;
   // Unsharded, the broadcast wrote the optimizer's own buffers; sharded, they were gathered
@@ -128,32 +129,7 @@ void DataParallel::sum(const Tensor& t) { comm_.all_reduce(t, CommOp::Sum)->wait
 
 void DataParallel::gather(const Tensor& chunk, const Tensor& whole) { comm_.all_gather(chunk, whole)->wait(); }
 
-std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() {
-  return [this](Tensor& ids, Tensor& offsets, Tensor& grad) {
-    const int64_t world = world_size(), n = ids.numel();
-    // One id per bag, checked here on each rank (no collective: this runs inside a captured step).
-    // A rank with bags of several ids stops with this error; the others then fail their next
-    // collective within --comm-timeout, naming it.
-    FT_CHECK(offsets.defined() && offsets.numel() == n + 1, "data-parallel embedding tables need one id per bag (",
-             offsets.defined() ? offsets.numel() - 1 : -1, " bags, ", n, " ids)");
-    Tensor all_ids = Tensor::empty({world * n}, ids.dtype(), ids.device());
-    comm_.all_gather(ids.reshape({n}), all_ids)->wait();
-    // Scaled before the gather: one pass over this rank's gradients, not over every rank's.
-    const Tensor mine = world > 1 ? grad * (1.0 / static_cast<double>(world)) : grad;
-    const Tensor flat = mine.reshape({mine.numel()});
-    Tensor all_grads = Tensor::empty({world * flat.numel()}, grad.dtype(), grad.device());
-    comm_.all_gather(flat, all_grads)->wait();
-    all_grads = all_grads.reshape({world * grad.size(0), grad.size(1)});
-    // Made in the eager steps before a graph's capture, then reused: 0, 1, ..., world · n.
-    Tensor& cached = gathered_offsets_;
-    if (!cached.defined() || cached.numel() != world * n + 1 || cached.dtype() != offsets.dtype() ||
-        cached.device() != offsets.device())
-      cached = Tensor::arange(world * n + 1, offsets.dtype(), offsets.device());
-    offsets = cached;
-    ids = all_ids;
-    grad = all_grads;
-  };
-}
+std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() { return replicated_bag_exchange(comm_); }
 
 double DataParallel::mean_over_ranks(double value) {
   const Tensor t = Tensor::full({1}, value, DType::F32, optimizer_.params().front().device());
@@ -187,7 +163,7 @@ void DataParallel::check_replicas() {
     check_same_as_rank0(comm_, replicas[g], "weights (group " + std::to_string(g) + ")");
   // The model's own tensors too: tables trained outside the optimizer, buffers.
   if (model_)
-    for (const auto& [name, tensor] : model_->state_dict()) check_same_as_rank0(comm_, tensor, name);
+    for (const auto& [name, tensor] : model_->replicated_state_dict()) check_same_as_rank0(comm_, tensor, name);
 }
 
 }  // namespace ft

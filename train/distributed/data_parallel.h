@@ -50,15 +50,15 @@ class DataParallel : public GradientSync, public ShardCollectives {
   DataParallel& operator=(const DataParallel&) = delete;
 
   /// Every rank takes rank 0's parameters, buffers and optimizer state (call before training,
-  /// after loading any checkpoint).
+  /// after loading any checkpoint). Rank-local modules (Module::set_rank_local: a rank's shard of
+  /// sharded tables) keep their own.
   void broadcast_parameters(Module& model);
   /// Every rank's weights (the optimizer's, and after broadcast_parameters every tensor of the
-  /// model's state dict: tables trained outside the optimizer, buffers) equal rank 0's, bit for
+  /// model's replicated state dict: tables trained outside the optimizer, buffers) equal rank 0's, bit for
   /// bit, or an ft::Error names the first element that differs.
   void check_replicas();
   /// The tables' exchange for data parallelism with one id per bag (SparseRowUpdate::exchange):
-  /// every rank's ids and bag gradients all-gathered, the gradients scaled by 1 / world size (the
-  /// loss is each rank's mean), the offsets those of the gathered bags.
+  /// replicated_bag_exchange over this run's communicator (train/distributed/sharded_tables.h).
   std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> bag_exchange();
   // GradientSync: the step's reduction, and what the loop asks of the group.
   void before_backward(bool last) override;
@@ -98,7 +98,6 @@ class DataParallel : public GradientSync, public ShardCollectives {
   std::vector<std::unique_ptr<Work>> pending_;
   std::vector<std::string> trace_;
   std::vector<Tensor> wire_;  // per gradient group, with a reduce_dtype of its own: the narrow copies sent
-  Tensor gathered_offsets_;  // bag_exchange's offsets of the gathered bags
   Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
 };
 

@@ -2,6 +2,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -169,6 +170,28 @@ class GlooCommunicator : public Communicator {
       opts.setTag(tag);
       opts.setTimeout(timeout_);
       gloo::allgather(opts);
+    });
+  }
+
+  std::unique_ptr<Work> all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& out,
+                                   const std::vector<int64_t>& recv_counts) override {
+    check_exchange(input, send_counts, out, recv_counts, kCPU);
+    return enqueue("all_to_all", input.nbytes(), [this, input, out, send_counts, recv_counts](uint32_t tag) {
+      // In bytes, so that every dtype goes; an empty side points at a byte of its own (Gloo
+      // wants a buffer even for nothing).
+      const int64_t size = static_cast<int64_t>(dtype_size(input.dtype()));
+      std::vector<int64_t> send_bytes, recv_bytes;
+      for (int64_t c : send_counts) send_bytes.push_back(c * size);
+      for (int64_t c : recv_counts) recv_bytes.push_back(c * size);
+      uint8_t nothing_in = 0, nothing_out = 0;
+      auto* in = input.numel() ? static_cast<uint8_t*>(input.data_ptr()) : &nothing_in;
+      auto* to = out.numel() ? static_cast<uint8_t*>(out.data_ptr()) : &nothing_out;
+      gloo::AlltoallvOptions opts(context_);
+      opts.setInput(in, send_bytes);
+      opts.setOutput(to, recv_bytes);
+      opts.setTag(tag);
+      opts.setTimeout(timeout_);
+      gloo::alltoallv(opts);
     });
   }
 

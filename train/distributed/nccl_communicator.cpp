@@ -214,6 +214,31 @@ class NcclCommunicator : public Communicator {
       return result;
     });
   }
+  /// Grouped sends and receives, one pair a peer (the NCCL way to an uneven all-to-all).
+  std::unique_ptr<Work> all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts, const Tensor& out,
+                                   const std::vector<int64_t>& recv_counts) override {
+    check_exchange(input, send_counts, out, recv_counts, device_);
+    const size_t size = dtype_size(input.dtype());
+    return on_comm_stream("ncclSend/ncclRecv", [&] {
+      ncclResult_t result = ncclGroupStart();
+      size_t sent = 0, received = 0;
+      for (int peer = 0; peer < world_ && result == ncclSuccess; ++peer) {
+        const size_t send_bytes = static_cast<size_t>(send_counts[peer]) * size;
+        const size_t recv_bytes = static_cast<size_t>(recv_counts[peer]) * size;
+        if (send_bytes)
+          result = ncclSend(static_cast<const char*>(input.data_ptr()) + sent, send_bytes, ncclUint8, peer, comm_,
+                            comm_stream_);
+        if (recv_bytes && result == ncclSuccess)
+          result = ncclRecv(static_cast<char*>(out.data_ptr()) + received, recv_bytes, ncclUint8, peer, comm_,
+                            comm_stream_);
+        sent += send_bytes;
+        received += recv_bytes;
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      return result != ncclSuccess ? result : ended;
+    });
+  }
+
   std::unique_ptr<Work> broadcast(const Tensor& t, int root) override {
     check_tensor("broadcast", t, device_);
     FT_CHECK(root >= 0 && root < world_, "broadcast: root ", root, " is outside [0, ", world_, ")");

@@ -68,9 +68,11 @@ uint32_t file_crc32(const fs::path& path, int64_t& bytes) {
 
 // The manifest, written last into a checkpoint folder: each file's size and CRC-32. Its presence
 // marks the folder complete; load_checkpoint checks every file against it.
-void write_manifest(const fs::path& dir) {
+void write_manifest(const fs::path& dir, const std::vector<std::string>& rank_files) {
   std::map<std::string, ManifestEntry> files;
-  for (const char* name : kFiles) {
+  std::vector<std::string> names(std::begin(kFiles), std::end(kFiles));
+  names.insert(names.end(), rank_files.begin(), rank_files.end());
+  for (const std::string& name : names) {
     ManifestEntry& entry = files[name];
     entry.crc32 = file_crc32(dir / name, entry.bytes);
   }
@@ -87,12 +89,17 @@ void write_manifest(const fs::path& dir) {
 
 bool complete(const fs::path& dir) { return fs::exists(dir / kManifest); }
 
+// Every file the manifest lists (the model, the optimizer, and the ranks' files) against it.
 void verify(const fs::path& dir) {
   const fs::path path = dir / kManifest;
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::map<std::string, ManifestEntry> manifest =
-      parse_checkpoint_manifest(text, std::vector<std::string>(std::begin(kFiles), std::end(kFiles)), path.string());
+  // The model and optimizer files always; the ranks' files (sharded tables) as the manifest lists
+  // them. Files added after the folder was complete (a LoRA run's adapter export) are not checked.
+  std::vector<std::string> names(std::begin(kFiles), std::end(kFiles));
+  for (const std::string& name : checkpoint_manifest_names(text, path.string()))
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  const std::map<std::string, ManifestEntry> manifest = parse_checkpoint_manifest(text, names, path.string());
   for (const auto& [name, expected] : manifest) {
     int64_t actual_bytes = 0;
     const uint32_t actual = file_crc32(dir / name, actual_bytes);
@@ -144,24 +151,46 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
 std::string save_checkpoint(const std::string& root, int64_t step, const Module& model,
                             const std::map<std::string, Tensor>& optimizer_state,
                             const std::map<std::string, std::string>& run_state) {
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  FT_CHECK(!ec, "save_checkpoint: cannot create '", root, "': ", ec.message());
-  const fs::path final_dir = fs::path(root) / step_folder_name(step);
+  checkpoint_staging_folder(root, step, /*create=*/true);
+  return save_checkpoint(root, step, model, optimizer_state, run_state, CheckpointShards{});
+}
+
+std::string checkpoint_staging_folder(const std::string& root, int64_t step, bool create) {
   const fs::path temp_dir = fs::path(root) / (step_folder_name(step) + ".tmp");
-  fs::remove_all(temp_dir, ec);
-  fs::create_directories(temp_dir, ec);
-  FT_CHECK(!ec, "save_checkpoint: cannot create '", temp_dir.string(), "': ", ec.message());
+  if (create) {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    FT_CHECK(!ec, "save_checkpoint: cannot create '", root, "': ", ec.message());
+    fs::remove_all(temp_dir, ec);
+    fs::create_directories(temp_dir, ec);
+    FT_CHECK(!ec, "save_checkpoint: cannot create '", temp_dir.string(), "': ", ec.message());
+  }
+  return temp_dir.string();
+}
+
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model,
+                            const std::map<std::string, Tensor>& optimizer_state,
+                            const std::map<std::string, std::string>& run_state, const CheckpointShards& shards) {
+  std::error_code ec;
+  const fs::path final_dir = fs::path(root) / step_folder_name(step);
+  const fs::path temp_dir = checkpoint_staging_folder(root, step, /*create=*/false);
+  FT_CHECK(fs::is_directory(temp_dir), "save_checkpoint: the staging folder '", temp_dir.string(), "' is missing");
+  for (const std::string& name : shards.rank_files)
+    FT_CHECK(fs::exists(temp_dir / name), "save_checkpoint: a rank's file '", (temp_dir / name).string(),
+             "' is missing");
 
   std::map<std::string, std::string> meta = run_state;
   meta["step"] = std::to_string(step);
   // The dropout masks' counter (LoRA's adapter dropout, the MLP's): a resumed run draws the masks
   // the uninterrupted one would have.
   meta["philox"] = std::to_string(PhiloxCounter::on(model_device(model)).value());
-  save_safetensors((temp_dir / "model.safetensors").string(), model.state_dict(), {{"format", "pt"}});
+  std::map<std::string, Tensor> weights = model.state_dict();
+  if (!shards.prefix.empty())
+    std::erase_if(weights, [&](const auto& named) { return named.first.starts_with(shards.prefix); });
+  save_safetensors((temp_dir / "model.safetensors").string(), weights, {{"format", "pt"}});
   save_safetensors((temp_dir / "optimizer.safetensors").string(), optimizer_state, meta);
   stage_done(1);
-  write_manifest(temp_dir);  // last: the folder is complete from here on
+  write_manifest(temp_dir, shards.rank_files);  // last: the folder is complete from here on
   fsync_path(temp_dir, true);
   stage_done(2);
 
@@ -235,7 +264,29 @@ std::map<std::string, std::string> checkpoint_run_state(const std::string& folde
   return load_safetensors_metadata((dir / "optimizer.safetensors").string());
 }
 
-std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer) {
+std::string resolve_checkpoint_folder(const std::string& folder) { return checkpoint_folder(folder).string(); }
+
+namespace {
+
+/// Loads `weights` into the model: strictly, or with shards_prefix, strictly for every name
+/// outside it (the ones under it come from the rank files).
+void load_model_weights(Module& model, const std::map<std::string, Tensor>& weights, const std::string& shards_prefix) {
+  if (shards_prefix.empty()) {
+    model.load_state_dict(weights, /*strict=*/true);
+    return;
+  }
+  std::map<std::string, Tensor> outside = weights;
+  std::erase_if(outside, [&](const auto& named) { return named.first.starts_with(shards_prefix); });
+  const LoadReport report = model.load_state_dict(outside, /*strict=*/false);
+  LoadReport left = report;
+  std::erase_if(left.missing, [&](const std::string& name) { return name.starts_with(shards_prefix); });
+  FT_CHECK(left.ok(), left.str());
+}
+
+}  // namespace
+
+std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer,
+                                                   const std::string& shards_prefix) {
   const fs::path dir = checkpoint_folder(folder);
   FT_CHECK(fs::exists(dir / "model.safetensors") && fs::exists(dir / "optimizer.safetensors"), "load_checkpoint: '",
            dir.string(), "' holds no complete checkpoint (model.safetensors and optimizer.safetensors)");
@@ -245,7 +296,7 @@ std::map<std::string, std::string> load_checkpoint(const std::string& folder, Mo
   // Strict: a resumed run must continue from every saved weight, so any mismatch is an error,
   // which says what run wrote the checkpoint.
   try {
-    model.load_state_dict(weights.tensors, /*strict=*/true);
+    load_model_weights(model, weights.tensors, shards_prefix);
   } catch (const Error& e) {
     FT_FAIL("load_checkpoint: '", dir.string(), "' holds another model than this run builds (written by a run with ",
             run_state_summary(state.metadata), "): ", e.what());

@@ -11,6 +11,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "layers/module.h"
 #include "optim/optimizer.h"
@@ -27,10 +28,35 @@ std::string save_checkpoint(const std::string& root, int64_t step, const Module&
                             const std::map<std::string, Tensor>& optimizer_state,
                             const std::map<std::string, std::string>& run_state);
 
+/// What a checkpoint holds beyond what one rank writes: state each rank holds its own part of
+/// (sharded embedding tables, train/io/table_shards.h).
+struct CheckpointShards {
+  /// Files the ranks wrote into checkpoint_staging_folder(root, step) before rank 0 saves: the
+  /// manifest lists them with the rest, and the folder is completed around them.
+  std::vector<std::string> rank_files = {};
+  /// The model's parameters whose names start with this are left out of model.safetensors
+  /// (the rank files hold them); empty: none.
+  std::string prefix = {};
+};
+
+/// The folder a checkpoint of `step` under root is written in until it is complete; with
+/// `create`, made empty (a crashed save's leftovers removed) for the ranks' files.
+std::string checkpoint_staging_folder(const std::string& root, int64_t step, bool create);
+/// save_checkpoint around the ranks' files already in the staging folder.
+std::string save_checkpoint(const std::string& root, int64_t step, const Module& model,
+                            const std::map<std::string, Tensor>& optimizer_state,
+                            const std::map<std::string, std::string>& run_state, const CheckpointShards& shards);
+
 /// Loads the checkpoint folder `folder` (or, when `folder` is a root holding `latest`, the one it
 /// names) into model and optimizer; returns its run state. Missing or mismatched tensors are an
-/// ft::Error.
-std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer);
+/// ft::Error, except those under `shards_prefix` (non-empty), which the caller loads from the
+/// rank files (train/io/table_shards.h).
+std::map<std::string, std::string> load_checkpoint(const std::string& folder, Module& model, Optimizer& optimizer,
+                                                   const std::string& shards_prefix = "");
+
+/// The complete checkpoint folder `folder` names: itself, or under a root the one `latest`
+/// names (the newest complete one when that is missing or incomplete).
+std::string resolve_checkpoint_folder(const std::string& folder);
 
 /// The run state of the checkpoint `folder` names (as load_checkpoint finds it), without loading
 /// it: for checking, before anything is loaded, that it is this run's.

@@ -35,6 +35,13 @@ std::map<std::string, ManifestEntry> parse_checkpoint_manifest(const std::string
   return out;
 }
 
+std::vector<std::string> checkpoint_manifest_names(const std::string& text, const std::string& path) {
+  const JsonValue manifest = parse_json(text, "load_checkpoint: '" + path + "'", JsonScalars::IntegersOnly);
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : manifest.members) names.push_back(name);
+  return names;
+}
+
 CheckpointCounters parse_checkpoint_counters(const std::map<std::string, std::string>& metadata,
                                              const std::string& folder) {
   CheckpointCounters out;

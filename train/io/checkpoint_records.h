@@ -27,6 +27,10 @@ std::map<std::string, ManifestEntry> parse_checkpoint_manifest(const std::string
                                                                const std::vector<std::string>& names,
                                                                const std::string& path);
 
+/// Every file name the manifest text of the file `path` lists. Text that is not JSON is an
+/// ft::Error naming `path`.
+std::vector<std::string> checkpoint_manifest_names(const std::string& text, const std::string& path);
+
 /// The counters a checkpoint restores, read from the optimizer file's metadata.
 struct CheckpointCounters {
   int64_t step = 0;

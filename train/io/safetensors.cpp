@@ -85,6 +85,31 @@ std::map<std::string, std::string> load_safetensors_metadata(const std::string& 
   return read_header(in, path).first.metadata;
 }
 
+SafetensorsHeader load_safetensors_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return read_header(in, path).first;
+}
+
+Tensor load_safetensors_rows(const std::string& path, const std::string& name, int64_t first, int64_t count) {
+  std::ifstream in(path, std::ios::binary);
+  const auto [parsed, header_size] = read_header(in, path);
+  for (const SafetensorsEntry& entry : parsed.tensors) {
+    if (entry.name != name) continue;
+    FT_CHECK(!entry.shape.empty() && first >= 0 && count >= 0 && first + count <= entry.shape[0],
+             "load_safetensors_rows: rows [", first, ", ", first + count, ") are outside '", name, "' ",
+             shape_str(entry.shape), " in '", path, "'");
+    Shape shape = entry.shape;
+    shape[0] = count;
+    Tensor t = Tensor::empty(shape, entry.dtype, kCPU);
+    const uint64_t row_bytes = entry.shape[0] > 0 ? (entry.end - entry.begin) / static_cast<uint64_t>(entry.shape[0]) : 0;
+    in.seekg(static_cast<std::streamoff>(8 + header_size + entry.begin + static_cast<uint64_t>(first) * row_bytes));
+    in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(static_cast<uint64_t>(count) * row_bytes));
+    FT_CHECK(in.good() || count == 0, "load_safetensors_rows: reading rows of '", name, "' from '", path, "' failed");
+    return t;
+  }
+  FT_FAIL("load_safetensors_rows: '", path, "' holds no tensor '", name, "'");
+}
+
 SafetensorsFile load_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   // Every range is checked before the first tensor is allocated.

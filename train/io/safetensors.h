@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lib/tensor.h"
+#include "train/io/safetensors_header.h"
 
 namespace ft {
 
@@ -26,5 +27,11 @@ struct SafetensorsFile {
 SafetensorsFile load_safetensors(const std::string& path);
 /// The file's metadata alone: its header is read and checked, no tensor is.
 std::map<std::string, std::string> load_safetensors_metadata(const std::string& path);
+/// The file's header alone: each tensor's name, dtype, shape and byte range, and the metadata.
+SafetensorsHeader load_safetensors_header(const std::string& path);
+/// Rows [first, first + count) of tensor `name` (its first dim the rows), read alone: a shard of
+/// a table larger than memory can be loaded piece by piece. A missing name or rows outside the
+/// tensor are an ft::Error naming the file.
+Tensor load_safetensors_rows(const std::string& path, const std::string& name, int64_t first, int64_t count);
 
 }  // namespace ft

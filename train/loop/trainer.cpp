@@ -296,9 +296,9 @@ FitSummary Trainer::fit(int64_t total_steps) {
       summary.replayed = replaying();
     }
     // The checkpoint comes before the evaluation, so a failing one cannot lose the step's weights.
-    // ZeRO-1's state is gathered over the ranks: then every rank takes part (rank 0 writes).
-    const bool checkpoints_here = primary() || (options_.data_parallel && options_.data_parallel->sharded());
-    if (options_.checkpoint && checkpoints_here &&
+    // Every rank calls it: ZeRO-1's state is gathered over the ranks, and sharded tables are
+    // written by each rank; the callback has rank 0 alone write the rest.
+    if (options_.checkpoint &&
         (last || (options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0)))
       outside_steps(window, [&] { options_.checkpoint(step_, prefetcher_->position()); });
     if (options_.eval && (last || (options_.eval_every > 0 && step_ % options_.eval_every == 0)))

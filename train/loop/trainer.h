@@ -49,9 +49,10 @@ class Trainer {
  public:
   /// Metrics of the model on held-out data; runs in eval mode without autograd.
   using EvalFn = std::function<std::map<std::string, double>(Module& model)>;
-  /// Saves a checkpoint after `step` steps; the data continues from `position`. Called on rank 0
-  /// of a data-parallel run, and with ZeRO-1 on every rank (Optimizer::state() gathers the
-  /// shards: a collective), where rank 0 alone must write (cli::wire_checkpoints does).
+  /// Saves a checkpoint after `step` steps; the data continues from `position`. Called on every
+  /// rank of a data-parallel run: with ZeRO-1 Optimizer::state() gathers the shards (a
+  /// collective), and sharded tables are written by each rank; the rest rank 0 alone must write
+  /// (cli::wire_checkpoints does).
   using CheckpointFn = std::function<void(int64_t step, const DataPosition& position)>;
   /// After the backward of step `step` (0 for the first step of a run) and before its optimizer
   /// step, with its micro-batches (on the training device) and loss.

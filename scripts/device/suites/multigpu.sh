@@ -1,5 +1,5 @@
 # On a machine of several GPUs (nvidia-h200-x2 or -x4): data parallelism across real GPUs.
-#   scripts/device/run.sh multigpu:functional|multigpu:scaling|multigpu:tune|multigpu:all
+#   scripts/device/run.sh multigpu:functional|multigpu:scaling|multigpu:sharded|multigpu:tune|multigpu:all
 # functional: each launcher (scripts/launch.sh, torchrun on one node, two torchrun agents as two
 #   nodes, mpirun when OpenMPI is there) puts N ranks on N different GPUs (each rank names its
 #   GPU's PCI bus id, and nvidia-smi shows one process per GPU) and checks every collective; two
@@ -12,6 +12,9 @@
 #   reduction alone (ft-comm-check --bench-mb) and so the share of it hidden behind backward; a
 #   500-step loss curve reduced in bf16 against f32; ft-mlp and ft-dlrm on N GPUs against one
 #   process with the global batch.
+# sharded: DLRM tables sharded over the GPUs: the sharded tables against whole ones on N GPUs,
+#   ft-dlrm's mlperf preset on one GPU and on N with each --sharding, and a sharded checkpoint
+#   resumed on one GPU.
 suite=${SUITE_ARG:-all}
 N=$(gpu_count)
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader >"$logs/gpus.txt"
@@ -240,6 +243,41 @@ PY
   row "ft-dlrm, 200 steps of $((N * 8192)): 1 process $(grep -o 'samples_per_s=[0-9.]*\|test_auc=[0-9.]*\|log_loss=[0-9.]*' "$logs/dlrm-1.log" | tr '\n' ' ')| $N ranks $(grep -o 'samples_per_s=[0-9.]*\|test_auc=[0-9.]*\|log_loss=[0-9.]*' "$logs/dlrm-$N.log" | tr '\n' ' ')"
 }
 
+# ---- sharded: DLRM tables spread over the GPUs (issue 49) ----
+sharded() {
+  phase "sharded tables"
+  for plan in table row "r,d,1,0,d,r"; do
+    FT_RUN_ID=shard-check MASTER_PORT=$(next_port) scripts/launch.sh $N $B/tests/ft-sharded-tables-check --device cuda \
+      --plan $plan --update adagrad >"$logs/sharded-check.log" 2>&1
+    row "ft-sharded-tables-check --plan $plan on $N GPUs: $(grep -o 'rank 0 of.*\|DIFFER.*\|error.*' "$logs/sharded-check.log" | head -1)"
+  done
+  rm -f /tmp/dlrm-mlperf.tsv
+  $B/examples/ft-dlrm --make-synthetic /tmp/dlrm-mlperf.tsv --rows 4000000 --table-rows 1000000 \
+    >"$logs/dlrm-mlperf-data.log" 2>&1
+  local dlrm="--data /tmp/dlrm-mlperf.tsv --preset mlperf --log-every 20 --steps 100"
+  $B/examples/ft-dlrm $dlrm >"$logs/dlrm-mlperf-1.log" 2>&1
+  local s1
+  s1=$(grep -o 'samples_per_s=[0-9.]*' "$logs/dlrm-mlperf-1.log" | cut -d= -f2)
+  row "ft-dlrm mlperf preset, 1 GPU: ${s1:-?} samples/s $(grep -o 'test_auc=[0-9.]*' "$logs/dlrm-mlperf-1.log")"
+  for plan in replicated auto table row; do
+    FT_RUN_ID=dlrm-$plan MASTER_PORT=$(next_port) scripts/launch.sh $N $B/examples/ft-dlrm $dlrm --sharding $plan \
+      >"$logs/dlrm-mlperf-$N-$plan.log" 2>&1
+    local sn
+    sn=$(grep -o 'samples_per_s=[0-9.]*' "$logs/dlrm-mlperf-$N-$plan.log" | cut -d= -f2)
+    row "ft-dlrm mlperf preset, $N GPUs, --sharding $plan: ${sn:-?} samples/s, $(awk -v a="${s1:-0}" -v b="${sn:-0}" 'BEGIN { if (a > 0) printf "%.2fx one GPU", b / a }') $(grep -o 'test_auc=[0-9.]*\|error.*' "$logs/dlrm-mlperf-$N-$plan.log" | head -1)"
+  done
+  # A sharded checkpoint resumed on one GPU (whole tables): the same test AUC as the straight run.
+  local ck=/tmp/dlrm-shard-ck small="--data /tmp/dlrm-mlperf.tsv --preset bench --table-rows 100000 --log-every 20"
+  rm -rf $ck
+  FT_RUN_ID=dlrm-ck MASTER_PORT=$(next_port) scripts/launch.sh $N $B/examples/ft-dlrm $small --batch 4096 --steps 40 \
+    --sharding auto --ckpt-dir $ck >"$logs/dlrm-shard-ck.log" 2>&1
+  FT_RUN_ID=dlrm-ck2 MASTER_PORT=$(next_port) scripts/launch.sh $N $B/examples/ft-dlrm $small --batch 4096 --steps 20 \
+    --sharding auto --ckpt-dir $ck.half >"$logs/dlrm-shard-half.log" 2>&1
+  $B/examples/ft-dlrm $small --batch $((N * 4096)) --steps 40 --resume $ck.half >"$logs/dlrm-shard-resumed.log" 2>&1
+  row "sharded checkpoint at step 20 resumed on 1 GPU: straight $(grep -o 'test_auc=[0-9.]*' "$logs/dlrm-shard-ck.log"), resumed $(grep -o 'test_auc=[0-9.]*\|error.*' "$logs/dlrm-shard-resumed.log" | head -1)"
+  rm -rf $ck $ck.half
+}
+
 # ---- tune: A/B runs of the gpt2-124M step on 1 and N GPUs, one pair a variant ----
 # TUNE="name:ENV=V ...:extra flags;..." picks the variants (default: graph and eager, each with
 # the 25 MB buckets and with one bucket, which leaves the reduction nothing to hide behind).
@@ -266,6 +304,7 @@ case $suite in
   tune) tune ;;
   functional) functional ;;
   scaling) scaling ;;
-  all) functional && scaling ;;
-  *) echo "multigpu: unknown part '$suite' (functional, scaling, tune, all)"; exit 2 ;;
+  sharded) sharded ;;
+  all) functional && scaling && sharded ;;
+  *) echo "multigpu: unknown part '$suite' (functional, scaling, sharded, tune, all)"; exit 2 ;;
 esac

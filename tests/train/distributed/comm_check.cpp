@@ -203,6 +203,42 @@ void check_bf16_wire(ft::Communicator& comm, int64_t n, int& call) {
   expect_close("reduce_scatter_via bf16" + size, out, slice, 2e-2);
 }
 
+/// all_to_all with uneven counts (rank s sends (s + 2d) % 4 · scale elements to rank d: some
+/// zero), in i32 and f32: each rank's received slices are the slices its peers drew for it.
+void check_all_to_all(ft::Communicator& comm, ft::DType dtype, int64_t scale, int& call) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const auto count = [&](int from, int to) { return static_cast<int64_t>((from + 2 * to) % 4) * scale; };
+  ++call;
+  std::vector<int64_t> send_counts, recv_counts;
+  int64_t send_total = 0;
+  for (int d = 0; d < world; ++d) {
+    send_counts.push_back(count(rank, d));
+    recv_counts.push_back(count(d, rank));
+    send_total += send_counts.back();
+  }
+  std::vector<double> want;
+  for (int s = 0; s < world; ++s) {
+    int64_t total = 0, before = 0;
+    for (int d = 0; d < world; ++d) total += count(s, d);
+    for (int d = 0; d < rank; ++d) before += count(s, d);
+    const std::vector<double> theirs = inputs_of(s, call, total);
+    want.insert(want.end(), theirs.begin() + before, theirs.begin() + before + count(s, rank));
+  }
+  // i32 carries the values times 1000 (whole numbers, as ids are).
+  const auto values = [&](std::vector<double> v) {
+    if (dtype == ft::DType::I32)
+      for (double& x : v) x = std::round(x * 1000);
+    return v;
+  };
+  Tensor out = Tensor::empty({static_cast<int64_t>(want.size())}, dtype, on_device);
+  const auto in_dtype = [&](const std::vector<double>& v) {
+    return Tensor::from_vector(values(v), {static_cast<int64_t>(v.size())}, ft::DType::F64).to(dtype);
+  };
+  comm.all_to_all(in_dtype(inputs_of(rank, call, send_total)).to(on_device), send_counts, out, recv_counts)->wait();
+  expect_close(std::string("all_to_all ") + ft::dtype_name(dtype) + " x" + std::to_string(scale), out,
+               in_dtype(want).to_vector(), 0);
+}
+
 /// Several collectives in flight at once complete in order.
 void check_in_flight(ft::Communicator& comm) {
   const int rank = comm.rank(), world = comm.world_size();
@@ -238,6 +274,8 @@ int main(int argc, char** argv) {
     for (ft::DType dtype : {ft::DType::F32, ft::DType::F64})
       for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{100003}}) check_collectives(*comm, dtype, n, call);
     for (int64_t n : {int64_t{7}, int64_t{100003}}) check_bf16_wire(*comm, n, call);
+    for (ft::DType dtype : {ft::DType::I32, ft::DType::F32})
+      for (int64_t scale : {int64_t{1}, int64_t{3001}}) check_all_to_all(*comm, dtype, scale, call);
     check_in_flight(*comm);
     comm->barrier()->wait();
     if (o.device.is_cuda()) ft::synchronize();

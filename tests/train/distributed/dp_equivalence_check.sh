@@ -13,7 +13,7 @@ rm -rf "$work" && mkdir -p "$work"
 "$@" --batch $((n * b)) --ckpt-dir "$work/one" >"$work/one.log" 2>&1 || { cat "$work/one.log"; exit 1; }
 FT_STORE_DIR="$work/rendezvous" FT_LAUNCH_GRACE=10 "$here/../../../scripts/launch.sh" "$n" "$@" --batch "$b" \
   --ckpt-dir "$work/many" --check-replicas 1 ${DP_ARGS:-} >"$work/many.log" 2>&1 || { cat "$work/many.log"; exit 1; }
-grep -h "data parallel over" "$work/many.log"
+grep -h "data parallel over\|tables sharded" "$work/many.log"
 "$compare" "$work/one" "$work/many" --rtol "$rtol"
 # A run that ended cleanly leaves no rendezvous files behind (its run folder is gone).
 if [ -d "$work/rendezvous" ] && [ -n "$(ls -A "$work/rendezvous")" ]; then
