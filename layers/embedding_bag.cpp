@@ -57,6 +57,8 @@ EmbeddingBagCollection::EmbeddingBagCollection(Options options, Tensor weight) :
   weight_ = register_parameter("weight", weight, true, /*keep_dtype=*/true);
   if (options_.update == RowUpdateKind::RowWiseAdagrad)
     accumulator_ = register_parameter("accumulator", Tensor::zeros({rows}, DType::F32), false, true);
+  if (options_.update == RowUpdateKind::ElementwiseAdagrad)
+    accumulator_ = register_parameter("accumulator", Tensor::zeros({rows, options_.dim}, DType::F32), false, true);
   std::vector<double> offsets{0};
   for (int64_t r : options_.table_rows) offsets.push_back(offsets.back() + static_cast<double>(r));
   row_offsets_ = Tensor::from_vector(offsets, {tables() + 1}, DType::I64);

@@ -1,6 +1,6 @@
 // EmbeddingBagCollection: a recommender's categorical features, one table per feature, all
 // stacked in one f32 weight and pooled by one table-batched embedding_bag call. The tables
-// train by their own sparse update inside backward (row-wise SGD or row-wise Adagrad, lib/ops/
+// train by their own sparse update inside backward (row-wise SGD, or row-wise or element-wise Adagrad, lib/ops/
 // embedding_bag.h), never through the dense optimizer: give an optimizer the model's other
 // parameters (DLRM::dense_parameters).
 #pragma once
@@ -44,7 +44,8 @@ class EmbeddingBagCollection : public PooledTables {
   using Options = EmbeddingTablesOptions;
   /// Table t uniform in ±√(1 / rows_t), as facebookresearch/dlrm initializes them, drawn from gen.
   /// Parameters: "weight" [R, D] f32 (trainable, kept f32 by Module::to) and, for Adagrad,
-  /// "accumulator" [R] (frozen: state the update keeps, saved with the model like a buffer).
+  /// "accumulator" [R] (row-wise) or [R, D] (element-wise) (frozen: state the update keeps,
+  /// saved with the model like a buffer).
   EmbeddingBagCollection(Options options, Generator& gen);
   /// The same tables starting from `weight` [R, D] f32 (R the tables' rows): a rank's shard of
   /// sharded tables, drawn by initial_rows.

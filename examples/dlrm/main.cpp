@@ -122,7 +122,9 @@ void define_flags(ft::cli::Args& args) {
   args.flag("table-rows", "", "rows of each of the 26 tables; categorical values are hashed modulo it\n(empty: the preset's)");
   args.flag("pooling", "sum", "sum or mean (one id per bag in Criteo, so both give the same model)");
   args.flag("batch", "", "samples per step (empty: the preset's)");
-  args.flag("sparse-optimizer", "sgd", "the tables' update inside backward: sgd or adagrad (exact row-wise Adagrad)");
+  args.flag("sparse-optimizer", "sgd",
+            "the tables' update inside backward: sgd; adagrad (exact row-wise Adagrad: one f32\n"
+            "accumulator a row); or elementwise-adagrad (exact Adagrad: one a value, the tables' size again)");
   args.flag("sparse-lr", "", "the tables' learning rate (empty: the preset's)");
   args.flag("sharding", "replicated",
             "where the tables live when several processes train (scripts/launch.sh N, torchrun):\n"
@@ -167,10 +169,12 @@ Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
   s.lr = or_preset(args, "lr", preset.lr);
   const std::string pooling = args.str("pooling"), sparse_optimizer = args.str("sparse-optimizer");
   FT_CHECK(pooling == "sum" || pooling == "mean", "ft-dlrm: --pooling must be sum or mean, got '", pooling, "'");
-  FT_CHECK(sparse_optimizer == "sgd" || sparse_optimizer == "adagrad",
-           "ft-dlrm: --sparse-optimizer must be sgd or adagrad, got '", sparse_optimizer, "'");
+  FT_CHECK(sparse_optimizer == "sgd" || sparse_optimizer == "adagrad" || sparse_optimizer == "elementwise-adagrad",
+           "ft-dlrm: --sparse-optimizer must be sgd, adagrad or elementwise-adagrad, got '", sparse_optimizer, "'");
   s.pooling = pooling == "mean" ? ft::BagMode::Mean : ft::BagMode::Sum;
-  s.sparse_update = sparse_optimizer == "adagrad" ? ft::RowUpdateKind::RowWiseAdagrad : ft::RowUpdateKind::SGD;
+  s.sparse_update = sparse_optimizer == "adagrad"               ? ft::RowUpdateKind::RowWiseAdagrad
+                    : sparse_optimizer == "elementwise-adagrad" ? ft::RowUpdateKind::ElementwiseAdagrad
+                                                                : ft::RowUpdateKind::SGD;
   s.sharding = args.str("sharding");
   s.bottom = widths("bottom", or_preset(args, "bottom", preset.bottom));
   s.top = widths("top", or_preset(args, "top", preset.top));
@@ -180,9 +184,11 @@ Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
   return s;
 }
 
-/// Bytes of one table row: its f32 values and, for row-wise Adagrad, its f32 accumulator.
+/// Bytes of one table row: its f32 values and its f32 Adagrad accumulators (one, or one a value).
 double table_row_bytes(const Settings& s) {
-  return static_cast<double>(s.dim) * 4 + (s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad ? 4 : 0);
+  const double values = static_cast<double>(s.dim) * 4;
+  if (s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad) return values + 4;
+  return s.sparse_update == ft::RowUpdateKind::ElementwiseAdagrad ? 2 * values : values;
 }
 
 /// What the run holds: this process's tables (`tables`: what, and the bytes of their f32 rows

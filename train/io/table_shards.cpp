@@ -81,10 +81,10 @@ StoredTables::StoredTables(const std::string& folder, const std::string& prefix,
     const std::string file = (fs::path(folder) / "model.safetensors").string();
     const SafetensorsHeader header = load_safetensors_header(file);
     const SafetensorsEntry* weight = nullptr;
-    bool accumulator = false;
+    const SafetensorsEntry* accumulator = nullptr;
     for (const SafetensorsEntry& e : header.tensors) {
       if (e.name == prefix + "weight") weight = &e;
-      if (e.name == prefix + "accumulator") accumulator = true;
+      if (e.name == prefix + "accumulator") accumulator = &e;
     }
     FT_CHECK(weight, "checkpoint tables: '", folder, "' holds neither tables-*.safetensors nor '", prefix,
              "weight' in model.safetensors");
@@ -95,7 +95,8 @@ StoredTables::StoredTables(const std::string& folder, const std::string& prefix,
              rows_summary(rows_text), ")");
     int64_t at = 0;
     for (size_t t = 0; t < table_rows_.size(); ++t) {
-      pieces_[t].push_back({file, prefix + "weight", accumulator ? prefix + "accumulator" : "", 0, table_rows_[t], at});
+      pieces_[t].push_back({file, prefix + "weight", accumulator ? prefix + "accumulator" : "", 0, table_rows_[t], at,
+                            accumulator && accumulator->shape.size() == 2});
       at += table_rows_[t];
     }
     return;
@@ -123,10 +124,11 @@ StoredTables::StoredTables(const std::string& folder, const std::string& prefix,
       FT_CHECK(first >= 0 && first + e.shape[0] <= table_rows_[static_cast<size_t>(t)], "checkpoint tables: '", file,
                "' holds rows [", first, ", ", first + e.shape[0], ") of table ", t, ", which has ",
                table_rows_[static_cast<size_t>(t)]);
-      const bool accumulator = std::any_of(header.tensors.begin(), header.tensors.end(),
-                                           [&](const SafetensorsEntry& a) { return a.name == t_text + ".accumulator"; });
-      pieces_[static_cast<size_t>(t)].push_back(
-          {file, e.name, accumulator ? t_text + ".accumulator" : "", first, e.shape[0], 0});
+      const auto accumulator = std::find_if(header.tensors.begin(), header.tensors.end(),
+                                            [&](const SafetensorsEntry& a) { return a.name == t_text + ".accumulator"; });
+      const bool stored = accumulator != header.tensors.end();
+      pieces_[static_cast<size_t>(t)].push_back({file, e.name, stored ? t_text + ".accumulator" : "", first, e.shape[0], 0,
+                                                 stored && accumulator->shape.size() == 2});
     }
   }
 }
@@ -136,6 +138,10 @@ bool StoredTables::has_accumulators() const {
     for (const Piece& p : table)
       if (p.accumulator_name.empty()) return false;
   return true;
+}
+
+bool StoredTables::elementwise_accumulators() const {
+  return !pieces_.empty() && !pieces_[0].empty() && pieces_[0][0].elementwise;
 }
 
 std::optional<std::pair<std::vector<int64_t>, int64_t>> StoredTables::sharded_shape(const std::string& folder) {
@@ -160,7 +166,11 @@ void StoredTables::read(size_t t, int64_t first, int64_t count, const Tensor& we
     weight.narrow(0, lo - first, hi - lo).copy_(load_safetensors_rows(p.file, p.weight_name, from, hi - lo));
     if (accumulator.defined()) {
       FT_CHECK(!p.accumulator_name.empty(), "checkpoint tables: '", folder_, "' has no Adagrad accumulators for table ",
-               t, " (its run did not use --sparse-optimizer adagrad)");
+               t, " (its run did not use Adagrad on the tables)");
+      const bool elementwise = accumulator.dim() == 2;
+      FT_CHECK(p.elementwise == elementwise, "checkpoint tables: '", folder_, "' holds ",
+               p.elementwise ? "element-wise" : "row-wise", " Adagrad accumulators for table ", t, ", this run keeps ",
+               elementwise ? "element-wise" : "row-wise", " ones");
       accumulator.narrow(0, lo - first, hi - lo).copy_(load_safetensors_rows(p.file, p.accumulator_name, from, hi - lo));
     }
     covered += hi - lo;

@@ -51,6 +51,8 @@ class StoredTables {
   bool sharded() const { return sharded_; }
   /// Whether every stored piece has its Adagrad accumulators.
   bool has_accumulators() const;
+  /// Whether they are element-wise ([rows, D]) rather than row-wise ([rows]).
+  bool elementwise_accumulators() const;
   /// The tables of a checkpoint written by a sharded run, as its shard files' metadata gives
   /// them ({table rows, dim}); nullopt when the folder holds no shard file.
   static std::optional<std::pair<std::vector<int64_t>, int64_t>> sharded_shape(const std::string& folder);
@@ -61,6 +63,7 @@ class StoredTables {
     std::string weight_name, accumulator_name;  // accumulator_name empty: none stored
     int64_t first = 0, rows = 0;                // the table's rows it holds
     int64_t at = 0;                             // where they start in its tensor
+    bool elementwise = false;                   // accumulators [rows, D] (element-wise), else [rows]
   };
   std::string folder_;
   std::vector<int64_t> table_rows_;

@@ -45,11 +45,14 @@ void check_inputs(const Tensor& weight, const Tensor& row_offsets, const Tensor&
   FT_CHECK(u.lr.defined() && u.lr.numel() == 1 && u.lr.dtype() == weight.dtype() && u.lr.device() == weight.device(),
            "embedding_bag: the update's lr must be one ", dtype_name(weight.dtype()), " element on ",
            weight.device().str());
-  if (u.kind == RowUpdateKind::RowWiseAdagrad)
-    FT_CHECK(u.accumulator.defined() && u.accumulator.shape() == Shape{weight.size(0)} &&
-                 u.accumulator.dtype() == weight.dtype() && u.accumulator.device() == weight.device(),
-             "embedding_bag: row-wise Adagrad needs an accumulator [", weight.size(0), "] ",
-             dtype_name(weight.dtype()), " on ", weight.device().str());
+  if (u.kind != RowUpdateKind::SGD) {
+    const bool row_wise = u.kind == RowUpdateKind::RowWiseAdagrad;
+    const Shape shape = row_wise ? Shape{weight.size(0)} : weight.shape();
+    FT_CHECK(u.accumulator.defined() && u.accumulator.shape() == shape && u.accumulator.dtype() == weight.dtype() &&
+                 u.accumulator.device() == weight.device(),
+             "embedding_bag: ", row_wise ? "row-wise" : "element-wise", " Adagrad needs an accumulator ",
+             shape_str(shape), " ", dtype_name(weight.dtype()), " on ", weight.device().str());
+  }
   FT_CHECK(u.eps > 0.0, "embedding_bag: eps must be positive, got ", u.eps);
 }
 
@@ -74,8 +77,8 @@ void apply_update_composite(const SparseRowUpdate& u, const Tensor& weight, cons
     index_add_rows_(weight, rows, d_rows * (-1.0 * step));
     return;
   }
-  // Exact row-wise Adagrad needs each row's whole gradient before its accumulator moves: sum
-  // the rows' gradients in a scratch, then every id of a row computes the same new values. On
+  // Exact Adagrad needs each row's whole gradient before its accumulator moves: sum the rows'
+  // gradients in a scratch, then every id of a row computes the same new values. On
   // the CPU the scratch holds the touched rows only (work in proportion to the batch, not the
   // table); on CUDA it is table-sized, so that the step stays capturable.
   const int64_t r = weight.size(0), d = weight.size(1);
@@ -84,9 +87,11 @@ void apply_update_composite(const SparseRowUpdate& u, const Tensor& weight, cons
   if (!weight.is_cuda()) std::tie(slots, scratch_rows) = row_slots(rows);
   Tensor summed = Tensor::zeros({scratch_rows, d}, weight.dtype(), weight.device());
   index_add_rows_(summed, slots, d_rows);
-  const Tensor g = gather_rows(summed, slots);                                        // [N, D]
-  const Tensor accumulator = u.accumulator.reshape({r, 1});
-  const Tensor acc = gather_rows(accumulator, rows) + mean(g * g, true);             // [N, 1]
+  const Tensor g = gather_rows(summed, slots);  // [N, D]
+  // Row-wise: one accumulator a row, the mean of g²; element-wise: one an element.
+  const bool row_wise = u.kind == RowUpdateKind::RowWiseAdagrad;
+  const Tensor accumulator = row_wise ? u.accumulator.reshape({r, 1}) : u.accumulator;
+  const Tensor acc = gather_rows(accumulator, rows) + (row_wise ? mean(g * g, true) : g * g);  // [N, 1] or [N, D]
   index_put_rows_(accumulator, rows, acc);
   const Tensor updated = gather_rows(weight, rows) - g * step / (sqrt(acc) + u.eps);  // [N, D]
   index_put_rows_(weight, rows, updated);

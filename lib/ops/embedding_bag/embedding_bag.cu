@@ -5,8 +5,8 @@
 // f32 registers and writes the pooled row once, in the output dtype. Backward, without any
 // [R, D] gradient: the (row, position) pairs are radix-sorted; a warp per chunk of kChunk
 // sorted positions sums the upstream rows of each run of equal rows in f32, in sorted order,
-// and updates the rows whose run lies inside its chunk (SGD, or row-wise Adagrad with its
-// accumulator). A run that crosses a chunk boundary leaves one partial sum per chunk; the warp
+// and updates the rows whose run lies inside its chunk (SGD, or row-wise or element-wise
+// Adagrad with its accumulators). A run that crosses a chunk boundary leaves one partial sum per chunk; the warp
 // of the chunk where it starts adds them in chunk order and updates the row. The order of every
 // sum is fixed by the sort, so tables are bit-identical from run to run, and a hot row's
 // gradient is summed by many warps. Per-sample weights get their gradient (the pooled gradient
@@ -88,6 +88,8 @@ __device__ __forceinline__ void load_row_state(const float* weight, int64_t row,
                                                int lane, RowState<VEC, PACKS>& state) {
   load_lane_row<float, VEC, PACKS>(weight + row * cols, cols, lane, state.w);
   state.accumulator = u.kind == RowUpdateKind::RowWiseAdagrad ? u.accumulator[row] : 0.0f;
+  // Element-wise accumulators are read pack by pack in update_row, beside the weights they
+  // scale: a whole row of them in registers would cost the other updates occupancy.
 }
 
 /// Applies one step to weight row `row` (loaded in `state`) from its whole gradient g (the warp
@@ -102,10 +104,27 @@ __device__ __forceinline__ void update_row(float* weight, int64_t row, int64_t c
     if (lane == 0) u.accumulator[row] = acc;
     rate /= sqrtf(acc) + u.eps;
   }
+  if (u.kind == RowUpdateKind::ElementwiseAdagrad) {
+    float* acc_row = u.accumulator + row * cols;
 #pragma unroll
-  for (int q = 0; q < PACKS; ++q)
+    for (int q = 0; q < PACKS; ++q) {
+      const int64_t c = pack_column(q, lane, VEC);
+      if (c >= cols) continue;
+      float acc[VEC];
+      load_vec<float, VEC>(acc_row + c, acc);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) state.w[q][k] -= rate * g[q][k];
+      for (int k = 0; k < VEC; ++k) {
+        acc[k] += g[q][k] * g[q][k];
+        state.w[q][k] -= rate * g[q][k] / (sqrtf(acc[k]) + u.eps);
+      }
+      store_vec<float, VEC>(acc_row + c, acc);
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < PACKS; ++q)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) state.w[q][k] -= rate * g[q][k];
+  }
   store_lane_row<float, VEC, PACKS>(weight + row * cols, cols, lane, state.w);
 }
 
@@ -371,7 +390,7 @@ void embedding_bag_backward_update(const Tensor& grad, const Tensor& weight, con
                                                 positions.data<int32_t>(), perm, static_cast<int>(n), 0, bits,
                                                 stream()));
   const UpdateArgs args{update.kind, update.lr.data<float>(), static_cast<float>(update.lr_scale),
-                        update.kind == RowUpdateKind::RowWiseAdagrad ? update.accumulator.data<float>() : nullptr,
+                        update.kind != RowUpdateKind::SGD ? update.accumulator.data<float>() : nullptr,
                         static_cast<float>(update.eps)};
   const unsigned blocks = static_cast<unsigned>((chunks + kWarpsPerBlock - 1) / kWarpsPerBlock);
   with_row_packing(cols, {grad.data_ptr(), weight.data_ptr()}, [&](auto vec, auto packs) {

@@ -9,8 +9,9 @@
 // zeros). out is [B, T, D] in options.out_dtype (the weight's dtype by default).
 //
 // Sparse tables train without a dense gradient: with options.update the backward applies the
-// update to the rows the batch reached (row-wise SGD, or exact row-wise Adagrad: one
-// accumulator per row, acc += mean(g²), w -= lr·g / (√acc + eps), g the row's summed gradient)
+// update to the rows the batch reached (row-wise SGD; exact row-wise Adagrad: one accumulator
+// per row, acc += mean(g²), w -= lr·g / (√acc + eps); or exact element-wise Adagrad: one
+// accumulator per element, acc += g², w -= lr·g / (√acc + eps); g the row's summed gradient)
 // and gives the weight no gradient at all. Without an update the weight gets the dense [R, D]
 // gradient (for tests and small tables). Per-sample weights get their gradient either way.
 //
@@ -34,7 +35,7 @@
 namespace ft {
 
 enum class BagMode : uint8_t { Sum, Mean };
-enum class RowUpdateKind : uint8_t { SGD, RowWiseAdagrad };
+enum class RowUpdateKind : uint8_t { SGD, RowWiseAdagrad, ElementwiseAdagrad };
 
 /// The optimizer step an embedding bag's backward applies to the rows it reached.
 struct SparseRowUpdate {
@@ -43,7 +44,8 @@ struct SparseRowUpdate {
   /// backward runs: a replayed CUDA graph uses the value current at its launch.
   Tensor lr = {};
   double lr_scale = 1.0;  ///< the step's rate is lr_scale · lr
-  /// RowWiseAdagrad: [R], the weight's dtype and device, updated in place (zeros to start).
+  /// RowWiseAdagrad: [R]; ElementwiseAdagrad: [R, D]; the weight's dtype and device, updated in
+  /// place (zeros to start).
   Tensor accumulator = {};
   double eps = 1e-8;
   /// Data parallelism: replaces this rank's bag ids [N], offsets [S + 1] and the gradient of its

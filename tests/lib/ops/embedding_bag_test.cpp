@@ -138,6 +138,11 @@ struct UpdateCase {
   bool weighted;
 };
 
+/// The accumulators an update keeps: one a row (row-wise Adagrad) or one an element.
+Shape accumulator_shape(RowUpdateKind kind, int64_t rows, int64_t d) {
+  return kind == RowUpdateKind::ElementwiseAdagrad ? Shape{rows, d} : Shape{rows};
+}
+
 /// One forward and backward of embedding_bag with an update, on `device` in the current kernel
 /// mode: weights in `dtype` (f64 on the CPU reference, f32 on CUDA), the output and the upstream
 /// gradient in `out_dtype` (upstream given in f64, rounded to out_dtype first by the caller).
@@ -146,7 +151,7 @@ UpdateResult run_update(const Bags& b, const Tensor& weight0, const Tensor& accu
   Tensor weight = fresh_copy(weight0, dtype, device);
   weight.requires_grad_();
   SparseRowUpdate update{.kind = c.kind, .lr = Tensor::full({1}, 0.05, dtype, device), .lr_scale = 2.0, .eps = 1e-3};
-  if (c.kind == RowUpdateKind::RowWiseAdagrad) update.accumulator = fresh_copy(accumulator0, dtype, device);
+  if (c.kind != RowUpdateKind::SGD) update.accumulator = fresh_copy(accumulator0, dtype, device);
   Tensor weights;
   if (c.weighted) {
     weights = fresh_copy(psw, dtype, device);
@@ -172,7 +177,8 @@ void expect_update_matches(const UpdateCase& c, Device device, DType out_dtype, 
   b.ids = Tensor::from_vector(ids, b.ids.shape(), DType::I64);
   const int64_t d = 24, rows = total_rows(b);
   const Tensor weight0 = fresh_copy(random_tensor({rows, d}, DType::F64, kCPU, gen), DType::F32, kCPU);
-  const Tensor accumulator0 = fresh_copy(positive_tensor({rows}, DType::F64, kCPU, gen), DType::F32, kCPU);
+  const Tensor accumulator0 = fresh_copy(positive_tensor(accumulator_shape(c.kind, rows, d), DType::F64, kCPU, gen),
+                                         DType::F32, kCPU);
   const Tensor psw = fresh_copy(random_tensor({b.n}, DType::F64, kCPU, gen), DType::F32, kCPU);
   const Tensor upstream =
       fresh_copy(random_tensor({100, 2, d}, DType::F64, kCPU, gen), out_dtype, kCPU);
@@ -182,7 +188,7 @@ void expect_update_matches(const UpdateCase& c, Device device, DType out_dtype, 
   // of each) is measured against the step, not hidden by the weights' size.
   const Tensor w0 = fresh_copy(weight0, DType::F64, kCPU);
   EXPECT_TRUE(all_close(got.weight - w0, ref.weight - w0, 1e-4, 1e-6)) << "weights";
-  if (c.kind == RowUpdateKind::RowWiseAdagrad) {
+  if (c.kind != RowUpdateKind::SGD) {
     const Tensor a0 = fresh_copy(accumulator0, DType::F64, kCPU);
     EXPECT_TRUE(all_close(got.accumulator - a0, ref.accumulator - a0, 1e-4, 1e-6)) << "accumulators";
   }
@@ -195,11 +201,16 @@ std::vector<UpdateCase> update_cases() {
   return {{RowUpdateKind::SGD, BagMode::Sum, false},
           {RowUpdateKind::SGD, BagMode::Mean, true},
           {RowUpdateKind::RowWiseAdagrad, BagMode::Sum, true},
-          {RowUpdateKind::RowWiseAdagrad, BagMode::Mean, false}};
+          {RowUpdateKind::RowWiseAdagrad, BagMode::Mean, false},
+          {RowUpdateKind::ElementwiseAdagrad, BagMode::Sum, true},
+          {RowUpdateKind::ElementwiseAdagrad, BagMode::Mean, false}};
 }
 
 std::string case_name(const UpdateCase& c) {
-  return std::string(c.kind == RowUpdateKind::SGD ? "sgd" : "adagrad") + (c.mode == BagMode::Mean ? " mean" : " sum") +
+  const char* kind = c.kind == RowUpdateKind::SGD              ? "sgd"
+                     : c.kind == RowUpdateKind::RowWiseAdagrad ? "row-wise adagrad"
+                                                               : "element-wise adagrad";
+  return std::string(kind) + (c.mode == BagMode::Mean ? " mean" : " sum") +
          (c.weighted ? " weighted" : "");
 }
 
@@ -241,11 +252,11 @@ TEST(EmbeddingBagFusedTest, TablesAreBitIdenticalAcrossRuns) {
   const Bags b = random_bags({100, 1000, 20}, 2000, 4, 30, gen);
   const int64_t rows = total_rows(b), d = 64;
   const Tensor weight0 = random_tensor({rows, d}, DType::F32, kCPU, gen);
-  const Tensor acc0 = positive_tensor({rows}, DType::F32, kCPU, gen);
   const Tensor psw = random_tensor({b.n}, DType::F32, kCPU, gen);
   const Tensor upstream = random_tensor({2000, 3, d}, DType::BF16, kCPU, gen);
   for (const UpdateCase& c : update_cases()) {
     SCOPED_TRACE(case_name(c));
+    const Tensor acc0 = positive_tensor(accumulator_shape(c.kind, rows, d), DType::F32, kCPU, gen);
     const UpdateResult first = run_update(b, weight0, acc0, psw, upstream, c, kCUDA, DType::F32, DType::BF16);
     const UpdateResult second = run_update(b, weight0, acc0, psw, upstream, c, kCUDA, DType::F32, DType::BF16);
     EXPECT_TRUE(all_equal(first.weight, second.weight));
@@ -297,6 +308,53 @@ TEST(SparseRowsTest, PrimitivesMatchLoops) {
   EXPECT_EQ(std::vector<double>(p.begin() + 15, p.begin() + 18), (std::vector<double>{4, 5, 6}));
   EXPECT_FT_ERROR(index_put_rows_(put, Tensor::from_vector({6}, {1}, DType::I64), random_tensor({1, 3}, DType::F64, kCPU, gen)),
                   "out of range");
+}
+
+// Both Adagrads against loops written from their definitions, in f64: a row's gradient is the
+// sum over every id that reached it (here ids repeat within and across bags), then row-wise:
+// acc += mean(g²), w -= lr·g / (√acc + eps); element-wise: acc += g², w -= lr·g / (√acc + eps).
+TEST(EmbeddingBagTest, AdagradUpdatesMatchLoopsInF64) {
+  Generator gen = test_generator();
+  const int64_t rows = 6, d = 5;
+  const Tensor row_offsets = Tensor::from_vector({0, 6}, {2}, DType::I64);
+  const Tensor ids = Tensor::from_vector({1, 4, 1, 1, 0, 4}, {6}, DType::I64);
+  const Tensor offsets = Tensor::from_vector({0, 2, 3, 6}, {4}, DType::I64);  // 3 bags, sum
+  const Tensor weight0 = random_tensor({rows, d}, DType::F64, kCPU, gen);
+  const Tensor upstream = random_tensor({3, 1, d}, DType::F64, kCPU, gen);
+  const std::vector<double> w0 = weight0.to_vector(), up = upstream.to_vector();
+  const double lr = 0.05, eps = 1e-3;
+  for (RowUpdateKind kind : {RowUpdateKind::RowWiseAdagrad, RowUpdateKind::ElementwiseAdagrad}) {
+    SCOPED_TRACE(kind == RowUpdateKind::RowWiseAdagrad ? "row-wise" : "element-wise");
+    const Tensor acc0 = positive_tensor(accumulator_shape(kind, rows, d), DType::F64, kCPU, gen);
+    Tensor weight = fresh_copy(weight0, DType::F64, kCPU);
+    weight.requires_grad_();
+    const SparseRowUpdate update{.kind = kind, .lr = Tensor::full({1}, lr, DType::F64), .accumulator = fresh_copy(acc0, DType::F64, kCPU), .eps = eps};
+    embedding_bag(weight, row_offsets, ids, offsets, Tensor(), {.update = update}).backward(upstream);
+    // Each row's summed gradient: bag k's upstream once for every id of the row in bag k.
+    const std::vector<double> id = ids.to_vector(), off = offsets.to_vector(), a0 = acc0.to_vector();
+    std::vector<double> g(rows * d, 0.0), want_w = w0, want_acc = a0;
+    std::vector<bool> touched(rows, false);
+    for (int64_t k = 0; k < 3; ++k)
+      for (int64_t i = static_cast<int64_t>(off[k]); i < static_cast<int64_t>(off[k + 1]); ++i) {
+        const int64_t r = static_cast<int64_t>(id[i]);
+        touched[r] = true;
+        for (int64_t c = 0; c < d; ++c) g[r * d + c] += up[k * d + c];
+      }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!touched[r]) continue;
+      double sq = 0;
+      for (int64_t c = 0; c < d; ++c) sq += g[r * d + c] * g[r * d + c];
+      if (kind == RowUpdateKind::RowWiseAdagrad) want_acc[r] += sq / d;
+      for (int64_t c = 0; c < d; ++c) {
+        double& acc = kind == RowUpdateKind::RowWiseAdagrad ? want_acc[r] : want_acc[r * d + c];
+        if (kind == RowUpdateKind::ElementwiseAdagrad) acc += g[r * d + c] * g[r * d + c];
+        want_w[r * d + c] -= lr * g[r * d + c] / (std::sqrt(acc) + eps);
+      }
+    }
+    EXPECT_TRUE(all_close(weight.detach(), Tensor::from_vector(want_w, {rows, d}, DType::F64), 1e-12));
+    EXPECT_TRUE(all_close(update.accumulator, Tensor::from_vector(want_acc, acc0.shape(), DType::F64), 1e-12));
+    EXPECT_EQ(weight.detach().narrow(0, 2, 1).to_vector(), weight0.narrow(0, 2, 1).to_vector()) << "row 2 was not reached";
+  }
 }
 
 // The CPU's row-wise Adagrad works on the rows a batch touches, not the table: one step over a

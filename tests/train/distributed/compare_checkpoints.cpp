@@ -33,7 +33,9 @@ std::map<std::string, ft::Tensor> model_tensors(const std::string& given) {
   int64_t total = 0;
   for (int64_t r : rows) total += r;
   ft::Tensor weight = ft::Tensor::empty({total, dim});
-  ft::Tensor accumulator = stored.has_accumulators() ? ft::Tensor::empty({total}) : ft::Tensor();
+  ft::Tensor accumulator;
+  if (stored.has_accumulators())
+    accumulator = stored.elementwise_accumulators() ? ft::Tensor::empty({total, dim}) : ft::Tensor::empty({total});
   int64_t at = 0;
   for (size_t t = 0; t < rows.size(); ++t) {
     stored.read(t, 0, rows[t], weight.narrow(0, at, rows[t]),
