@@ -11,6 +11,8 @@
 
 #include "examples/common/memory_check.h"
 #include "examples/common/training_flags.h"
+#include "examples/dlrm/criteo_files.h"
+#include "examples/dlrm/settings.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bce/bce.h"
 #include "lib/parse.h"
@@ -23,74 +25,38 @@
 
 namespace {
 
-/// The presets' sizes and optimizers; every flag left empty takes its preset's value.
-struct Preset {
-  int64_t dim, batch, table_rows;
-  std::string bottom, top, optimizer, lr, sparse_lr;
-};
+using namespace ft::dlrm;
 
-Preset preset_named(const std::string& name) {
-  // kaggle: dlrm's Kaggle recipe; bench: docs/workloads.md's dlrm-kaggle; mlperf: dlrm-mlperf.
-  if (name == "kaggle") return {16, 128, 1000000, "512-256-64-16", "512-256-1", "sgd", "0.1", "0.1"};
-  if (name == "bench") return {64, 8192, 100000, "512-256-64", "512-256-1", "adamw", "1e-3", "0.01"};
-  if (name == "mlperf") return {128, 65536, 1000000, "512-256-128", "1024-1024-512-256-1", "adamw", "1e-3", "0.01"};
-  FT_FAIL("ft-dlrm: --preset must be kaggle, bench or mlperf, got '", name, "'");
-}
-
-/// --preset's help: every preset's values, from the table above (so help and presets agree).
-std::string preset_help() {
-  std::string help = "the flags left empty take the preset's values:";
-  for (const char* name : {"kaggle", "bench", "mlperf"}) {
-    const Preset p = preset_named(name);
-    // The tables' f32 weights alone: 26 tables of table_rows x dim.
-    const double table_gb = 26.0 * static_cast<double>(p.table_rows) * static_cast<double>(p.dim) * 4 / 1e9;
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "\n%s: --dim %lld --bottom %s --top %s --table-rows %lld (%.2f GB of tables) --batch %lld\n"
-                  "  --optimizer %s --lr %s --sparse-lr %s",
-                  name, static_cast<long long>(p.dim), p.bottom.c_str(), p.top.c_str(),
-                  static_cast<long long>(p.table_rows), table_gb, static_cast<long long>(p.batch), p.optimizer.c_str(),
-                  p.lr.c_str(), p.sparse_lr.c_str());
-    help += line;
-  }
-  return help + "\n(kaggle: dlrm's Kaggle recipe; bench: docs/workloads.md's dlrm-kaggle; mlperf: dlrm-mlperf)";
-}
-
-/// "512-256-1" as widths; every width positive.
-std::vector<int64_t> widths(const std::string& flag, const std::string& text) {
-  FT_CHECK(!text.empty() && text.front() != '-' && text.back() != '-', "ft-dlrm: --", flag,
-           " must be widths joined by '-', like 512-256-1, got '", text, "'");
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, '-')) {
-    char* end = nullptr;
-    const long long w = std::strtoll(part.c_str(), &end, 10);
-    FT_CHECK(!part.empty() && *end == '\0' && w > 0, "ft-dlrm: --", flag, " must be widths joined by '-', like 512-256-1, got '",
-             text, "'");
-    out.push_back(w);
-  }
-  FT_CHECK(!out.empty(), "ft-dlrm: --", flag, " is empty");
-  return out;
-}
-
-std::string or_preset(const ft::cli::Args& args, const std::string& flag, const std::string& preset_value) {
-  const std::string v = args.str(flag);
-  return v.empty() ? preset_value : v;
-}
-
-int make_synthetic(const ft::cli::Args& args, int64_t table_rows) {
+/// --make-synthetic: one file, or with --days K a folder of day files day_0 ... day_{K-1} of one
+/// hidden model, their ids across the tables' whole ranges (Criteo 1TB's shape).
+int make_synthetic(const ft::cli::Args& args, const std::vector<int64_t>& table_rows) {
   const std::string path = args.str("make-synthetic");
   FT_CHECK(!std::filesystem::exists(path), "ft-dlrm: --make-synthetic: '", path,
            "' exists; it is not overwritten (remove it, or name another file)");
-  const int64_t rows = args.integer("rows", 1);
+  const int64_t rows = args.integer("rows", 1), days = args.integer("days", 0);
   FT_CHECK(rows >= 2, "ft-dlrm: --rows must be at least 2, got ", rows);
-  const ft::SyntheticCriteoInfo info = ft::write_synthetic_criteo(
-      path, {.rows = rows, .seed = static_cast<uint64_t>(args.integer("seed", 0)), .table_rows = {table_rows}});
-  std::printf("ft-dlrm: wrote %lld rows to %s (click rate %.4f; the true model's AUC: %.4f on all rows, %.4f on the "
-              "test split) and %s.json\n",
-              static_cast<long long>(info.rows), path.c_str(), info.positive_rate, info.best_auc, info.best_test_auc,
-              path.c_str());
+  FT_CHECK(days >= 0, "ft-dlrm: --days must not be negative, got ", days);
+  const auto seed = static_cast<uint64_t>(args.integer("seed", 0));
+  if (days == 0) {
+    const ft::SyntheticCriteoInfo info =
+        ft::write_synthetic_criteo(path, {.rows = rows, .seed = seed, .table_rows = table_rows});
+    std::printf("ft-dlrm: wrote %lld rows to %s (click rate %.4f; the true model's AUC: %.4f on all rows, %.4f on the "
+                "test split) and %s.json\n",
+                static_cast<long long>(info.rows), path.c_str(), info.positive_rate, info.best_auc, info.best_test_auc,
+                path.c_str());
+    return 0;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  FT_CHECK(!ec, "ft-dlrm: --make-synthetic: cannot create the folder '", path, "': ", ec.message());
+  for (int64_t day = 0; day < days; ++day) {
+    const std::string file = path + "/day_" + std::to_string(day);
+    const ft::SyntheticCriteoInfo info = ft::write_synthetic_criteo(
+        file, {.rows = rows, .seed = seed, .table_rows = table_rows, .full_range_ids = true,
+               .day = static_cast<uint64_t>(day), .test_first_half = true});
+    std::printf("ft-dlrm: wrote %lld rows to %s (click rate %.4f; the true model's AUC %.4f, %.4f on its first half)\n",
+                static_cast<long long>(info.rows), file.c_str(), info.positive_rate, info.best_auc, info.best_test_auc);
+  }
   return 0;
 }
 
@@ -108,23 +74,36 @@ void define_flags(ft::cli::Args& args) {
                                      .lr_help = "the MLPs' learning rate (empty: the preset's)",
                                      .weight_decay_help = "AdamW's decoupled weight decay",
                                      .seed_help = "seed for initialization, shuffling and --make-synthetic"});
-  args.flag("data", "", "the Criteo TSV (label, I1..I13, C1..C26); its parsed columns are cached beside it\n"
-                        "(<file>.ftcache, or in --cache-dir) and memory-mapped by later runs");
+  args.flag("data", "", "the Criteo TSV files (label, I1..I13, C1..C26), comma-separated paths or glob patterns\n"
+                        "(their matches in natural order: day_2 before day_10). One file is split as dlrm splits\n"
+                        "Kaggle's (6/7 train; the last 1/7 halved into test, then validation); of several (Criteo\n"
+                        "1TB's day_0..day_23) the last is held out and halved, test then validation, as MLPerf\n"
+                        "splits day_23. Each file's parsed columns are cached beside it (<file>.ftcache, or in\n"
+                        "--cache-dir), written piece by piece, and memory-mapped by later runs");
+  args.flag("test", "", "held-out files to test on (as --data names files); then every --data file trains");
+  args.flag("val", "", "held-out files to validate on; one of --test and --val stands for both when alone");
+  args.flag("eval-only", "0", "1: evaluate --resume's checkpoint on the validation and test rows and exit");
   args.flag("cache-dir", "", "folder for the parse cache");
   args.flag("skip-bad-lines", "0", "1: skip and count malformed lines instead of stopping at the first");
   args.flag("make-synthetic", "", "write a synthetic Criteo TSV with --rows lines (labels from a hidden logistic model\n"
-                                  "over the hashed features, its AUC written to FILE.json) and exit");
-  args.flag("rows", "1000000", "lines for --make-synthetic");
-  args.flag("preset", "kaggle", "kaggle, bench or mlperf; " + preset_help());
+                                  "over the hashed features, its AUC written to FILE.json) and exit; with --days K,\n"
+                                  "a folder of K day files of one hidden model, ids across the tables' whole ranges");
+  args.flag("rows", "1000000", "lines for --make-synthetic (each day's, with --days)");
+  args.flag("days", "0", "day files for --make-synthetic (0: one file)");
+  args.flag("preset", "kaggle", "kaggle, bench, mlperf or criteo1tb; " + preset_help());
   args.flag("dim", "", "D, the embedding width (the bottom MLP's last width; empty: the preset's)");
   args.flag("bottom", "", "bottom MLP widths after the 13 dense inputs, e.g. 512-256-64-16 (empty: the preset's)");
   args.flag("top", "", "top MLP widths after the interaction, ending at 1, e.g. 512-256-1 (empty: the preset's)");
-  args.flag("table-rows", "", "rows of each of the 26 tables; categorical values are hashed modulo it\n(empty: the preset's)");
+  args.flag("table-rows", "", "rows of the 26 tables: one count for all, or 26 comma-separated; categorical values\n"
+                              "are hashed modulo their table's rows (empty: the preset's)");
+  args.flag("max-ind-range", "0", "cap every table at this many rows, its values hashed modulo it, as\n"
+                                  "facebookresearch/dlrm's --max-ind-range (0: no cap)");
   args.flag("pooling", "sum", "sum or mean (one id per bag in Criteo, so both give the same model)");
   args.flag("batch", "", "samples per step (empty: the preset's)");
-  args.flag("sparse-optimizer", "sgd",
+  args.flag("sparse-optimizer", "",
             "the tables' update inside backward: sgd; adagrad (exact row-wise Adagrad: one f32\n"
-            "accumulator a row); or elementwise-adagrad (exact Adagrad: one a value, the tables' size again)");
+            "accumulator a row); or elementwise-adagrad (exact Adagrad: one a value, the tables' size again)\n"
+            "(empty: the preset's)");
   args.flag("sparse-lr", "", "the tables' learning rate (empty: the preset's)");
   args.flag("sharding", "replicated",
             "where the tables live when several processes train (scripts/launch.sh N, torchrun):\n"
@@ -137,58 +116,6 @@ void define_flags(ft::cli::Args& args) {
   args.flag("epochs", "1", "passes over the training rows");
   args.flag("eval-every", "0", "steps between validation passes (0: only at the end)");
   args.flag("eval-batches", "0", "batches per validation pass (0: the whole validation split)");
-}
-
-/// The model's and the run's sizes: the preset's, or the flags' where given.
-struct Settings {
-  int64_t dim, batch, table_rows;
-  double sparse_lr;
-  std::vector<int64_t> bottom, top;
-  std::string optimizer, lr;  // the preset's when the flags are empty
-  ft::BagMode pooling;
-  ft::RowUpdateKind sparse_update;
-  std::string sharding;
-};
-
-int64_t preset_integer(const ft::cli::Args& args, const std::string& flag, int64_t preset_value) {
-  const int64_t x = ft::parse_int64(or_preset(args, flag, std::to_string(preset_value)), "ft-dlrm: --" + flag);
-  FT_CHECK(x > 0, "ft-dlrm: --", flag, " must be positive, got ", x);
-  return x;
-}
-
-/// Every flag is checked here, before any data is read.
-Settings check_flags(const ft::cli::Args& args, const Preset& preset) {
-  ft::cli::check_training_flags(args, "ft-dlrm");
-  for (const char* name : {"epochs", "eval-every", "eval-batches"}) (void)args.integer(name, 0);
-  (void)args.boolean("skip-bad-lines");
-  Settings s{.dim = preset_integer(args, "dim", preset.dim), .batch = preset_integer(args, "batch", preset.batch),
-             .table_rows = preset_integer(args, "table-rows", preset.table_rows)};
-  s.sparse_lr = ft::parse_double(or_preset(args, "sparse-lr", preset.sparse_lr), "ft-dlrm: --sparse-lr");
-  FT_CHECK(s.sparse_lr >= 0, "ft-dlrm: --sparse-lr must not be negative, got ", s.sparse_lr);
-  s.optimizer = or_preset(args, "optimizer", preset.optimizer);
-  s.lr = or_preset(args, "lr", preset.lr);
-  const std::string pooling = args.str("pooling"), sparse_optimizer = args.str("sparse-optimizer");
-  FT_CHECK(pooling == "sum" || pooling == "mean", "ft-dlrm: --pooling must be sum or mean, got '", pooling, "'");
-  FT_CHECK(sparse_optimizer == "sgd" || sparse_optimizer == "adagrad" || sparse_optimizer == "elementwise-adagrad",
-           "ft-dlrm: --sparse-optimizer must be sgd, adagrad or elementwise-adagrad, got '", sparse_optimizer, "'");
-  s.pooling = pooling == "mean" ? ft::BagMode::Mean : ft::BagMode::Sum;
-  s.sparse_update = sparse_optimizer == "adagrad"               ? ft::RowUpdateKind::RowWiseAdagrad
-                    : sparse_optimizer == "elementwise-adagrad" ? ft::RowUpdateKind::ElementwiseAdagrad
-                                                                : ft::RowUpdateKind::SGD;
-  s.sharding = args.str("sharding");
-  s.bottom = widths("bottom", or_preset(args, "bottom", preset.bottom));
-  s.top = widths("top", or_preset(args, "top", preset.top));
-  FT_CHECK(s.bottom.back() == s.dim, "ft-dlrm: --bottom must end at --dim ", s.dim,
-           " (the dense features join the tables' vectors in the interaction), it ends at ", s.bottom.back());
-  FT_CHECK(s.top.back() == 1, "ft-dlrm: --top must end at 1 (the click logit), it ends at ", s.top.back());
-  return s;
-}
-
-/// Bytes of one table row: its f32 values and its f32 Adagrad accumulators (one, or one a value).
-double table_row_bytes(const Settings& s) {
-  const double values = static_cast<double>(s.dim) * 4;
-  if (s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad) return values + 4;
-  return s.sparse_update == ft::RowUpdateKind::ElementwiseAdagrad ? 2 * values : values;
 }
 
 /// What the run holds: this process's tables (`tables`: what, and the bytes of their f32 rows
@@ -215,41 +142,13 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
   return e;
 }
 
-/// The file, parsed or from its cache, and dlrm's split of it.
-struct Data {
-  std::string path;
-  ft::CriteoDataset dataset;
-  ft::CriteoSplit split;
-};
-Data open_data(const ft::cli::Args& args, int64_t batch) {
-  const std::string path = args.str("data");
-  FT_CHECK(!path.empty(), "ft-dlrm: give the training data with --data FILE (a Criteo TSV), or write one with "
-                          "--make-synthetic FILE --rows N");
-  ft::CriteoDataset dataset = ft::CriteoDataset::open(
-      path, {.skip_bad_lines = args.boolean("skip-bad-lines"), .cache_dir = args.str("cache-dir")});
-  const ft::CriteoSplit split = ft::criteo_kaggle_split(dataset.rows());
-  if (ft::launch_env().rank == 0)
-    std::printf("ft-dlrm: %s: %lld rows (%s), train %lld, test %lld, val %lld%s\n", path.c_str(),
-                static_cast<long long>(dataset.rows()), dataset.cache_reused() ? "from its cache" : "parsed",
-                static_cast<long long>(split.train.size()), static_cast<long long>(split.test.size()),
-                static_cast<long long>(split.val.size()),
-                dataset.bad_lines() ? (", " + std::to_string(dataset.bad_lines()) + " bad lines skipped").c_str() : "");
-  // Refused before training, not found empty when the run is over.
-  FT_CHECK(split.train.size() > 0 && split.val.size() > 0 && split.test.size() > 0, "ft-dlrm: ", path, " has ",
-           dataset.rows(), " rows, too few for dlrm's split (6/7 train, the last 1/7 halved into test and ",
-           "validation: ", split.train.size(), ", ", split.test.size(), " and ", split.val.size(),
-           " rows); it needs at least 14");
-  FT_CHECK(batch <= split.train.size(), "ft-dlrm: --batch must be in [1, ", split.train.size(), "] (the training rows)");
-  return {path, std::move(dataset), split};
-}
-
 /// --sharding's plan for this run, or nullopt when every process holds every table (one process,
 /// or --sharding replicated). A plan whose tables do not fit a process's free memory, less the
 /// rest of the run, is an ft::Error.
 std::optional<ft::ShardingPlan> sharding_plan(const Settings& s, const ft::cli::Args& args, const ft::LaunchEnv& env,
                                               ft::Device device, ft::DType dtype) {
   if (s.sharding == "replicated") return std::nullopt;  // the memory check sizes the whole tables
-  const std::vector<int64_t> rows(ft::kCriteoSparse, s.table_rows);
+  const std::vector<int64_t>& rows = s.table_rows;
   // One process shards only under --data-parallel on (its exchanges then go to itself: a test of
   // the sharded path on one GPU).
   const bool shards = env.world_size > 1 || args.str("data-parallel") == "on";
@@ -276,7 +175,7 @@ std::optional<ft::ShardingPlan> sharding_plan(const Settings& s, const ft::cli::
 /// (tables-<rank>.safetensors); one process holding them all writes them in model.safetensors.
 /// --resume reads this process's rows from either, whatever the writing run's placement.
 ft::cli::RankState table_checkpoints(ft::DLRM& model, const Settings& s, const ft::cli::DataParallelRun& dp) {
-  const std::vector<int64_t> rows(ft::kCriteoSparse, s.table_rows);
+  const std::vector<int64_t>& rows = s.table_rows;
   const int64_t dim = s.dim;
   ft::cli::RankState state{.prefix = "tables."};
   state.load = [&model, rows, dim](const std::string& folder) {
@@ -295,8 +194,8 @@ ft::cli::RankState table_checkpoints(ft::DLRM& model, const Settings& s, const f
 
 /// This process's tables for the memory check: (what, bytes).
 std::pair<std::string, double> tables_held(const Settings& s, const std::optional<ft::ShardingPlan>& plan, int rank) {
-  const std::vector<int64_t> rows(ft::kCriteoSparse, s.table_rows);
-  if (!plan) return {"26 tables", static_cast<double>(ft::kCriteoSparse * s.table_rows) * table_row_bytes(s)};
+  const std::vector<int64_t>& rows = s.table_rows;
+  if (!plan) return {"26 tables", static_cast<double>(total_rows(s)) * table_row_bytes(s)};
   return {"this process's share of the tables", plan->bytes_per_rank(rows, table_row_bytes(s))[static_cast<size_t>(rank)]};
 }
 
@@ -307,7 +206,7 @@ std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed, const st
       ft::DLRM::Options{.dense_features = ft::kCriteoDense,
                         .bottom = s.bottom,
                         .top = s.top,
-                        .tables = {.table_rows = std::vector<int64_t>(ft::kCriteoSparse, s.table_rows),
+                        .tables = {.table_rows = s.table_rows,
                                    .dim = s.dim,
                                    .mode = s.pooling,
                                    .update = s.sparse_update,
@@ -320,22 +219,25 @@ std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed, const st
 void print_banner(ft::DLRM& model, const Settings& s, const ft::cli::Args& args, ft::Device device,
                   ft::DType dtype) {
   // Counted from the sizes: with sharded tables this process holds only its share.
-  const int64_t table_parameters = ft::kCriteoSparse * s.table_rows * s.dim;
+  const int64_t table_parameters = total_rows(s) * s.dim;
   int64_t mlp_parameters = 0;
   for (const ft::Tensor& p : model.dense_parameters()) mlp_parameters += p.numel();
-  std::printf("ft-dlrm: %lld parameters (%lld in 26 tables of %lld x %lld, f32) on %s (MLPs %s), kernels %s%s, "
+  const char* sparse = s.sparse_update == ft::RowUpdateKind::SGD              ? "sgd"
+                       : s.sparse_update == ft::RowUpdateKind::RowWiseAdagrad ? "adagrad"
+                                                                              : "elementwise-adagrad";
+  std::printf("ft-dlrm: %lld parameters (%lld in %s x %lld, f32) on %s (MLPs %s), kernels %s%s, "
               "batch %lld, %s lr %g, sparse %s lr %g\n",
               static_cast<long long>(mlp_parameters + table_parameters), static_cast<long long>(table_parameters),
-              static_cast<long long>(s.table_rows), static_cast<long long>(s.dim), device.str().c_str(),
+              describe_tables(s.table_rows).c_str(), static_cast<long long>(s.dim), device.str().c_str(),
               ft::dtype_name(dtype), ft::kernel_mode_name(ft::kernel_mode()),
               device.is_cuda() && ft::cli::graph_flag(args) ? ", CUDA graph" : "", static_cast<long long>(s.batch),
-              s.optimizer.c_str(), ft::parse_double(s.lr, "ft-dlrm: --lr"), args.str("sparse-optimizer").c_str(), model.tables().options().lr);
+              s.optimizer.c_str(), ft::parse_double(s.lr, "ft-dlrm: --lr"), sparse, model.tables().options().lr);
 }
 
 /// The model's log loss, accuracy and exact AUC over a range of rows, in batches of at least 4096.
-ft::BinaryMetrics evaluate(ft::DLRM& model, const Data& data, const ft::RowRange& range, int64_t batch,
+ft::BinaryMetrics evaluate(ft::DLRM& model, const CriteoFiles& data, const ft::RowRange& range, int64_t batch,
                            int64_t max_batches, ft::Device device) {
-  ft::CriteoBatchSource source(data.dataset, range, model.tables().options().table_rows,
+  ft::CriteoBatchSource source(data.rows, range, model.tables().options().table_rows,
                                ft::BatchSampler(range.size(), std::max<int64_t>(batch, 4096), 0, false, false));
   const int64_t batches = max_batches > 0 ? std::min(max_batches, source.batches_per_epoch()) : source.batches_per_epoch();
   return ft::evaluate_binary(model, source, batches, device,
@@ -343,7 +245,7 @@ ft::BinaryMetrics evaluate(ft::DLRM& model, const Data& data, const ft::RowRange
 }
 
 /// The loop's options: the constant rate, the model's FLOPs per sample, validation on the val split.
-ft::Trainer::Options trainer_options(const ft::cli::Args& args, ft::DLRM& model, const Data& data, const Settings& s,
+ft::Trainer::Options trainer_options(const ft::cli::Args& args, ft::DLRM& model, const CriteoFiles& data, const Settings& s,
                                      ft::Device device, ft::DataParallel* data_parallel) {
   ft::Trainer::Options options{.log_every = args.integer("log-every", 0),
                                .metrics_path = args.str("metrics"),
@@ -360,11 +262,24 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, ft::DLRM& model,
   return options;
 }
 
-void report(const ft::FitSummary& summary, const ft::BinaryMetrics& test, const Data& data, int64_t batch,
+/// --eval-only: --resume's weights on the validation and test rows (every rank evaluates them).
+int evaluate_only(const ft::cli::Args& args, ft::DLRM& model, const CriteoFiles& data, const Settings& s,
+                  ft::Device device, bool primary) {
+  const ft::BinaryMetrics val = evaluate(model, data, data.split.val, s.batch, 0, device);
+  const ft::BinaryMetrics test = evaluate(model, data, data.split.test, s.batch, 0, device);
+  if (!primary) return 0;
+  std::printf("ft-dlrm: val: %s\nft-dlrm: test: %s\n", metrics_line(val).c_str(), metrics_line(test).c_str());
+  std::printf("RESULT eval_only=1 val_auc=%.5f val_logloss=%.5f val_accuracy=%.5f test_auc=%.5f test_logloss=%.5f "
+              "test_accuracy=%.5f\n",
+              val.auc, val.logloss, val.accuracy, test.auc, test.logloss, test.accuracy);
+  return 0;
+}
+
+void report(const ft::FitSummary& summary, const ft::BinaryMetrics& test, const CriteoFiles& data, int64_t batch,
             int64_t steps, ft::Device device) {
   std::printf("ft-dlrm: test: %s\n", metrics_line(test).c_str());
-  if (std::filesystem::exists(data.path + ".json")) {
-    const ft::SyntheticCriteoInfo info = ft::read_synthetic_criteo_info(data.path);
+  if (std::filesystem::exists(data.held_out + ".json")) {
+    const ft::SyntheticCriteoInfo info = ft::read_synthetic_criteo_info(data.held_out);
     std::printf("ft-dlrm: the synthetic file's true model reaches AUC %.5f on the test split\n", info.best_test_auc);
   }
   std::printf("RESULT device=%s kernels=%s batch=%lld steps=%lld median_ms=%.4f wall_ms=%.4f samples_per_s=%.0f "
@@ -377,9 +292,11 @@ void report(const ft::FitSummary& summary, const ft::BinaryMetrics& test, const 
 int run(int argc, char** argv) {
   ft::cli::Args args("ft-dlrm",
                      "Trains a DLRM (facebookresearch/dlrm's model: bottom MLP, one embedding-bag table per categorical\n"
-                     "feature updated by a sparse optimizer inside backward, dot interaction, top MLP, BCE) on a Criteo\n"
-                     "Kaggle TSV file split as dlrm splits it (6/7 train; the last 1/7: test, then validation), and reports\n"
-                     "the validation and test log loss, accuracy and exact AUC. --make-synthetic writes a file to try it on.");
+                     "feature updated by a sparse optimizer inside backward, dot interaction, top MLP, BCE) on Criteo\n"
+                     "TSV files: Kaggle's one file split as dlrm splits it, or Criteo 1TB's day files with day_23 held\n"
+                     "out, and reports the validation and test log loss, accuracy and exact AUC. Several processes\n"
+                     "(scripts/launch.sh N, torchrun) train data-parallel, their tables sharded by --sharding.\n"
+                     "--make-synthetic writes files to try it on.");
   define_flags(args);
   if (!args.parse(argc, argv)) return 0;
   const Preset preset = preset_named(args.str("preset"));
@@ -391,7 +308,7 @@ int run(int argc, char** argv) {
   }
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-dlrm");
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
-  const Data data = open_data(args, s.batch);
+  const CriteoFiles data = open_criteo_files(args, s.batch);
   ft::mark_startup("data");
   const ft::LaunchEnv env = ft::launch_env();
   const std::optional<ft::ShardingPlan> plan = sharding_plan(s, args, env, device, dtype);
@@ -423,7 +340,8 @@ int run(int argc, char** argv) {
   if (dp.get()) model->tables().set_exchange(dp.get()->bag_exchange());
   if (dp.primary()) print_banner(*model, s, args, device, dtype);
 
-  ft::CriteoBatchSource source(data.dataset, data.split.train, model->tables().options().table_rows,
+  if (args.boolean("eval-only")) return evaluate_only(args, *model, data, s, device, dp.primary());
+  ft::CriteoBatchSource source(data.rows, data.split.train, model->tables().options().table_rows,
                                ft::BatchSampler(data.split.train.size(), s.batch, seed, true, true, dp.shard()));
   const int64_t steps = args.integer("steps", 0) > 0 ? args.integer("steps", 0)
                                                      : args.integer("epochs", 0) * source.batches_per_epoch();
@@ -432,7 +350,7 @@ int run(int argc, char** argv) {
   ft::cli::wire_checkpoints(
       args, options, *model, *optimizer,
       [&](ft::DataPosition& run_state) {
-        run_state["data"] = data.path;
+        run_state["data"] = data.description;
         run_state["batch size"] = std::to_string(s.batch * dp.env.world_size);
       },
       {}, tables_state);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "lib/error.h"
@@ -200,32 +201,6 @@ std::string cache_problem(const MappedFile& cache, const SourceStamp& stamp, boo
   return {};
 }
 
-void write_cache(const std::string& path, const CriteoColumns& c, const SourceStamp& stamp, bool skip_bad_lines) {
-  const PayloadLayout layout = payload_layout(c.rows());
-  const std::vector<char> pad(layout.dense - c.labels.size(), 0);
-  const std::pair<const void*, size_t> parts[] = {{c.labels.data(), c.labels.size()},
-                                                  {pad.data(), pad.size()},
-                                                  {c.dense.data(), c.dense.size() * sizeof(float)},
-                                                  {c.sparse.data(), c.sparse.size() * sizeof(uint32_t)}};
-  Checksum sum;
-  for (const auto& [data, bytes] : parts) sum.update(data, bytes);
-  CacheHeader h{};
-  std::memcpy(h.magic, kCacheMagic, sizeof h.magic);
-  h.version = kCacheVersion;
-  h.skip_bad_lines = skip_bad_lines ? 1 : 0;
-  h.source_size = stamp.size;
-  h.source_mtime_ns = stamp.mtime_ns;
-  h.rows = c.rows();
-  h.bad_lines = c.bad_lines;
-  h.payload_bytes = static_cast<int64_t>(layout.total);
-  h.checksum = sum.finish();
-  h.source_hash = stamp.content_hash;
-  AtomicFile file(path, "CriteoDataset");
-  file.write(&h, sizeof h);
-  for (const auto& [data, bytes] : parts) file.write(data, bytes);
-  file.commit();
-}
-
 // x mod d for any 32-bit x and d > 0 with a multiply instead of a division (Lemire, Kaser and
 // Kurz, "Faster remainder by direct computation", 2019); `magic` is 2^64 / d rounded up.
 uint64_t modulo_magic(uint32_t d) { return UINT64_MAX / d + 1; }
@@ -256,51 +231,185 @@ CriteoDataset CriteoDataset::from_columns(CriteoColumns columns) {
   return ds;
 }
 
+namespace {
+
+/// The dataset over a mapped cache that matches the TSV; nullopt (with `problem` saying why)
+/// when the cache cannot stand for it.
+std::optional<CriteoDataset> map_cache(const std::string& cache, const SourceStamp& stamp, bool skip_bad_lines,
+                                       std::string& problem) {
+  try {
+    auto mapped = std::make_shared<MappedFile>(cache, "CriteoDataset", MADV_NORMAL);
+    problem = cache_problem(*mapped, stamp, skip_bad_lines);
+    if (!problem.empty()) return std::nullopt;
+    CacheHeader h;
+    std::memcpy(&h, mapped->data(), sizeof h);
+    const char* payload = mapped->data() + sizeof(CacheHeader);
+    const PayloadLayout layout = payload_layout(h.rows);
+    return CriteoDataset::over_cache(std::move(mapped), reinterpret_cast<const uint8_t*>(payload),
+                                     reinterpret_cast<const float*>(payload + layout.dense),
+                                     reinterpret_cast<const uint32_t*>(payload + layout.sparse), h.rows, h.bad_lines,
+                                     cache);
+  } catch (const Error& e) {
+    problem = e.what();
+    return std::nullopt;
+  }
+}
+
+/// A temporary file the cache is assembled from, removed when done.
+struct PartFile {
+  std::string path;
+  std::ofstream out;
+  explicit PartFile(std::string p) : path(std::move(p)), out(path, std::ios::binary | std::ios::trunc) {
+    FT_CHECK(out.good(), "CriteoDataset: cannot write '", path, "'");
+  }
+  ~PartFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+  void append(const void* data, size_t bytes) {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+    FT_CHECK(out.good(), "CriteoDataset: cannot write '", path, "' (disk full?)");
+  }
+};
+
+/// Feeds `bytes` bytes of the file `path` to `sink` in pieces of a few MB.
+template <class Sink>
+void stream_file(const std::string& path, size_t bytes, Sink&& sink) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> buffer(size_t{8} << 20);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(buffer.size(), bytes - done);
+    FT_CHECK(in.read(buffer.data(), static_cast<std::streamsize>(n)), "CriteoDataset: cannot read '", path, "'");
+    sink(buffer.data(), n);
+    done += n;
+  }
+}
+
+/// Parses the TSV piece by piece into the cache: each piece's columns go to three part files,
+/// which are then joined behind the header. The rows are never all in memory at once, so a
+/// Criteo 1TB day file (about 45 GB of text) converts on a machine with less than that.
+void build_cache(const std::string& tsv, const std::string& cache, const SourceStamp& stamp, bool skip_bad_lines,
+                 size_t piece_bytes) {
+  const MappedFile text(tsv, "parse_criteo_tsv", MADV_SEQUENTIAL);
+  FT_CHECK(text.size() > 0, "parse_criteo_tsv: '", tsv, "' is empty");
+  PartFile labels(cache + ".labels.part"), dense(cache + ".dense.part"), sparse(cache + ".sparse.part");
+  int64_t rows = 0, bad_lines = 0, line = 1;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = std::min(text.size(), at + std::max<size_t>(piece_bytes, 1));
+    if (end < text.size()) {  // whole lines: up to the next line end
+      const void* nl = std::memchr(text.data() + end, '\n', text.size() - end);
+      end = nl ? static_cast<size_t>(static_cast<const char*>(nl) - text.data()) + 1 : text.size();
+    }
+    const std::string_view piece(text.data() + at, end - at);
+    const CriteoColumns c = parse_criteo_lines(piece, tsv, skip_bad_lines, line);
+    labels.append(c.labels.data(), c.labels.size());
+    dense.append(c.dense.data(), c.dense.size() * sizeof(float));
+    sparse.append(c.sparse.data(), c.sparse.size() * sizeof(uint32_t));
+    rows += c.rows();
+    bad_lines += c.bad_lines;
+    line += std::count(piece.begin(), piece.end(), '\n');
+    at = end;
+  }
+  FT_CHECK(rows > 0, "parse_criteo_tsv: '", tsv, "' has no valid line (", bad_lines, " malformed lines skipped)");
+  for (PartFile* part : {&labels, &dense, &sparse}) {
+    part->out.close();
+    FT_CHECK(!part->out.fail(), "CriteoDataset: cannot write '", part->path, "'");
+  }
+  const PayloadLayout layout = payload_layout(rows);
+  const std::vector<char> pad(layout.dense - static_cast<size_t>(rows), 0);
+  const std::pair<PartFile*, size_t> parts[] = {{&labels, static_cast<size_t>(rows)},
+                                                {&dense, layout.sparse - layout.dense},
+                                                {&sparse, layout.total - layout.sparse}};
+  // The payload's checksum, read back in the payload's order; then the file itself.
+  Checksum sum;
+  auto feed = [&](auto&& write) {
+    for (const auto& [part, bytes] : parts) {
+      stream_file(part->path, bytes, write);
+      if (part == &labels) write(pad.data(), pad.size());
+    }
+  };
+  feed([&](const void* data, size_t n) { sum.update(data, n); });
+  CacheHeader h{};
+  std::memcpy(h.magic, kCacheMagic, sizeof h.magic);
+  h.version = kCacheVersion;
+  h.skip_bad_lines = skip_bad_lines ? 1 : 0;
+  h.source_size = stamp.size;
+  h.source_mtime_ns = stamp.mtime_ns;
+  h.rows = rows;
+  h.bad_lines = bad_lines;
+  h.payload_bytes = static_cast<int64_t>(layout.total);
+  h.checksum = sum.finish();
+  h.source_hash = stamp.content_hash;
+  AtomicFile file(cache, "CriteoDataset");
+  file.write(&h, sizeof h);
+  feed([&](const void* data, size_t n) { file.write(data, n); });
+  file.commit();
+}
+
+}  // namespace
+
+CriteoDataset CriteoDataset::over_cache(std::shared_ptr<const void> storage, const uint8_t* labels, const float* dense,
+                                        const uint32_t* sparse, int64_t rows, int64_t bad_lines, std::string cache_path) {
+  CriteoDataset ds;
+  ds.labels_ = labels;
+  ds.dense_ = dense;
+  ds.sparse_ = sparse;
+  ds.rows_ = rows;
+  ds.bad_lines_ = bad_lines;
+  ds.cache_reused_ = true;
+  ds.cache_path_ = std::move(cache_path);
+  ds.storage_ = std::move(storage);
+  return ds;
+}
+
 CriteoDataset CriteoDataset::open(const std::string& tsv_path, const CriteoOpenOptions& options) {
   const SourceStamp stamp = source_stamp(tsv_path);
   if (!options.cache) return from_columns(parse_criteo_tsv(tsv_path, options.skip_bad_lines));
   const std::string cache = cache_path_for(tsv_path, options.cache_dir);
   if (::access(cache.c_str(), F_OK) == 0) {
     std::string problem;
-    try {
-      auto mapped = std::make_shared<MappedFile>(cache, "CriteoDataset", MADV_NORMAL);
-      problem = cache_problem(*mapped, stamp, options.skip_bad_lines);
-      if (problem.empty()) {
-        CacheHeader h;
-        std::memcpy(&h, mapped->data(), sizeof h);
-        const char* payload = mapped->data() + sizeof(CacheHeader);
-        const PayloadLayout layout = payload_layout(h.rows);
-        CriteoDataset ds;
-        ds.labels_ = reinterpret_cast<const uint8_t*>(payload);
-        ds.dense_ = reinterpret_cast<const float*>(payload + layout.dense);
-        ds.sparse_ = reinterpret_cast<const uint32_t*>(payload + layout.sparse);
-        ds.rows_ = h.rows;
-        ds.bad_lines_ = h.bad_lines;
-        ds.cache_reused_ = true;
-        ds.cache_path_ = cache;
-        ds.storage_ = std::move(mapped);
-        return ds;
-      }
-    } catch (const Error& e) {
-      problem = e.what();
-    }
+    if (auto ds = map_cache(cache, stamp, options.skip_bad_lines, problem)) return std::move(*ds);
     std::cerr << "CriteoDataset: rebuilding the cache '" << cache << "' of '" << tsv_path << "': " << problem
               << std::endl;
   }
-  CriteoColumns columns = parse_criteo_tsv(tsv_path, options.skip_bad_lines);
+  std::string unwritable;
   try {
     if (!options.cache_dir.empty()) {
       std::error_code ignored;  // a folder that cannot be made fails the write below, which says so
       std::filesystem::create_directories(options.cache_dir, ignored);
     }
-    write_cache(cache, columns, stamp, options.skip_bad_lines);
+    build_cache(tsv_path, cache, stamp, options.skip_bad_lines, static_cast<size_t>(options.piece_bytes));
+    std::string problem;
+    if (auto ds = map_cache(cache, stamp, options.skip_bad_lines, problem)) {
+      ds->cache_reused_ = false;
+      return std::move(*ds);
+    }
+    unwritable = "the cache just written does not read back: " + problem;
   } catch (const Error& e) {
-    std::cerr << "CriteoDataset: cannot write the cache (" << e.what() << "); the rows of '" << tsv_path
-              << "' stay in memory" << std::endl;
+    // The TSV's own faults (a bad line, no valid line) are the answer; a cache that cannot be
+    // written is not, and the rows are parsed into memory instead.
+    if (std::string(e.what()).rfind("parse_criteo_tsv", 0) == 0) throw;
+    unwritable = e.what();
   }
-  CriteoDataset ds = from_columns(std::move(columns));
+  std::cerr << "CriteoDataset: cannot write the cache (" << unwritable << "); the rows of '" << tsv_path
+            << "' stay in memory" << std::endl;
+  CriteoDataset ds = from_columns(parse_criteo_tsv(tsv_path, options.skip_bad_lines));
   ds.cache_path_ = cache;
   return ds;
+}
+
+CriteoRows::CriteoRows(CriteoDataset one) : CriteoRows(std::vector<CriteoDataset>{std::move(one)}) {}
+
+CriteoRows::CriteoRows(std::vector<CriteoDataset> parts) : parts_(std::move(parts)), starts_{0} {
+  FT_CHECK(!parts_.empty(), "CriteoRows: no dataset");
+  for (const CriteoDataset& part : parts_) starts_.push_back(starts_.back() + part.rows());
+}
+
+std::pair<const CriteoDataset*, int64_t> CriteoRows::at(int64_t i) const {
+  if (parts_.size() == 1) return {&parts_.front(), i};
+  const auto next = std::upper_bound(starts_.begin(), starts_.end(), i);
+  const size_t part = static_cast<size_t>(next - starts_.begin()) - 1;
+  return {&parts_[part], i - starts_[part]};
 }
 
 const RowRange& CriteoSplit::range(const std::string& name) const {
@@ -321,7 +430,7 @@ CriteoSplit criteo_kaggle_split(int64_t rows) {
   return {{0, train}, {train, train + test}, {train + test, rows}};
 }
 
-CriteoBatchSource::CriteoBatchSource(CriteoDataset data, RowRange range, std::vector<int64_t> table_rows,
+CriteoBatchSource::CriteoBatchSource(CriteoRows data, RowRange range, std::vector<int64_t> table_rows,
                                      BatchSampler sampler)
     : data_(std::move(data)), range_(range), batches_(std::move(sampler)) {
   FT_CHECK(range.begin >= 0 && range.begin <= range.end && range.end <= data_.rows(), "CriteoBatchSource: rows [",

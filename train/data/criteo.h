@@ -30,6 +30,8 @@ struct CriteoOpenOptions {
   bool skip_bad_lines = false;  ///< skip and count malformed lines instead of failing
   std::string cache_dir{};      ///< the cache's folder (created if missing); empty: beside the TSV
   bool cache = true;            ///< false: parse every time, never read or write a cache
+  /// Text parsed at a time while the cache is built (whole lines; tests make it small).
+  int64_t piece_bytes = int64_t{64} << 20;
 };
 
 /// The rows of a Criteo TSV, read from its cache when the cache matches the file. Copies share
@@ -38,13 +40,17 @@ class CriteoDataset {
  public:
   /// Maps the cache of `tsv_path` when it was built from this very file (same size, mtime and
   /// content hash) with the same skip_bad_lines and its checksum holds; otherwise parses the TSV
-  /// (parse_criteo_tsv's errors) and writes the cache atomically. A stale or corrupt cache is
-  /// rebuilt, with one line on stderr saying why; a cache that cannot be written is reported on
-  /// stderr and the parsed rows stay in memory. Checking the checksum reads the whole cache once
-  /// (about a second for the 7 GB of the full Kaggle set in the page cache).
+  /// (parse_criteo_tsv's errors) into the cache, piece by piece (64 MB of text at a time, so no
+  /// file has to fit in memory), written atomically. A stale or corrupt cache is rebuilt, with
+  /// one line on stderr saying why; a cache that cannot be written is reported on stderr and the
+  /// parsed rows stay in memory. Checking the checksum reads the whole cache once (about a
+  /// second for the 7 GB of the full Kaggle set in the page cache).
   static CriteoDataset open(const std::string& tsv_path, const CriteoOpenOptions& options = {});
   /// A dataset over columns already in memory (no file, no cache).
   static CriteoDataset from_columns(CriteoColumns columns);
+  /// A dataset over the columns of a mapped cache (open's), kept alive by `storage`.
+  static CriteoDataset over_cache(std::shared_ptr<const void> storage, const uint8_t* labels, const float* dense,
+                                  const uint32_t* sparse, int64_t rows, int64_t bad_lines, std::string cache_path);
 
   int64_t rows() const { return rows_; }
   /// Row i's label, 0 or 1.
@@ -68,6 +74,35 @@ class CriteoDataset {
   int64_t rows_ = 0, bad_lines_ = 0;
   bool cache_reused_ = false;
   std::string cache_path_;
+};
+
+/// Several datasets read as one, in order: the rows of the first, then of the second, and so on
+/// (Criteo 1TB's day files). Copies share the datasets' memory.
+class CriteoRows {
+ public:
+  CriteoRows(CriteoDataset one);  // NOLINT: one dataset is one part
+  explicit CriteoRows(std::vector<CriteoDataset> parts);
+  int64_t rows() const { return starts_.back(); }
+  uint8_t label(int64_t i) const {
+    const auto [part, row] = at(i);
+    return part->label(row);
+  }
+  const float* dense(int64_t i) const {
+    const auto [part, row] = at(i);
+    return part->dense(row);
+  }
+  const uint32_t* sparse(int64_t i) const {
+    const auto [part, row] = at(i);
+    return part->sparse(row);
+  }
+  /// The first row of each part, and the rows in all: [parts + 1].
+  const std::vector<int64_t>& starts() const { return starts_; }
+
+ private:
+  /// Row i's part and its row there.
+  std::pair<const CriteoDataset*, int64_t> at(int64_t i) const;
+  std::vector<CriteoDataset> parts_;
+  std::vector<int64_t> starts_;
 };
 
 /// Rows [begin, end) of a dataset.
@@ -97,7 +132,7 @@ class CriteoBatchSource : public WritingBatchSource {
  public:
   /// `table_rows` holds the 26 embedding tables' row counts, each in [1, 2^31]; the sampler must
   /// be over range.size() rows (shuffle and drop_last for training, neither for evaluation).
-  CriteoBatchSource(CriteoDataset data, RowRange range, std::vector<int64_t> table_rows, BatchSampler sampler);
+  CriteoBatchSource(CriteoRows data, RowRange range, std::vector<int64_t> table_rows, BatchSampler sampler);
   /// Writes the batch straight into `out`'s buffers.
   void next_into(BatchWriter& out) override;
   DataPosition position() const override;
@@ -105,7 +140,7 @@ class CriteoBatchSource : public WritingBatchSource {
   int64_t batches_per_epoch() const { return batches_.batches_per_epoch(); }
 
  private:
-  CriteoDataset data_;
+  CriteoRows data_;
   RowRange range_;
   std::vector<uint32_t> table_rows_;
   std::vector<uint64_t> modulo_magic_;  // per table: 2^64 / rows, rounded up (Lemire's fastmod)

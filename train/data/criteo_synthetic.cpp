@@ -56,9 +56,11 @@ class Rng {
 double keyed_normal(uint64_t key) { return box_muller(unit(mix64(key)), unit(mix64(key ^ 0x632BE59BD9B4E019ull))); }
 
 struct Categorical {
-  std::vector<uint32_t> values;  // the vocabulary
+  std::vector<uint32_t> values;  // the vocabulary (empty with full-range ids)
   std::vector<double> cdf;       // Zipf-like frequencies, cumulative, the last one 1
   double missing = 0;            // P(empty field)
+  double zipf = 1, scale = 1;    // the frequencies' exponent, the weights' spread
+  uint64_t rows = 1, key = 0;    // full-range ids: the table's rows, the hidden parameters' key
   // Per vocabulary entry, and one more for a missing value (which a model sees as 0): the weight
   // of its hashed id and its hidden vector (used when the feature is in a pair).
   std::vector<double> weight;
@@ -70,17 +72,37 @@ struct DenseFeature {
 };
 
 struct HiddenModel {
+  bool full_range = false;
   std::array<Categorical, kCriteoSparse> cats;
   std::array<DenseFeature, kCriteoDense> dense;
   std::array<std::pair<int, int>, 2> pairs;
 };
 
-HiddenModel draw_model(uint64_t seed, const std::vector<int64_t>& table_rows) {
+// An id's hidden vector for the interacting pairs, from its key.
+std::array<double, kPairDim> keyed_vector(uint64_t key) {
+  std::array<double, kPairDim> v;
+  for (int d = 0; d < kPairDim; ++d) v[d] = keyed_normal(key ^ (static_cast<uint64_t>(d + 1) << 48));
+  return v;
+}
+
+uint64_t id_key(uint64_t key_base, int t, uint64_t id) { return key_base ^ (static_cast<uint64_t>(t) << 56) ^ id; }
+
+HiddenModel draw_model(uint64_t seed, const std::vector<int64_t>& table_rows, bool full_range) {
   Rng rng(mix64(seed ^ 0x1));
   const uint64_t key_base = mix64(seed ^ 0x2);
   HiddenModel m;
+  m.full_range = full_range;
   for (int t = 0; t < kCriteoSparse; ++t) {
     Categorical& c = m.cats[t];
+    if (full_range) {
+      // Zipf-like over the whole table: a popular head the model can learn, a long tail it cannot.
+      c.zipf = 1.05 + 0.2 * rng.uniform();
+      c.scale = 0.1 + 0.4 * rng.uniform();
+      c.missing = rng.uniform() < 0.3 ? 0.05 + 0.45 * rng.uniform() : 0.02 * rng.uniform();
+      c.rows = static_cast<uint64_t>(table_rows[t]);
+      c.key = key_base;
+      continue;
+    }
     // 10 to 100 values, so that even the rarest is seen about 500 times in a million rows and its
     // weight can be learned: with 100 to 3000 (the rarest seen some 70 times), a DLRM stayed 0.03
     // to 0.05 AUC short of the best, and PyTorch's dlrm on the same files did no better.
@@ -95,11 +117,9 @@ HiddenModel draw_model(uint64_t seed, const std::vector<int64_t>& table_rows) {
     for (double& p : c.cdf) p /= total;
     for (size_t k = 0; k <= vocab; ++k) {
       const uint64_t id = k < vocab ? c.values[k] % static_cast<uint64_t>(table_rows[t]) : 0;
-      const uint64_t key = key_base ^ (static_cast<uint64_t>(t) << 56) ^ id;
+      const uint64_t key = id_key(key_base, t, id);
       c.weight.push_back(scale * keyed_normal(key));
-      std::array<double, kPairDim> v;
-      for (int d = 0; d < kPairDim; ++d) v[d] = keyed_normal(key ^ (static_cast<uint64_t>(d + 1) << 48));
-      c.vec.push_back(v);
+      c.vec.push_back(keyed_vector(key));
     }
   }
   for (int j = 0; j < kCriteoDense; ++j) {
@@ -126,19 +146,40 @@ struct Row {
   double logit;
 };
 
+/// A full-range id of table c: rank k drawn Zipf-like over [1, rows] (the inverse of a
+/// continuous power law), then scattered over the table by a hash, so the popular ids are not
+/// the first rows.
+uint64_t full_range_id(const Categorical& c, int t, double u) {
+  const double n = static_cast<double>(c.rows) + 1, a = 1.0 - c.zipf;  // zipf > 1: a < 0
+  const double k = std::pow((std::pow(n, a) - 1.0) * u + 1.0, 1.0 / a);
+  const auto rank = static_cast<uint64_t>(std::min(std::max(k, 1.0), n - 1));
+  return mix64(rank ^ (static_cast<uint64_t>(t + 1) << 40) ^ c.key) % c.rows;
+}
+
 void draw_row(const HiddenModel& m, Rng& rng, Row& row) {
   double logit = 0;
   std::array<size_t, kCriteoSparse> entry;
+  std::array<std::array<double, kPairDim>, kCriteoSparse> full_vec;  // full-range ids' vectors
   for (int t = 0; t < kCriteoSparse; ++t) {
     const Categorical& c = m.cats[t];
     row.cat_missing[t] = rng.uniform() < c.missing;
-    const auto drawn = std::upper_bound(c.cdf.begin(), c.cdf.end() - 1, rng.uniform());
+    const double u = rng.uniform();
+    if (m.full_range) {
+      const uint64_t id = row.cat_missing[t] ? 0 : full_range_id(c, t, u);
+      row.cat[t] = static_cast<uint32_t>(id);  // below the table's rows: hashing keeps it
+      const uint64_t key = id_key(c.key, t, id);
+      logit += c.scale * keyed_normal(key);
+      full_vec[t] = keyed_vector(key);
+      continue;
+    }
+    const auto drawn = std::upper_bound(c.cdf.begin(), c.cdf.end() - 1, u);
     entry[t] = row.cat_missing[t] ? c.values.size() : static_cast<size_t>(drawn - c.cdf.begin());
     row.cat[t] = row.cat_missing[t] ? 0 : c.values[entry[t]];
     logit += c.weight[entry[t]];
   }
   for (const auto& [a, b] : m.pairs) {
-    const auto &u = m.cats[a].vec[entry[a]], &v = m.cats[b].vec[entry[b]];
+    const auto& u = m.full_range ? full_vec[a] : m.cats[a].vec[entry[a]];
+    const auto& v = m.full_range ? full_vec[b] : m.cats[b].vec[entry[b]];
     double dot = 0;
     for (int d = 0; d < kPairDim; ++d) dot += u[d] * v[d];
     logit += 0.3 * dot;
@@ -221,9 +262,9 @@ SyntheticCriteoInfo write_synthetic_criteo(const std::string& path, const Synthe
   for (int64_t n : info.table_rows)
     FT_CHECK(n >= 1 && n <= (int64_t{1} << 31), "write_synthetic_criteo: table size ", n, " is outside [1, 2^31]");
 
-  const HiddenModel model = draw_model(options.seed, info.table_rows);
+  const HiddenModel model = draw_model(options.seed, info.table_rows, options.full_range_ids);
   const auto [scale, shift] = calibrate(model, options.seed, options.logit_std, options.positive_rate);
-  Rng rng(mix64(options.seed ^ 0x4));
+  Rng rng(mix64(options.seed ^ 0x4 ^ (options.day << 32)));
   AtomicFile file(path, "write_synthetic_criteo");
   std::vector<char> chunk(1 << 23);
   char* p = chunk.data();
@@ -258,7 +299,8 @@ SyntheticCriteoInfo write_synthetic_criteo(const std::string& path, const Synthe
 
   info.positive_rate = static_cast<double>(positives) / static_cast<double>(options.rows);
   info.best_auc = best_auc(info.true_logits, labels, 0, options.rows);
-  const RowRange test = criteo_kaggle_split(options.rows).test;
+  const RowRange test =
+      options.test_first_half ? RowRange{0, (options.rows + 1) / 2} : criteo_kaggle_split(options.rows).test;
   info.best_test_auc = best_auc(info.true_logits, labels, test.begin, test.end);
 
   std::string tables;

@@ -3,7 +3,8 @@
 //
 // Labels come from a hidden logistic model over what a DLRM sees: each categorical feature
 // draws from a vocabulary of 10 to 100 random 32-bit values with Zipf-like frequencies (or is
-// missing), and every hashed id (value % table_rows[t]) has a hidden weight; dense features
+// missing; with full_range_ids, an id Zipf-like over the table's whole range instead), and
+// every hashed id (value % table_rows[t]) has a hidden weight; dense features
 // are heavy-tailed counts (a few negative, some missing) with hidden weights on log(max(x, 0)
 // + 1); two pairs of categorical features add the dot product of small hidden vectors of their
 // ids, which a DLRM's dot interaction can capture. The logits are scaled to a chosen spread and
@@ -23,6 +24,14 @@ struct SyntheticCriteoOptions {
   std::vector<int64_t> table_rows = {100000};  ///< 26 row counts, or one for every table
   double positive_rate = 0.25;                 ///< the click rate the bias is tuned to
   double logit_std = 1.5;                      ///< the hidden logits' spread: larger is easier
+  /// Criteo 1TB's shape: each categorical value is an id drawn Zipf-like across its table's
+  /// whole range (every id its own hidden weight, from a hash), not from a small vocabulary.
+  bool full_range_ids = false;
+  /// Which of several files of one hidden model (the seed's) this is: day k draws its own rows.
+  uint64_t day = 0;
+  /// best_test_auc over the first half of the rows (MLPerf's test half of a held-out day)
+  /// instead of criteo_kaggle_split's test rows.
+  bool test_first_half = false;
 };
 
 struct SyntheticCriteoInfo {

@@ -130,6 +130,15 @@ std::string describe_fault(const std::string& path, int64_t line, const char* b,
 
 CriteoColumns parse_criteo_text(std::string_view text, const std::string& path, bool skip_bad_lines) {
   FT_CHECK(!text.empty(), "parse_criteo_tsv: '", path, "' is empty");
+  CriteoColumns out = parse_criteo_lines(text, path, skip_bad_lines, 1);
+  FT_CHECK(out.rows() > 0, "parse_criteo_tsv: '", path, "' has no valid line (", out.bad_lines,
+           " malformed lines skipped)");
+  return out;
+}
+
+CriteoColumns parse_criteo_lines(std::string_view text, const std::string& path, bool skip_bad_lines,
+                                 int64_t first_line) {
+  if (text.empty()) return {};
   const char* begin = text.data();
   const char* end = begin + text.size();
   int64_t lines = 0;
@@ -150,7 +159,7 @@ CriteoColumns parse_criteo_text(std::string_view text, const std::string& path, 
   out.dense.resize(static_cast<size_t>(lines) * kCriteoDense);
   out.sparse.resize(static_cast<size_t>(lines) * kCriteoSparse);
   const std::vector<float> log_table = log1p_table();
-  int64_t row = 0, line = 0;
+  int64_t row = 0, line = first_line - 1;
   auto parse_region = [&](const char* p, const char* region_end) {
     while (p < region_end) {
       ++line;
@@ -171,7 +180,6 @@ CriteoColumns parse_criteo_text(std::string_view text, const std::string& path, 
   };
   parse_region(begin, body_end);
   parse_region(tail.data(), tail.data() + tail.size());
-  FT_CHECK(row > 0, "parse_criteo_tsv: '", path, "' has no valid line (", out.bad_lines, " malformed lines skipped)");
   out.labels.resize(static_cast<size_t>(row));
   out.dense.resize(static_cast<size_t>(row) * kCriteoDense);
   out.sparse.resize(static_cast<size_t>(row) * kCriteoSparse);

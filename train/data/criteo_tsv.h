@@ -35,5 +35,9 @@ struct CriteoColumns {
 /// line, and the last line needs no line end. Empty text, or text with no valid line, is an
 /// ft::Error naming the file.
 CriteoColumns parse_criteo_text(std::string_view text, const std::string& path, bool skip_bad_lines = false);
+/// The same for a piece of a file, whose first line is line `first_line` of the file (for the
+/// messages): empty text, or text of bad lines only, gives no rows instead of an error.
+CriteoColumns parse_criteo_lines(std::string_view text, const std::string& path, bool skip_bad_lines,
+                                 int64_t first_line);
 
 }  // namespace ft

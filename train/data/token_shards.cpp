@@ -1,6 +1,5 @@
 #include "train/data/token_shards.h"
 
-#include <glob.h>
 
 #include <algorithm>
 #include <bit>
@@ -10,26 +9,13 @@
 #include <random>
 
 #include "lib/error.h"
+#include "train/data/file_list.h"
 #include "lib/parse.h"
 #include "train/data/token_shard_format.h"
 
 namespace ft {
 
 namespace {
-
-std::vector<std::string> glob_files(const std::string& pattern) {
-  glob_t matches{};
-  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
-  std::unique_ptr<glob_t, void (*)(glob_t*)> guard(&matches, ::globfree);
-  FT_CHECK(rc != GLOB_NOMATCH, "TokenLoader: no file matches '", pattern, "'");
-  FT_CHECK(rc == 0, "TokenLoader: glob of '", pattern, "' failed (",
-           rc == GLOB_NOSPACE ? "out of memory" : "read error", ")");
-  std::vector<std::string> files(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
-  // glob(3) sorts by the locale's collation; a bytewise sort makes the order, and with it every
-  // saved position, the same under any locale.
-  std::sort(files.begin(), files.end());
-  return files;
-}
 
 int64_t file_bytes(const std::string& path) {
   std::error_code error;
@@ -96,7 +82,7 @@ TokenLoader::TokenLoader(const std::string& pattern, const Options& options) : o
                !__builtin_mul_overflow(step, options.shard.world, &step) && step < INT64_MAX,
            "TokenLoader: B*T*ranks = ", options.batch_size, "*", options.seq_len, "*", options.shard.world,
            " tokens a step is out of range");
-  files_ = glob_files(pattern);
+  files_ = glob_files(pattern, FileOrder::Bytewise, "TokenLoader");
   for (const std::string& path : files_) {
     const int64_t length = options.format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
     FT_CHECK(length >= tokens_per_step() + 1, "TokenLoader: '", path, "' has ", length,

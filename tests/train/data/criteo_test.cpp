@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
@@ -15,6 +16,7 @@
 #include "tests/train/temp_dir.h"
 #include "train/data/criteo.h"
 #include "train/data/criteo_synthetic.h"
+#include "train/data/file_list.h"
 #include "train/loop/binary_metrics.h"
 
 namespace ft {
@@ -207,6 +209,69 @@ TEST(CriteoDataset, SecondOpenMapsTheCache) {
   EXPECT_FALSE(uncached.cache_reused());
   EXPECT_TRUE(uncached.cache_path().empty());
   expect_rows(uncached, f.rows.expected);
+}
+
+// The cache is built piece by piece: pieces of a few hundred bytes (a line or two each, the
+// last line without its end, CRLF among them) give the rows the whole-file parse gives, bad lines
+// in any piece are counted, and an error names the line's number in the whole file.
+TEST(CriteoDataset, CacheBuiltInSmallPiecesHoldsTheSameRows) {
+  TsvFixture f;
+  for (int64_t piece : {int64_t{1}, int64_t{300}, int64_t{4096}}) {
+    SCOPED_TRACE("pieces of " + std::to_string(piece) + " bytes");
+    const CriteoDataset ds = CriteoDataset::open(f.path, {.cache_dir = f.dir.file("p" + std::to_string(piece)),
+                                                          .piece_bytes = piece});
+    EXPECT_FALSE(ds.cache_reused());
+    expect_rows(ds, f.rows.expected);
+  }
+  std::vector<std::string> bad = f.rows.fields[0];
+  bad[3] = "x";
+  std::string text;
+  for (size_t r = 0; r < 40; ++r) text += join(f.rows.fields[r]) + "\n" + (r % 7 == 3 ? join(bad) + "\n" : "");
+  write_text(f.dir.file("bad.tsv"), text);
+  const CriteoDataset skipped =
+      CriteoDataset::open(f.dir.file("bad.tsv"), {.skip_bad_lines = true, .piece_bytes = 500});
+  EXPECT_EQ(skipped.rows(), 40);
+  EXPECT_EQ(skipped.bad_lines(), 6);  // after rows 3, 10, 17, 24, 31, 38
+  EXPECT_FT_ERROR(CriteoDataset::open(f.dir.file("bad.tsv"), {.cache_dir = f.dir.file("strict"), .piece_bytes = 500}),
+                  "line 5:");
+}
+
+TEST(CriteoRows, SeveralDatasetsReadAsOne) {
+  std::mt19937_64 rng(test::test_seed());
+  const RandomRows a(5, rng), b(1, rng), c(7, rng);
+  const CriteoRows rows({CriteoDataset::from_columns(a.expected), CriteoDataset::from_columns(b.expected),
+                         CriteoDataset::from_columns(c.expected)});
+  ASSERT_EQ(rows.rows(), 13);
+  EXPECT_EQ(rows.starts(), (std::vector<int64_t>{0, 5, 6, 13}));
+  const auto expect_row = [&](int64_t i, const CriteoColumns& part, int64_t j) {
+    EXPECT_EQ(rows.label(i), part.labels[j]) << i;
+    EXPECT_EQ(rows.dense(i)[12], part.dense[j * kCriteoDense + 12]) << i;
+    EXPECT_EQ(rows.sparse(i)[25], part.sparse[j * kCriteoSparse + 25]) << i;
+  };
+  expect_row(0, a.expected, 0);
+  expect_row(4, a.expected, 4);
+  expect_row(5, b.expected, 0);
+  expect_row(6, c.expected, 0);
+  expect_row(12, c.expected, 6);
+}
+
+TEST(FileList, PatternsInNaturalOrderAndTheSidecarsSkipped) {
+  TempDir dir;
+  for (const char* name : {"day_10", "day_2", "day_0", "day_1", "day_0.ftcache", "day_1.json", "other"})
+    write_text(dir.file(name), "x");
+  const std::string d = dir.path().string();
+  EXPECT_EQ(expand_file_list(d + "/day_*", "t", {".ftcache", ".json"}),
+            (std::vector<std::string>{d + "/day_0", d + "/day_1", d + "/day_2", d + "/day_10"}));
+  EXPECT_EQ(expand_file_list(d + "/other," + d + "/day_1*", "t", {".json"}),
+            (std::vector<std::string>{d + "/other", d + "/day_1", d + "/day_10"}));
+  EXPECT_EQ(glob_files(d + "/day_?", FileOrder::Bytewise, "t"),
+            (std::vector<std::string>{d + "/day_0", d + "/day_1", d + "/day_2"}));
+  EXPECT_FT_ERROR(expand_file_list(d + "/none_*", "--data", {}), "--data: no file matches");
+  EXPECT_FT_ERROR(expand_file_list(d + "/missing", "--data", {}), "'" + d + "/missing' is not a file");
+  EXPECT_FT_ERROR(expand_file_list(d + "/day_0,", "--data", {}), "an empty entry");
+  EXPECT_FT_ERROR(expand_file_list(d + "/day_0,," + d + "/day_1", "--data", {}), "an empty entry");
+  EXPECT_FT_ERROR(expand_file_list(d + "/day_1.*", "--data", {".json"}), "matches only files it skips");
+  EXPECT_FT_ERROR(expand_file_list("", "--data", {}), "no file given");
 }
 
 TEST(CriteoDataset, StaleCacheIsRebuilt) {
@@ -563,6 +628,43 @@ TEST(CriteoSynthetic, SameSeedSameBytesAndItParsesBack) {
   EXPECT_EQ(read.best_auc, info.best_auc);
   EXPECT_EQ(read.best_test_auc, info.best_test_auc);
   EXPECT_FT_ERROR(read_synthetic_criteo_info(dir.file("missing.tsv")), "missing.tsv.json");
+}
+
+// Day files of one hidden model, Criteo 1TB's shape: ids spread over each table's whole range
+// (and below its rows), a popular head and a long tail, each day its own rows.
+TEST(CriteoSynthetic, DaysDrawFullRangeIdsOfOneModel) {
+  TempDir dir;
+  std::vector<int64_t> rows(kCriteoSparse, 1000);
+  rows[0] = 3;
+  rows[1] = 40000000;
+  const SyntheticCriteoOptions day0{.rows = 20000, .seed = test::test_seed(), .table_rows = rows,
+                                    .full_range_ids = true, .day = 0, .test_first_half = true};
+  SyntheticCriteoOptions day1 = day0;
+  day1.day = 1;
+  const SyntheticCriteoInfo info = write_synthetic_criteo(dir.file("day_0"), day0);
+  write_synthetic_criteo(dir.file("day_1"), day1);
+  EXPECT_NE(read_text(dir.file("day_0")), read_text(dir.file("day_1")));
+  const CriteoDataset ds = CriteoDataset::open(dir.file("day_0"));
+  std::set<uint32_t> big, small;
+  std::map<uint32_t, int> counts;
+  for (int64_t i = 0; i < ds.rows(); ++i) {
+    for (int t = 0; t < kCriteoSparse; ++t) EXPECT_LT(ds.sparse(i)[t], static_cast<uint32_t>(rows[t]));
+    big.insert(ds.sparse(i)[1]);
+    small.insert(ds.sparse(i)[0]);
+    ++counts[ds.sparse(i)[1]];
+  }
+  EXPECT_LE(small.size(), 3u);
+  EXPECT_GT(big.size(), 1000u);  // a long tail over the 40M ids
+  uint32_t top = 0;
+  for (const auto& [id, n] : counts) top = std::max<uint32_t>(top, static_cast<uint32_t>(n));
+  EXPECT_GT(top, 20u);  // and a popular head
+  EXPECT_GT(*big.rbegin(), 1000000u);  // across the range, not its first rows
+  // best_test_auc over the first half (MLPerf's test half of day_23).
+  std::vector<float> labels;
+  for (int64_t i = 0; i < ds.rows() / 2; ++i) labels.push_back(ds.label(i));
+  const std::vector<float> z(info.true_logits.begin(), info.true_logits.begin() + ds.rows() / 2);
+  EXPECT_DOUBLE_EQ(info.best_test_auc, exact_auc(z, labels));
+  EXPECT_GT(info.best_auc, 0.7);
 }
 
 TEST(CriteoSynthetic, RejectsBadOptions) {
