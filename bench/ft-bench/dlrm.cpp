@@ -15,6 +15,7 @@
 #include "lib/error.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bce/bce.h"
+#include "lib/ops/cross_term/cross_term.h"
 #include "lib/ops/dot_interaction/dot_interaction.h"
 #include "lib/ops/elementwise/elementwise.h"
 #include "lib/ops/embedding_bag/embedding_bag.h"
@@ -131,6 +132,18 @@ void dlrm_ops_table(const DlrmBenchOptions& o) {
   const double interaction_bytes = static_cast<double>(s.batch * (27 * d * 2 * 3 + width * 2 * 2));
   row("dot_interaction fwd + bwd", [&] { gradients(dot_interaction(dense, pooled), dout, {dense, pooled}); },
       interaction_bytes);
+  // DCNv2's cross term over the 27 vectors joined: forward reads x0, y, x and writes the output;
+  // backward reads the gradient, x0 and y and writes d x0 and d y (the bias's sums are a column).
+  const int64_t cross_width = 27 * d;
+  Tensor x0 = Tensor::randn({s.batch, cross_width}, gen, DType::BF16, kCUDA);
+  Tensor y = Tensor::randn({s.batch, cross_width}, gen, DType::BF16, kCUDA);
+  Tensor x = Tensor::randn({s.batch, cross_width}, gen, DType::BF16, kCUDA);
+  Tensor bias = Tensor::randn({cross_width}, gen, DType::BF16, kCUDA);
+  for (Tensor* t : {&x0, &y, &x, &bias}) t->requires_grad_();
+  const Tensor dcross = Tensor::randn({s.batch, cross_width}, gen, DType::BF16, kCUDA);
+  row("cross_term fwd + bwd (DCNv2)",
+      [&] { gradients(cross_term(x0, y, bias, x), dcross, {x0, y, bias, x}); },
+      static_cast<double>(s.batch * cross_width * 2 * 9));
 }
 
 int run_dlrm_bench(const DlrmBenchOptions& o, BenchReport& report) {

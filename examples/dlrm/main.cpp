@@ -113,6 +113,11 @@ void define_flags(ft::cli::Args& args) {
             "row: every table split row-wise; or 26 comma-separated entries, one a table: a process\n"
             "number (the table whole there), r (row-wise) or d (replicated). The plan is printed\n"
             "at start-up. Sharded tables exchange ids and pooled vectors by all-to-all each step");
+  args.flag("interaction", "dot", "dot (dlrm's pairwise dot products) or dcn (MLPerf DLRMv2's DCNv2 cross network\n"
+                                  "over the bottom output and the 26 pooled vectors joined: --dcn-layers low-rank\n"
+                                  "cross layers of rank --dcn-rank)");
+  args.flag("dcn-rank", "512", "the cross layers' rank (--interaction dcn)");
+  args.flag("dcn-layers", "3", "cross layers (--interaction dcn)");
   args.flag("epochs", "1", "passes over the training rows");
   args.flag("eval-every", "0", "steps between validation passes (0: only at the end)");
   args.flag("eval-batches", "0", "batches per validation pass (0: the whole validation split)");
@@ -132,7 +137,9 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
     }
   };
   add_mlp(ft::kCriteoDense, s.bottom);
-  add_mlp(ft::DLRM::interaction_width(ft::kCriteoSparse, s.dim), s.top);
+  const int64_t interaction_width = ft::DLRM::interaction_width(ft::kCriteoSparse, s.dim, interaction(s));
+  add_mlp(interaction_width, s.top);
+  if (s.cross) mlp_params += static_cast<double>(s.cross_layers * (2 * interaction_width * s.cross_rank + interaction_width));
   const double per_param = ft::cli::training_bytes_per_parameter(dtype, s.optimizer, args.number("momentum", 0));
   ft::cli::MemoryEstimate e;
   e.certain = {tables,
@@ -212,7 +219,10 @@ std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed, const st
                                    .update = s.sparse_update,
                                    .lr = s.sparse_lr},
                         .sharding = plan,
-                        .rank = rank},
+                        .rank = rank,
+                        .interaction = interaction(s),
+                        .cross_rank = s.cross_rank,
+                        .cross_layers = s.cross_layers},
       gen);
 }
 

@@ -12,6 +12,7 @@
 #include "lib/error.h"
 #include "lib/ops/embedding_bag/embedding_bag.h"
 #include "lib/parse.h"
+#include "models/dlrm/dlrm.h"
 #include "train/data/criteo_tsv.h"
 
 namespace ft::dlrm {
@@ -120,6 +121,8 @@ struct Settings {
   BagMode pooling;
   RowUpdateKind sparse_update;
   std::string sharding;
+  bool cross = false;  ///< --interaction dcn
+  int64_t cross_rank = 512, cross_layers = 3;
 };
 
 inline int64_t preset_integer(const cli::Args& args, const std::string& flag, int64_t preset_value) {
@@ -156,6 +159,12 @@ inline Settings check_flags(const cli::Args& args, const Preset& preset) {
   s.pooling = pooling == "mean" ? BagMode::Mean : BagMode::Sum;
   s.sparse_update = sparse_update_named(or_preset(args, "sparse-optimizer", preset.sparse_optimizer));
   s.sharding = args.str("sharding");
+  const std::string interaction = args.str("interaction");
+  FT_CHECK(interaction == "dot" || interaction == "dcn", "ft-dlrm: --interaction must be dot or dcn, got '",
+           interaction, "'");
+  s.cross = interaction == "dcn";
+  s.cross_rank = args.integer("dcn-rank", 1);
+  s.cross_layers = args.integer("dcn-layers", 1);
   s.bottom = widths("bottom", or_preset(args, "bottom", preset.bottom));
   s.top = widths("top", or_preset(args, "top", preset.top));
   FT_CHECK(s.bottom.back() == s.dim, "ft-dlrm: --bottom must end at --dim ", s.dim,
@@ -169,6 +178,10 @@ inline double table_row_bytes(const Settings& s) {
   const double values = static_cast<double>(s.dim) * 4;
   if (s.sparse_update == RowUpdateKind::RowWiseAdagrad) return values + 4;
   return s.sparse_update == RowUpdateKind::ElementwiseAdagrad ? 2 * values : values;
+}
+
+inline DLRM::Interaction interaction(const Settings& s) {
+  return s.cross ? DLRM::Interaction::Cross : DLRM::Interaction::Dot;
 }
 
 /// Every table's rows in all.

@@ -38,6 +38,12 @@ DLRM::DLRM(Options options, Generator& gen) : options_(std::move(options)) {
                       "tables", std::make_shared<ShardedEmbeddingBags>(options_.tables, *options_.sharding, options_.rank, gen))
                 : register_module<PooledTables>("tables", std::make_shared<EmbeddingBagCollection>(options_.tables, gen));
   in = interaction_width();
+  if (options_.interaction == Interaction::Cross)
+    cross_ = register_module("cross", std::make_shared<CrossNetwork>(
+                                          CrossNetwork::Options{.width = in,
+                                                                .rank = options_.cross_rank,
+                                                                .layers = options_.cross_layers},
+                                          gen));
   for (size_t i = 0; i < options_.top.size(); ++i) {
     const bool last = i + 1 == options_.top.size();
     top_.push_back(register_module("top." + std::to_string(i),
@@ -56,7 +62,8 @@ Tensor DLRM::logits(const Tensor& dense, const Tensor& sparse_ids) {
   Tensor x = dense.dtype() == dtype ? dense : cast(dense, dtype);
   for (const auto& layer : bottom_) x = layer->forward(x);
   const Tensor pooled = tables_->forward_one_hot(sparse_ids, dtype);
-  Tensor z = dot_interaction(x, pooled);
+  const int64_t b = dense.size(0), tables = tables_->tables(), dim = options_.tables.dim;
+  Tensor z = cross_ ? cross_->forward(cat({x, pooled.reshape({b, tables * dim})}, 1)) : dot_interaction(x, pooled);
   for (const auto& layer : top_) z = layer->forward(z);
   return z.reshape({dense.size(0)});
 }
@@ -66,6 +73,8 @@ std::vector<Tensor> DLRM::dense_parameters() const {
   for (const auto& list : {&bottom_, &top_})
     for (const auto& layer : *list)
       for (const Tensor& p : layer->parameters()) out.push_back(p);
+  if (cross_)
+    for (const Tensor& p : cross_->parameters()) out.push_back(p);
   return out;
 }
 
@@ -73,8 +82,12 @@ double DLRM::flops_per_sample() const {
   double macs = 0;
   for (const auto& list : {&bottom_, &top_})
     for (const auto& layer : *list) macs += static_cast<double>(layer->weight().numel());
-  const double features = static_cast<double>(tables_->tables() + 1);
-  macs += features * (features - 1) / 2 * static_cast<double>(options_.tables.dim);
+  if (cross_) {
+    macs += cross_->macs_per_sample();
+  } else {
+    const double features = static_cast<double>(tables_->tables() + 1);
+    macs += features * (features - 1) / 2 * static_cast<double>(options_.tables.dim);
+  }
   return 6.0 * macs;  // forward 2·MACs, backward 4·MACs
 }
 

@@ -1,7 +1,8 @@
 # DLRM: the DLRM ops'
 # tests (and the same under compute-sanitizer memcheck), ft-dlrm's resume check on CUDA, `ft-bench dlrm` for the bench and mlperf
 # presets with the PyTorch peer (eager and torch.compile) in the same run, and ft-dlrm fused
-# and unfused on one synthetic Criteo file (the same AUC expected). 
+# and unfused on one synthetic Criteo file (the same AUC expected), and the mlperf preset's step with the dot
+# and the DCNv2 interaction. 
 filter='*EmbeddingBag*:*DotInteraction*:*Bce*:*SparseRows*:*Criteo*:*Module*:*Checkpoint*:*Gather*:*IndexPut*'
 $B/tests/ft_tests --gtest_filter="$filter" >"$logs/gtest.log" 2>&1
 tests=$(grep -E '^\[  (PASSED|FAILED) ' "$logs/gtest.log" | tr '\n' ' ')
@@ -56,6 +57,12 @@ for mode in fused unfused; do
   timeout 150 $B/examples/ft-dlrm --data $syn --preset bench --table-rows 100000 --kernels $mode --log-every 50 \
     >"$logs/train-$mode.log" 2>&1 || tail -5 "$logs/train-$mode.log"
 done
+# The mlperf preset's step with dlrm's dot interaction and with DCNv2's cross network (3 layers of
+# rank 512 over 27 x 128), whole runs on the same file (data loading included in wall_ms).
+for inter in dot dcn; do
+  timeout 150 $B/examples/ft-dlrm --data $syn --preset mlperf --table-rows 100000 --interaction $inter --steps 60 \
+    --log-every 20 >"$logs/mlperf-$inter.log" 2>&1 || tail -5 "$logs/mlperf-$inter.log"
+done
 
 {
 echo
@@ -84,4 +91,5 @@ cat "$logs/ncu-table.txt"
 echo
 grep 'wrote' "$logs/synthetic.log"
 for mode in fused unfused; do grep '^RESULT' "$logs/train-$mode.log"; done
+for inter in dot dcn; do echo "mlperf preset, --interaction $inter: $(grep -o '^RESULT.*\|error.*' "$logs/mlperf-$inter.log" | head -1)"; done
 } | tee -a "$summary"
