@@ -58,6 +58,8 @@ class EmbeddingBagCollection : public PooledTables {
   /// Bags of any size: ids [N], offsets [B·T + 1] sample-major, optional per-sample weights [N].
   Tensor forward_bags(const Tensor& ids, const Tensor& offsets, const Tensor& per_sample_weights, DType out_dtype);
   const Tensor& weight() const { return weight_; }
+  /// The Adagrad accumulators ([R] or [R, D]); undefined under SGD.
+  const Tensor& accumulator() const { return accumulator_; }
   const Options& options() const override { return options_; }
   void set_exchange(std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> exchange) override {
     exchange_ = std::move(exchange);

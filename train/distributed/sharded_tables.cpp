@@ -114,10 +114,7 @@ Tensor ShardedEmbeddingBags::weight_of(size_t t) const {
 Tensor ShardedEmbeddingBags::accumulator_of(size_t t) const {
   const Held h = held(t);
   EmbeddingBagCollection* c = collection_of(t);
-  if (!c) return Tensor();
-  const auto state = c->state_dict();
-  const auto it = state.find("accumulator");
-  return it == state.end() ? Tensor() : it->second.narrow(0, h.at, h.rows);
+  return c && c->accumulator().defined() ? c->accumulator().narrow(0, h.at, h.rows) : Tensor();
 }
 
 std::vector<TableRows> ShardedEmbeddingBags::rows_to_save() const {
@@ -140,13 +137,12 @@ void load_stored_tables(PooledTables& tables, const StoredTables& stored) {
     return;
   }
   auto& whole = dynamic_cast<EmbeddingBagCollection&>(tables);
-  const auto state = whole.state_dict();
-  const auto accumulator = state.find("accumulator");
+  const Tensor& accumulator = whole.accumulator();
   int64_t at = 0;
   for (size_t t = 0; t < whole.options().table_rows.size(); ++t) {
     const int64_t rows = whole.options().table_rows[t];
     stored.read(t, 0, rows, whole.weight().narrow(0, at, rows),
-                accumulator == state.end() ? Tensor() : accumulator->second.narrow(0, at, rows));
+                accumulator.defined() ? accumulator.narrow(0, at, rows) : Tensor());
     at += rows;
   }
 }
