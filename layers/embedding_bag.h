@@ -31,6 +31,13 @@ class PooledTables : public Module {
  public:
   /// ids i32/i64 [B, T], one id per bag (Criteo's one-hot features): [B, T, D] in out_dtype.
   virtual Tensor forward_one_hot(const Tensor& ids, DType out_dtype) = 0;
+  /// forward_one_hot in two parts, so that a model's other work overlaps the exchange of tables
+  /// spread over ranks: this enqueues the lookup and starts the exchange, and the function it
+  /// returns, called once the other work is enqueued, gives the [B, T, D]. Tables a process
+  /// holds whole are done at once.
+  virtual std::function<Tensor()> start_one_hot(const Tensor& ids, DType out_dtype) {
+    return [pooled = forward_one_hot(ids, out_dtype)] { return pooled; };
+  }
   virtual const EmbeddingTablesOptions& options() const = 0;
   /// Data parallelism: the update of the tables every rank holds exchanges every rank's bags
   /// and gradients first (SparseRowUpdate::exchange), so that the replicas stay identical.

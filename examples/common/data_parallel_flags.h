@@ -107,19 +107,16 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
   }
 }
 
-/// After training, on rank 0: how the last step's gradient reduction sat against its backward
-/// (timed on the device; NCCL only), the figure that says whether data parallelism hides its
-/// communication.
-/// `also` names what else the timed collectives include (empty: the reduction alone).
-inline void print_reduction_timing(const DataParallelRun& run, const std::string& program,
-                                   const std::string& also = "") {
+/// After training, on rank 0: how the last step's collectives sat against its computation (timed
+/// on the device; NCCL only), the figure that says whether the communication is hidden: the
+/// gradient reduction, and any model-parallel exchange (the sharded tables') on a line of its own.
+inline void print_communication_timing(const DataParallelRun& run, const std::string& program) {
   if (!run.comm || !run.primary()) return;
-  const std::optional<CommTiming> t = run.comm->last_timing();
-  if (!t) return;
-  std::printf("%s: gradient reduction in the last step%s: %d collectives, %.3f ms on the communication stream, "
-              "%.3f ms of it after backward ended (%.0f%% hidden)\n",
-              program.c_str(), also.empty() ? "" : (" (" + also + ")").c_str(), t->collectives, t->busy_ms,
-              t->exposed_ms, 100.0 * t->hidden());
+  for (const auto& [label, t] : run.comm->last_timing())
+    std::printf("%s: %s in the last step: %d collectives, %.3f ms on the communication stream, %.3f ms of it with "
+                "the computation waiting (%.0f%% hidden)\n",
+                program.c_str(), label.empty() ? "gradient reduction" : label.c_str(), t.collectives, t.busy_ms,
+                t.exposed_ms, 100.0 * t.hidden());
 }
 
 }  // namespace ft::cli

@@ -376,9 +376,7 @@ int run(int argc, char** argv) {
   }
   const ft::FitSummary summary = trainer.fit(steps);
   const ft::BinaryMetrics test = evaluate(*model, data, data.split.test, s.batch, 0, device);
-  // The sharded tables' exchange in backward runs inside the reduction's timed region: say so.
-  ft::cli::print_reduction_timing(dp, "ft-dlrm",
-                                  model->sharded_tables() ? "with the sharded tables' exchange in backward" : "");
+  ft::cli::print_communication_timing(dp, "ft-dlrm");
   if (dp.primary()) report(summary, test, data, s.batch, steps, device);  // every rank evaluated the same weights
   return 0;
 }

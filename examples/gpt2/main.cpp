@@ -365,7 +365,7 @@ int run(int argc, char** argv) {
   if (dump) dump->finish();
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
   // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).
-  ft::cli::print_reduction_timing(dp, "ft-gpt2");
+  ft::cli::print_communication_timing(dp, "ft-gpt2");
   if (dp.primary())
     std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f\n",
                 static_cast<long long>(trainer.step()), summary.final_loss, std::log(static_cast<double>(s.vocab)),

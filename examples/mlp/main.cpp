@@ -153,7 +153,7 @@ int run(int argc, char** argv) {
   }
   const ft::FitSummary summary = trainer.fit(steps);
   if (dp.get() && args.boolean("check-replicas")) dp.get()->check_replicas();  // the last step's update too
-  ft::cli::print_reduction_timing(dp, "ft-mlp");
+  ft::cli::print_communication_timing(dp, "ft-mlp");
   if (!dp.primary()) return 0;
   // One machine-readable summary line for scripts: median_ms is the step alone (GPU events on
   // CUDA), wall_ms the wall clock per step with the data pipeline.

@@ -60,8 +60,10 @@ Tensor DLRM::logits(const Tensor& dense, const Tensor& sparse_ids) {
            "DLRM: dense features must be [B, ", options_.dense_features, "] and sparse ids [B, ", tables_->tables(),
            "], got ", shape_str(dense.shape()), " and ", shape_str(sparse_ids.shape()));
   Tensor x = dense.dtype() == dtype ? dense : cast(dense, dtype);
+  // The tables first: sharded ones exchange their vectors while the bottom MLP runs.
+  const std::function<Tensor()> finish_lookup = tables_->start_one_hot(sparse_ids, dtype);
   for (const auto& layer : bottom_) x = layer->forward(x);
-  const Tensor pooled = tables_->forward_one_hot(sparse_ids, dtype);
+  const Tensor pooled = finish_lookup();
   const int64_t b = dense.size(0), tables = tables_->tables(), dim = options_.tables.dim;
   Tensor z = cross_ ? cross_->forward(cat({x, pooled.reshape({b, tables * dim})}, 1)) : dot_interaction(x, pooled);
   for (const auto& layer : top_) z = layer->forward(z);

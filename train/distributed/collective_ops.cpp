@@ -29,12 +29,20 @@ std::vector<int64_t> elements(const std::vector<int64_t>& rows, int64_t per_row)
   return out;
 }
 
+/// Waits for `work`, or hands it to the caller's `in_flight`.
+void wait_or_keep(std::unique_ptr<Work> work, std::unique_ptr<Work>* in_flight) {
+  if (in_flight)
+    *in_flight = std::move(work);
+  else
+    work->wait();
+}
+
 Tensor exchange(Communicator& comm, const Tensor& x, const std::vector<int64_t>& send_rows,
-                const std::vector<int64_t>& recv_rows, int64_t per_row) {
+                const std::vector<int64_t>& recv_rows, int64_t per_row, std::unique_ptr<Work>* in_flight = nullptr) {
   int64_t rows = 0;
   for (int64_t r : recv_rows) rows += r;
   Tensor out = Tensor::empty(with_rows(x, rows), x.dtype(), x.device());
-  comm.all_to_all(x, elements(send_rows, per_row), out, elements(recv_rows, per_row))->wait();
+  wait_or_keep(comm.all_to_all(x, elements(send_rows, per_row), out, elements(recv_rows, per_row)), in_flight);
   return out;
 }
 
@@ -43,13 +51,14 @@ Tensor scaled(const Tensor& g, double scale) { return scale == 1.0 ? g : g * sca
 }  // namespace
 
 Tensor all_to_all_rows(Communicator& comm, const Tensor& x, const std::vector<int64_t>& send_rows,
-                       const std::vector<int64_t>& recv_rows, double grad_scale) {
+                       const std::vector<int64_t>& recv_rows, double grad_scale, std::unique_ptr<Work>* in_flight) {
   FT_CHECK(x.defined() && x.dim() >= 1, "all_to_all_rows: x must have a first dim of rows");
   const int64_t per_row = row_elements(x);
-  Tensor out = exchange(comm, x, send_rows, recv_rows, per_row);
+  Tensor out = exchange(comm, x, send_rows, recv_rows, per_row, in_flight);
   if (!needs_grad({&x})) return out;
   return record("all_to_all_rows", out, {x},
-                [&comm, send_rows, recv_rows, per_row, grad_scale](const Tensor& g) {
+                [&comm, send_rows, recv_rows, per_row, grad_scale, label = comm.timing_label()](const Tensor& g) {
+                  const Communicator::TimingLabel timed_as(comm, label);
                   return std::vector<Tensor>{scaled(exchange(comm, g, recv_rows, send_rows, per_row), grad_scale)};
                 });
 }
@@ -61,14 +70,16 @@ Tensor all_gather_rows(Communicator& comm, const Tensor& x) {
   return out;
 }
 
-Tensor reduce_scatter_rows(Communicator& comm, const Tensor& x, double grad_scale) {
+Tensor reduce_scatter_rows(Communicator& comm, const Tensor& x, double grad_scale, std::unique_ptr<Work>* in_flight) {
   const int64_t world = comm.world_size();
   FT_CHECK(x.defined() && x.dim() >= 1 && x.size(0) % world == 0, "reduce_scatter_rows: x must have a first dim of ",
            "rows divisible by the world size ", world, ", got ", shape_str(x.shape()));
   Tensor out = Tensor::empty(with_rows(x, x.size(0) / world), x.dtype(), x.device());
-  comm.reduce_scatter(x.detach().reshape({x.numel()}), out.reshape({out.numel()}), CommOp::Sum)->wait();
+  wait_or_keep(comm.reduce_scatter(x.detach().reshape({x.numel()}), out.reshape({out.numel()}), CommOp::Sum),
+               in_flight);
   if (!needs_grad({&x})) return out;
-  return record("reduce_scatter_rows", out, {x}, [&comm, grad_scale](const Tensor& g) {
+  return record("reduce_scatter_rows", out, {x}, [&comm, grad_scale, label = comm.timing_label()](const Tensor& g) {
+    const Communicator::TimingLabel timed_as(comm, label);
     return std::vector<Tensor>{scaled(all_gather_rows(comm, g), grad_scale)};
   });
 }

@@ -10,9 +10,10 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
-#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lib/launch_env.h"
@@ -41,11 +42,11 @@ struct CommOptions {
   std::string redis = {};
 };
 
-/// How a step's collectives sat against the computation they overlap (NCCL, timed on the device).
+/// How a step's collectives of one label sat against the computation (NCCL, timed on the device).
 struct CommTiming {
   int collectives = 0;
   double busy_ms = 0;     // the collectives' own time on the communication stream, summed
-  double exposed_ms = 0;  // of it, what ran after the computation had ended
+  double exposed_ms = 0;  // of it, what the computation waited for
   double hidden() const { return busy_ms > 0 ? 1.0 - exposed_ms / busy_ms : 1.0; }
 };
 
@@ -92,15 +93,33 @@ class Communicator {
   void step_enqueued() { step_enqueued(step_); }
 
   /// Times, on the device, the collectives enqueued from begin_timed_region() to
-  /// end_timed_region() against the computation enqueued before mark_computation_done() (data
-  /// parallelism brackets a step's reduction with them, marking the end of backward). Backends
-  /// that cannot time (Gloo) ignore all three.
+  /// end_timed_region() (data parallelism brackets each training step with them), each under the
+  /// timing label current when it was enqueued (TimingLabel). A collective's exposed time is
+  /// what ran after the point where the computation was ordered after it (its Work's wait()),
+  /// or, for one never waited on, after mark_computation_done(). Backends that cannot time (Gloo)
+  /// ignore all three.
   virtual void begin_timed_region() {}
   virtual void mark_computation_done() {}
   virtual void end_timed_region() {}
-  /// The last timed region that has run (synchronizes); nullopt when none was timed. In a replayed
-  /// graph, the last replay's.
-  virtual std::optional<CommTiming> last_timing() { return std::nullopt; }
+  /// The last timed region that has run (synchronizes), by label; empty when none was timed. In a
+  /// replayed graph, the last replay's.
+  virtual std::map<std::string, CommTiming> last_timing() { return {}; }
+
+  /// The collectives enqueued while it lives are timed under `label` ("" is data parallelism's
+  /// gradient reduction); the previous label returns after it.
+  class TimingLabel {
+   public:
+    TimingLabel(Communicator& comm, std::string label)
+        : comm_(comm), previous_(std::exchange(comm.timing_label_, std::move(label))) {}
+    ~TimingLabel() { comm_.timing_label_ = std::move(previous_); }
+    TimingLabel(const TimingLabel&) = delete;
+    TimingLabel& operator=(const TimingLabel&) = delete;
+
+   private:
+    Communicator& comm_;
+    std::string previous_;
+  };
+  const std::string& timing_label() const { return timing_label_; }
 
  protected:
   virtual void step_enqueued(int64_t) {}
@@ -118,6 +137,7 @@ class Communicator {
 
  private:
   std::atomic<int64_t> step_{0};  // read by NCCL's watchdog thread
+  std::string timing_label_;
 };
 
 /// The communicator of this process's run (launch env), for tensors on `device`: NCCL on CUDA,

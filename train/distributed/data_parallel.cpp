@@ -64,11 +64,12 @@ void DataParallel::note(std::string event) {
   if (options_.trace) trace_.push_back(std::move(event));
 }
 
+void DataParallel::before_forward() { comm_.begin_timed_region(); }
+
 void DataParallel::before_backward(bool last) {
   if (!last) return;
   if (options_.check_replicas) check_replicas();
   armed_ = true;
-  comm_.begin_timed_region();
   next_bucket_ = 0;
   waiting_.clear();
   for (const FlatLayout::Bucket& b : optimizer_.store().buckets()) waiting_.push_back(b.members.size());

@@ -61,6 +61,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   /// replicated_bag_exchange over this run's communicator (train/distributed/sharded_tables.h).
   std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> bag_exchange();
   // GradientSync: the step's reduction, and what the loop asks of the group.
+  void before_forward() override;
   void before_backward(bool last) override;
   void after_backward() override;
   int rank() const override { return comm_.rank(); }

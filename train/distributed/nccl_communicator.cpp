@@ -80,16 +80,55 @@ ncclUniqueId unique_id(const LaunchEnv& env, std::chrono::milliseconds timeout) 
   return id;
 }
 
+// ---- Timing a region's collectives (begin_timed_region) ----
+// Events with timing, recorded as graph nodes too (cudaEventRecordExternal), so that a replayed
+// step re-records them: after the run they hold the last replay's times.
+
+cudaEvent_t timing_event() {
+  cudaEvent_t e;
+  FT_CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void record_timing(cudaEvent_t e, cudaStream_t on) {
+  // The external flag is for a capture only; outside one CUDA refuses it.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  FT_CUDA_CHECK(cudaStreamIsCapturing(on, &capturing));
+  FT_CUDA_CHECK(cudaEventRecordWithFlags(e, on, capturing == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
+                                                                                          : cudaEventRecordExternal));
+}
+
+/// One timed collective: its span on the communication stream, and where the compute stream was
+/// ordered after it (`waited`: its Work's wait() ran in this step).
+struct TimedCollective {
+  cudaEvent_t start = timing_event(), end = timing_event(), reached = timing_event();
+  std::string label;
+  bool waited = false;
+  TimedCollective() = default;
+  TimedCollective(const TimedCollective&) = delete;
+  TimedCollective& operator=(const TimedCollective&) = delete;
+  ~TimedCollective() {
+    for (cudaEvent_t e : {start, end, reached}) cudaEventDestroy(e);
+  }
+};
+
 /// The compute stream waits for this event: recorded on the communication stream after the
-/// collective.
+/// collective. A timed collective's wait marks where the computation reached it.
 class NcclWork : public Work {
  public:
-  explicit NcclWork(cudaEvent_t done) : done_(done) {}
+  NcclWork(cudaEvent_t done, TimedCollective* timed) : done_(done), timed_(timed) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
-  void wait() override { FT_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), done_, 0)); }
+  void wait() override {
+    if (timed_ && !timed_->waited) {
+      record_timing(timed_->reached, cuda::stream());
+      timed_->waited = true;
+    }
+    FT_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream(), done_, 0));
+  }
 
  private:
   cudaEvent_t done_;
+  TimedCollective* timed_;  // owned by the communicator, which outlives its work
 };
 
 constexpr auto kAbortGrace = std::chrono::seconds(3);
@@ -147,10 +186,7 @@ class NcclCommunicator : public Communicator {
     poller_.join();
     monitor_.join();
     for (const Watched& w : watched_) cudaEventDestroy(w.done);
-    for (const TimedCollective& t : timed_) {
-      cudaEventDestroy(t.start);
-      cudaEventDestroy(t.end);
-    }
+    timed_.clear();
     if (compute_done_) cudaEventDestroy(compute_done_);
     ncclCommDestroy(comm_);
     cudaEventDestroy(compute_ready_);
@@ -252,7 +288,7 @@ class NcclCommunicator : public Communicator {
     Tensor one = Tensor::zeros({1}, DType::F32, device_);
     all_reduce(one, CommOp::Sum)->wait();
     FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));
-    return std::make_unique<NcclWork>(recorded_event(cuda::stream()));
+    return std::make_unique<NcclWork>(recorded_event(cuda::stream()), nullptr);
   }
 
  private:
@@ -277,8 +313,10 @@ class NcclCommunicator : public Communicator {
     FT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
     TimedCollective* timed = nullptr;
     if (timing_) {
-      if (timed_next_ == timed_.size()) timed_.push_back({timing_event(), timing_event()});
-      timed = &timed_[timed_next_++];
+      if (timed_next_ == timed_.size()) timed_.push_back(std::make_unique<TimedCollective>());
+      timed = timed_[timed_next_++].get();
+      timed->label = timing_label();
+      timed->waited = false;
       record_timing(timed->start, comm_stream_);
     }
     {
@@ -287,27 +325,7 @@ class NcclCommunicator : public Communicator {
     }
     if (timed) record_timing(timed->end, comm_stream_);
     watch_for(std::string(what), comm_stream_);
-    return std::make_unique<NcclWork>(recorded_event(comm_stream_));
-  }
-
-  // ---- Timing a region's collectives (begin_timed_region) ----
-  // Events with timing, recorded as graph nodes too (cudaEventRecordExternal), so that a replayed
-  // step re-records them: after the run they hold the last replay's times.
-  struct TimedCollective {
-    cudaEvent_t start, end;
-  };
-
-  static cudaEvent_t timing_event() {
-    cudaEvent_t e;
-    FT_CUDA_CHECK(cudaEventCreate(&e));
-    return e;
-  }
-  static void record_timing(cudaEvent_t e, cudaStream_t on) {
-    // The external flag is for a capture only; outside one CUDA refuses it.
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    FT_CUDA_CHECK(cudaStreamIsCapturing(on, &capturing));
-    FT_CUDA_CHECK(cudaEventRecordWithFlags(e, on, capturing == cudaStreamCaptureStatusNone ? cudaEventRecordDefault
-                                                                                            : cudaEventRecordExternal));
+    return std::make_unique<NcclWork>(recorded_event(comm_stream_), timed);
   }
 
   void begin_timed_region() override {
@@ -323,24 +341,29 @@ class NcclCommunicator : public Communicator {
     timed_count_ = timed_next_;
   }
 
-  std::optional<CommTiming> last_timing() override {
-    if (timed_count_ == 0 || !compute_done_) return std::nullopt;
+  std::map<std::string, CommTiming> last_timing() override {
+    std::map<std::string, CommTiming> by_label;
+    if (timed_count_ == 0) return by_label;
     FT_CUDA_CHECK(cudaDeviceSynchronize());
-    CommTiming t;
-    t.collectives = static_cast<int>(timed_count_);
-    for (size_t i = 0; i < timed_count_; ++i) {
+    // Times from the first collective's start. Each one's exposed part is what ran after the
+    // computation reached it (its wait, else the end of the computation), when it had started.
+    auto since_first = [&](cudaEvent_t e) {
       float ms = 0;
-      FT_CUDA_CHECK(cudaEventElapsedTime(&ms, timed_[i].start, timed_[i].end));
-      t.busy_ms += ms;
-    }
-    // From the end of the computation to the end of each collective: what ran after it.
+      FT_CUDA_CHECK(cudaEventElapsedTime(&ms, timed_[0]->start, e));
+      return static_cast<double>(ms);
+    };
     for (size_t i = 0; i < timed_count_; ++i) {
-      float start = 0, end = 0;
-      FT_CUDA_CHECK(cudaEventElapsedTime(&start, compute_done_, timed_[i].start));
-      FT_CUDA_CHECK(cudaEventElapsedTime(&end, compute_done_, timed_[i].end));
-      if (end > 0) t.exposed_ms += end - std::max(0.0f, start);
+      const TimedCollective& c = *timed_[i];
+      CommTiming& t = by_label[c.label];
+      const double start = since_first(c.start), end = since_first(c.end);
+      ++t.collectives;
+      t.busy_ms += end - start;
+      if (c.waited || compute_done_) {
+        const double reached = since_first(c.waited ? c.reached : compute_done_);
+        t.exposed_ms += std::max(0.0, end - std::max(start, reached));
+      }
     }
-    return t;
+    return by_label;
   }
 
   // ---- The watchdog ----
@@ -480,7 +503,8 @@ class NcclCommunicator : public Communicator {
   std::atomic<bool> stop_{false};
   std::thread poller_, monitor_;
   bool timing_ = false;
-  std::vector<TimedCollective> timed_;  // the timed region's collectives, in order (reused each step)
+  // The timed region's collectives, in order (reused each step; their Works point at them).
+  std::vector<std::unique_ptr<TimedCollective>> timed_;
   size_t timed_next_ = 0, timed_count_ = 0;
   cudaEvent_t compute_done_ = nullptr;
   std::unique_ptr<Heartbeat> heartbeat_;

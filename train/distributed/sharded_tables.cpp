@@ -1,5 +1,6 @@
 #include "train/distributed/sharded_tables.h"
 
+#include <optional>
 #include <utility>
 
 #include "lib/autograd.h"
@@ -192,7 +193,8 @@ const ShardedEmbeddingBags::Indices& ShardedEmbeddingBags::indices(int64_t batch
               .assemble = i64_tensor(assemble, device)};
 }
 
-Tensor ShardedEmbeddingBags::pooled_table_wise(const Tensor& ids, int64_t batch, DType out_dtype) {
+Tensor ShardedEmbeddingBags::pooled_table_wise(const Tensor& ids, int64_t batch, DType out_dtype,
+                                               std::unique_ptr<Work>* in_flight) {
   const int64_t world = plan_.world_size;
   std::vector<int64_t> send_ids, recv_ids, send_rows, recv_rows;
   const int64_t mine = static_cast<int64_t>(owned_by_[static_cast<size_t>(rank_)].size());
@@ -213,10 +215,11 @@ Tensor ShardedEmbeddingBags::pooled_table_wise(const Tensor& ids, int64_t batch,
     pooled = nothing_owned_;
   }
   // Back to the samples' ranks, rows of D: B·(my tables) to each, B·(its tables) from each.
-  return all_to_all_rows(*comm_, pooled, recv_ids, send_ids, 1.0 / static_cast<double>(world));
+  return all_to_all_rows(*comm_, pooled, recv_ids, send_ids, 1.0 / static_cast<double>(world), in_flight);
 }
 
-Tensor ShardedEmbeddingBags::pooled_row_wise(const Tensor& ids, int64_t batch, DType out_dtype) {
+Tensor ShardedEmbeddingBags::pooled_row_wise(const Tensor& ids, int64_t batch, DType out_dtype,
+                                             std::unique_ptr<Work>* in_flight) {
   const int64_t world = plan_.world_size, count = static_cast<int64_t>(row_wise_.size());
   const Indices& idx = indices(batch, ids.device());
   const Tensor mine = gather_rows(ids.reshape({ids.numel(), 1}), idx.block_ids).reshape({batch, count});
@@ -236,34 +239,52 @@ Tensor ShardedEmbeddingBags::pooled_row_wise(const Tensor& ids, int64_t batch, D
   const RowBlockIds local = row_block_ids(every, block_bounds_[0], block_bounds_[1], block_bounds_[2], DType::F32);
   const Tensor pooled =
       row_blocks_->forward_bags(local.ids.reshape({local.ids.numel()}), idx.bag_offsets, local.weights, out_dtype);
-  return reduce_scatter_rows(*comm_, pooled, 1.0 / static_cast<double>(world)).reshape({batch * count, options_.dim});
+  return reduce_scatter_rows(*comm_, pooled, 1.0 / static_cast<double>(world), in_flight)
+      .reshape({batch * count, options_.dim});
 }
 
 Tensor ShardedEmbeddingBags::forward_one_hot(const Tensor& ids, DType out_dtype) {
+  return start_one_hot(ids, out_dtype)();
+}
+
+std::function<Tensor()> ShardedEmbeddingBags::start_one_hot(const Tensor& ids, DType out_dtype) {
   FT_CHECK(ids.dim() == 2 && ids.size(1) == tables(), "ShardedEmbeddingBags: ids must be [B, ", tables(), "], got ",
            shape_str(ids.shape()));
   const bool exchanges = !row_wise_.empty() || replicated_.size() < options_.table_rows.size();
   FT_CHECK(!exchanges || (comm_ && comm_->world_size() == plan_.world_size && comm_->rank() == rank_),
            "ShardedEmbeddingBags: needs the run's communicator (set_communicator) for a plan over ", plan_.world_size,
            " ranks, as rank ", rank_);
+  std::optional<Communicator::TimingLabel> timed_as;
+  if (comm_) timed_as.emplace(*comm_, kTablesExchange);
   const int64_t batch = ids.size(0);
   std::vector<Tensor> parts;
+  // The last exchanges, left in flight until the result is asked for.
+  std::unique_ptr<Work> table_wise_flight, row_wise_flight;
   if (replicated_.size() + row_wise_.size() < options_.table_rows.size())
-    parts.push_back(pooled_table_wise(ids, batch, out_dtype));
-  if (!row_wise_.empty()) parts.push_back(pooled_row_wise(ids, batch, out_dtype));
+    parts.push_back(pooled_table_wise(ids, batch, out_dtype, &table_wise_flight));
+  if (!row_wise_.empty()) parts.push_back(pooled_row_wise(ids, batch, out_dtype, &row_wise_flight));
   if (replicas_) {
     const Tensor picked = gather_rows(ids.reshape({ids.numel(), 1}), indices(batch, ids.device()).replica_ids);
     const int64_t count = static_cast<int64_t>(replicated_.size());
     parts.push_back(replicas_->forward_one_hot(picked.reshape({batch, count}), out_dtype)
                         .reshape({batch * count, options_.dim}));
   }
-  const Tensor joined = parts.size() == 1 ? parts.front() : cat(parts, 0);
-  return gather_rows(joined, indices(batch, ids.device()).assemble).reshape({batch, tables(), options_.dim});
+  const Tensor assemble = indices(batch, ids.device()).assemble;
+  auto flights = std::make_shared<std::vector<std::unique_ptr<Work>>>();
+  for (auto* flight : {&table_wise_flight, &row_wise_flight})
+    if (*flight) flights->push_back(std::move(*flight));
+  return [this, parts = std::move(parts), assemble, flights, batch] {
+    for (const auto& work : *flights) work->wait();
+    flights->clear();
+    const Tensor joined = parts.size() == 1 ? parts.front() : cat(parts, 0);
+    return gather_rows(joined, assemble).reshape({batch, tables(), options_.dim});
+  };
 }
 
 std::function<void(Tensor& ids, Tensor& offsets, Tensor& grad)> replicated_bag_exchange(Communicator& comm) {
   auto gathered_offsets = std::make_shared<Tensor>();
   return [&comm, gathered_offsets](Tensor& ids, Tensor& offsets, Tensor& grad) {
+    const Communicator::TimingLabel timed_as(comm, kTablesExchange);
     const int64_t world = comm.world_size(), n = ids.numel();
     // One id per bag, checked here on each rank (no collective: this runs inside a captured step).
     // A rank with bags of several ids stops with this error; the others then fail their next

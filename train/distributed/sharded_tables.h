@@ -20,6 +20,10 @@
 // The gradients that cross are scaled by 1 / W (each rank's loss is its own samples' mean), so
 // W ranks with B samples each apply the updates one process with the W·B samples applies.
 //
+// start_one_hot leaves the last exchange (the pooled vectors' all-to-all, the reduce-scatter) in
+// flight, so that the bottom MLP runs while it crosses. Every collective here is timed under the
+// label kTablesExchange (Communicator::last_timing), apart from data parallelism's reduction.
+//
 // The counts of every exchange follow from the plan and B alone, so a step can be captured in a
 // CUDA graph. Every rank must call forward_one_hot with the same B, in the same order.
 //
@@ -40,6 +44,9 @@
 
 namespace ft {
 
+/// The timing label of the tables' exchange, forward and backward.
+inline constexpr const char* kTablesExchange = "embedding tables' exchange";
+
 class ShardedEmbeddingBags : public PooledTables {
  public:
   /// The tables `options` describes, placed by `plan`, as rank `rank` holds them: it builds and
@@ -53,6 +60,7 @@ class ShardedEmbeddingBags : public PooledTables {
 
   /// ids i32/i64 [B, T], this rank's samples: [B, T, D] in out_dtype.
   Tensor forward_one_hot(const Tensor& ids, DType out_dtype) override;
+  std::function<Tensor()> start_one_hot(const Tensor& ids, DType out_dtype) override;
 
   const EmbeddingTablesOptions& options() const override { return options_; }
   const ShardingPlan& plan() const { return plan_; }
@@ -85,8 +93,9 @@ class ShardedEmbeddingBags : public PooledTables {
     Tensor assemble;      // [B·T]: each (sample, table)'s row in the joined pooled rows
   };
   const Indices& indices(int64_t batch, Device device);
-  Tensor pooled_table_wise(const Tensor& ids, int64_t batch, DType out_dtype);
-  Tensor pooled_row_wise(const Tensor& ids, int64_t batch, DType out_dtype);
+  /// The pooled vectors of this rank's samples; the last exchange is left in `in_flight`.
+  Tensor pooled_table_wise(const Tensor& ids, int64_t batch, DType out_dtype, std::unique_ptr<Work>* in_flight);
+  Tensor pooled_row_wise(const Tensor& ids, int64_t batch, DType out_dtype, std::unique_ptr<Work>* in_flight);
 
   EmbeddingBagCollection::Options options_;
   ShardingPlan plan_;

@@ -10,6 +10,9 @@ namespace ft {
 class GradientSync {
  public:
   virtual ~GradientSync() = default;
+  /// Before the step's first forward, inside a captured step too: the step's collectives (a
+  /// model-parallel layer's exchange in forward among them) are timed from here.
+  virtual void before_forward() = 0;
   /// Before each micro-batch's backward; `last` for the step's last one (whose backward reduces).
   virtual void before_backward(bool last) = 0;
   /// After the last backward: what follows (the optimizer step) sees the reduced gradients.

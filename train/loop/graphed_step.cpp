@@ -15,6 +15,7 @@ StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, Backwa
     FT_CHECK(!micro_batches.empty(), "training step: no micro-batches");
     const double scale = 1.0 / static_cast<double>(micro_batches.size());
     optimizer.zero_grad();
+    if (sync) sync->before_forward();
     Tensor total;
     for (size_t k = 0; k < micro_batches.size(); ++k) {
       Tensor loss = loss_fn(model, micro_batches[k]);

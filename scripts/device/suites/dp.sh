@@ -64,6 +64,7 @@ done
 for plan in table row; do
   echo "ft-sharded-tables-check --plan $plan (CUDA, world 1): $(grep -o 'MATCH.*\|DIFFER.*\|error.*' "$logs/sharded-check-$plan.log" | head -1)"
   echo "ft-dlrm --data-parallel on --sharding $plan: $(grep -o 'median_ms=[^ ]*\|test_auc=[^ ]*\|error.*' "$logs/dlrm-sharded-$plan.log" | tr '\n' ' ')"
+  grep -h "in the last step" "$logs/dlrm-sharded-$plan.log" | sed 's/^/  /'
 done
 sed -n '/^kernels/,$p' "$logs/bench-gpt2-dp.log" | grep -v '^RESULT'
 } | tee -a "$summary"

@@ -265,6 +265,8 @@ sharded() {
     local sn
     sn=$(grep -o 'samples_per_s=[0-9.]*' "$logs/dlrm-mlperf-$N-$plan.log" | cut -d= -f2)
     row "ft-dlrm mlperf preset, $N GPUs, --sharding $plan: ${sn:-?} samples/s, $(awk -v a="${s1:-0}" -v b="${sn:-0}" 'BEGIN { if (a > 0) printf "%.2fx one GPU", b / a }') $(grep -o 'test_auc=[0-9.]*\|error.*' "$logs/dlrm-mlperf-$N-$plan.log" | head -1)"
+    # The all-to-all time per step and how much of it the computation did not wait for.
+    grep -h "in the last step" "$logs/dlrm-mlperf-$N-$plan.log" | sed "s/^/  $plan: /" >>"$summary"
   done
   # A sharded checkpoint resumed on one GPU (whole tables): the same test AUC as the straight run.
   local ck=/tmp/dlrm-shard-ck small="--data /tmp/dlrm-mlperf.tsv --preset bench --table-rows 100000 --log-every 20"

@@ -16,10 +16,13 @@
 #include <thread>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "lib/error.h"
+#include "lib/ops/elementwise/elementwise.h"
 #include "lib/runtime.h"
 #include "lib/tensor.h"
 #include "train/distributed/communicator.h"
@@ -255,6 +258,48 @@ void check_in_flight(ft::Communicator& comm) {
   }
 }
 
+/// On CUDA, the timing of a region's collectives by label: a collective the computation waits
+/// for at once is exposed, one left in flight behind 3 ms of computation is hidden, and each is
+/// counted under the label it was enqueued under. Gloo does not time: no figures.
+void check_timing(ft::Communicator& comm) {
+  // On CUDA 256 MB of f32: long enough to time apart from launches.
+  const int64_t n = on_device.is_cuda() ? int64_t{64} << 20 : 1024;
+  Tensor exposed = Tensor::full({n}, 1.0, ft::DType::F32, on_device);
+  Tensor hidden = Tensor::full({n}, 1.0, ft::DType::F32, on_device), busy = Tensor::full({n}, 1.0, ft::DType::F32, on_device);
+  comm.begin_timed_region();
+  {
+    const ft::Communicator::TimingLabel label(comm, "exposed");
+    comm.all_reduce(exposed, CommOp::Sum)->wait();
+  }
+  std::unique_ptr<ft::Work> in_flight = comm.all_reduce(hidden, CommOp::Sum);
+  for (int k = 0; k < 20; ++k) busy = busy * 1.0001;
+  in_flight->wait();
+  comm.end_timed_region();
+  const std::map<std::string, ft::CommTiming> timing = comm.last_timing();
+  auto fail = [](const std::string& what) {
+    std::printf("FAIL timing: %s\n", what.c_str());
+    ++failures;
+  };
+  if (!comm.timing_label().empty()) fail("the label did not return to \"\" after its scope");
+  if (!on_device.is_cuda()) {
+    if (!timing.empty()) fail("a backend that cannot time gave figures");
+    return;
+  }
+  if (timing.size() != 2 || !timing.contains("exposed") || !timing.contains("")) {
+    fail("expected the labels \"exposed\" and \"\", got " + std::to_string(timing.size()) + " labels");
+    return;
+  }
+  const ft::CommTiming& e = timing.at("exposed");
+  const ft::CommTiming& h = timing.at("");
+  std::printf("timing: waited at once %d collective, %.3f ms, %.0f%% hidden; in flight behind computation %d, "
+              "%.3f ms, %.0f%% hidden\n", e.collectives, e.busy_ms, 100 * e.hidden(), h.collectives, h.busy_ms,
+              100 * h.hidden());
+  if (e.collectives != 1 || h.collectives != 1) fail("each label should count one collective");
+  if (!(e.busy_ms > 0 && h.busy_ms > 0)) fail("a collective took no time");
+  if (!(e.hidden() < 0.5)) fail("a collective waited for at once should be exposed");
+  if (!(h.hidden() > 0.9)) fail("a collective in flight behind 3 ms of computation should be hidden");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,6 +322,7 @@ int main(int argc, char** argv) {
     for (ft::DType dtype : {ft::DType::I32, ft::DType::F32})
       for (int64_t scale : {int64_t{1}, int64_t{3001}}) check_all_to_all(*comm, dtype, scale, call);
     check_in_flight(*comm);
+    check_timing(*comm);
     comm->barrier()->wait();
     if (o.device.is_cuda()) ft::synchronize();
     std::printf("rank %d of %d (%s): %s\n", rank, world, comm->backend().c_str(),
