@@ -55,6 +55,7 @@ echo
 echo "== fusedtrain data-parallel device check ($(date -u +%F), $(gpu_name)) =="
 echo "gtest: $gtest"
 echo "ft-comm-check (NCCL, world size 1): $comm"
+grep -h "^timing:" "$logs/comm.log" | sed 's/^/  /'
 echo "rank 0 of 2 without its peer: $missing"
 grep -h "data parallel over" "$logs/whole.log" | head -1
 echo "ft-gpt2 --zero 1, resumed at step 20: $resume"
