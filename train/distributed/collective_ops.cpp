@@ -29,10 +29,26 @@ std::vector<int64_t> elements(const std::vector<int64_t>& rows, int64_t per_row)
   return out;
 }
 
-/// Waits for `work`, or hands it to the caller's `in_flight`.
-void wait_or_keep(std::unique_ptr<Work> work, std::unique_ptr<Work>* in_flight) {
+/// A collective left in flight, holding its input: the caching allocator reuses freed memory in
+/// the compute stream's order, and the communication stream may still be reading it until the
+/// compute stream is ordered after the collective (wait()).
+class WorkHoldingInput : public Work {
+ public:
+  WorkHoldingInput(std::unique_ptr<Work> work, Tensor input) : work_(std::move(work)), input_(std::move(input)) {}
+  void wait() override {
+    work_->wait();
+    input_ = Tensor();
+  }
+
+ private:
+  std::unique_ptr<Work> work_;
+  Tensor input_;
+};
+
+/// Waits for `work`, or hands it, holding `input`, to the caller's `in_flight`.
+void wait_or_keep(std::unique_ptr<Work> work, const Tensor& input, std::unique_ptr<Work>* in_flight) {
   if (in_flight)
-    *in_flight = std::move(work);
+    *in_flight = std::make_unique<WorkHoldingInput>(std::move(work), input);
   else
     work->wait();
 }
@@ -42,7 +58,7 @@ Tensor exchange(Communicator& comm, const Tensor& x, const std::vector<int64_t>&
   int64_t rows = 0;
   for (int64_t r : recv_rows) rows += r;
   Tensor out = Tensor::empty(with_rows(x, rows), x.dtype(), x.device());
-  wait_or_keep(comm.all_to_all(x, elements(send_rows, per_row), out, elements(recv_rows, per_row)), in_flight);
+  wait_or_keep(comm.all_to_all(x, elements(send_rows, per_row), out, elements(recv_rows, per_row)), x, in_flight);
   return out;
 }
 
@@ -75,7 +91,7 @@ Tensor reduce_scatter_rows(Communicator& comm, const Tensor& x, double grad_scal
   FT_CHECK(x.defined() && x.dim() >= 1 && x.size(0) % world == 0, "reduce_scatter_rows: x must have a first dim of ",
            "rows divisible by the world size ", world, ", got ", shape_str(x.shape()));
   Tensor out = Tensor::empty(with_rows(x, x.size(0) / world), x.dtype(), x.device());
-  wait_or_keep(comm.reduce_scatter(x.detach().reshape({x.numel()}), out.reshape({out.numel()}), CommOp::Sum),
+  wait_or_keep(comm.reduce_scatter(x.detach().reshape({x.numel()}), out.reshape({out.numel()}), CommOp::Sum), x,
                in_flight);
   if (!needs_grad({&x})) return out;
   return record("reduce_scatter_rows", out, {x}, [&comm, grad_scale, label = comm.timing_label()](const Tensor& g) {

@@ -64,7 +64,11 @@ for dp in auto on; do
 done
 for plan in table row; do
   echo "ft-sharded-tables-check --plan $plan (CUDA, world 1): $(grep -o 'MATCH.*\|DIFFER.*\|error.*' "$logs/sharded-check-$plan.log" | head -1)"
-  echo "ft-dlrm --data-parallel on --sharding $plan: $(grep -o 'median_ms=[^ ]*\|test_auc=[^ ]*\|error.*' "$logs/dlrm-sharded-$plan.log" | tr '\n' ' ')"
+  # At one rank the sharded tables hold and update what the replicated ones do: the same AUC.
+  same=$([ -n "$(grep -o 'test_auc=[^ ]*' "$logs/dlrm-sharded-$plan.log")" ] &&
+    [ "$(grep -o 'test_auc=[^ ]*' "$logs/dlrm-sharded-$plan.log")" = "$(grep -o 'test_auc=[^ ]*' "$logs/dlrm-dp-on.log")" ] &&
+    echo "the replicated run's AUC" || echo "AUC DIFFERS from the replicated run's")
+  echo "ft-dlrm --data-parallel on --sharding $plan: $(grep -o 'median_ms=[^ ]*\|test_auc=[^ ]*\|error.*' "$logs/dlrm-sharded-$plan.log" | tr '\n' ' ')($same)"
   grep -h "in the last step" "$logs/dlrm-sharded-$plan.log" | sed 's/^/  /'
 done
 sed -n '/^kernels/,$p' "$logs/bench-gpt2-dp.log" | grep -v '^RESULT'
