@@ -3,7 +3,7 @@
 # Idempotent: packages already present are left alone. The CUDA toolkit is not installed here;
 # without nvcc the library builds CPU-only. With the argument `test` (the test command gives it),
 # also what only the tests need: clang and its fuzzer runtime, which build the fuzz targets
-# (scripts/fuzz.sh), and matplotlib for scripts/plot.py's test.
+# (scripts/fuzz.sh), matplotlib for scripts/plot.py's test and tokenizers for the tokenizer's.
 set -euo pipefail
 packages=(cmake ninja-build g++ libeigen3-dev libgtest-dev zlib1g-dev dataset-fashion-mnist ccache libgloo-dev)
 for_tests=0
@@ -47,13 +47,15 @@ fuzzer_runtime_package() {
   return 1
 }
 [ "$for_tests" -eq 1 ] || exit 0
-# matplotlib for the python3 on the PATH (a pyenv one, say, which does not see Debian's
-# python3-matplotlib).
-python3 -c 'import matplotlib' 2>/dev/null || {
-  echo "installing: matplotlib (pip)"
-  python3 -m pip install --quiet --disable-pip-version-check matplotlib 2>&1 | grep -v "Running pip as the 'root' user" || true
-  python3 -c 'import matplotlib' || { echo "install_deps: matplotlib did not install" >&2; exit 1; }
-}
+# matplotlib (scripts/plot.py's test) and tokenizers (the tokenizer's parity test) for the
+# python3 on the PATH (a pyenv one, say, which does not see Debian's python3 packages).
+for module in matplotlib tokenizers; do
+  python3 -c "import $module" 2>/dev/null || {
+    echo "installing: $module (pip)"
+    python3 -m pip install --quiet --disable-pip-version-check "$module" 2>&1 | grep -v "Running pip as the 'root' user" || true
+    python3 -c "import $module" || { echo "install_deps: $module did not install" >&2; exit 1; }
+  }
+done
 runtime=$(fuzzer_runtime_package) || {
   $SUDO apt-get update -qq
   updated=1

@@ -120,6 +120,17 @@ def criteo_seeds():
           criteo_line(1, ["99999999999999999999"] + [1] * 12, ["123456789"] + ["0"] * 25) + "\n" + other + "\n")
 
 
+def tokenizer_seeds():
+    gpt2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+    llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    write("tokenizer", "gpt2", (gpt2 + "\0the quick  fox's 123\n").encode())
+    write("tokenizer", "llama3", (llama3 + "\0IT'S 12345 (word)\n\n").encode())
+    write("tokenizer", "classes", "[^a-c\\s]+?|(?:ab){1,3}|x(?=y)\0abxy caf\u00e9 \u6771 <|endoftext|>".encode())
+    write("tokenizer", "bad", b"(?<n>a\\d\0\xff\xe6\x9d the")
+
+
 if __name__ == "__main__":
-    for make in (json_seeds, cli_seeds, idx_seeds, token_seeds, safetensors_seeds, checkpoint_seeds, criteo_seeds):
+    for make in (json_seeds, cli_seeds, idx_seeds, token_seeds, safetensors_seeds, checkpoint_seeds, criteo_seeds,
+                 tokenizer_seeds):
         make()

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "lib/error.h"
+#include "lib/utf8.h"
 
 namespace ft {
 
@@ -166,18 +167,32 @@ class Parser {
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'u': {
-          check(i_ + 4 <= s_.size(), "short \\u escape");
-          unsigned code = 0;
-          const auto [end, ec] = std::from_chars(s_.data() + i_, s_.data() + i_ + 4, code, 16);
-          check(ec == std::errc() && end == s_.data() + i_ + 4, "bad \\u escape");
-          i_ += 4;
-          check(code < 0x80, "only ASCII \\u escapes are supported");
-          out += static_cast<char>(code);
+          char32_t code = parse_hex4();
+          if (code >= 0xD800 && code <= 0xDBFF) {  // a high surrogate: its low half must follow
+            check(i_ + 2 <= s_.size() && s_[i_] == '\\' && s_[i_ + 1] == 'u', "unpaired surrogate in a \\u escape");
+            i_ += 2;
+            const char32_t low = parse_hex4();
+            check(low >= 0xDC00 && low <= 0xDFFF, "unpaired surrogate in a \\u escape");
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+          } else {
+            check(code < 0xDC00 || code > 0xDFFF, "unpaired surrogate in a \\u escape");
+          }
+          append_utf8(out, code);
           break;
         }
         default: check(false, "unknown escape");
       }
     }
+  }
+
+  /// The 4 hex digits of a \\u escape.
+  char32_t parse_hex4() {
+    check(i_ + 4 <= s_.size(), "short \\u escape");
+    unsigned code = 0;
+    const auto [end, ec] = std::from_chars(s_.data() + i_, s_.data() + i_ + 4, code, 16);
+    check(ec == std::errc() && end == s_.data() + i_ + 4, "bad \\u escape");
+    i_ += 4;
+    return code;
   }
 
   const std::string& s_;

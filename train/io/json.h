@@ -1,6 +1,7 @@
-// JSON for the small text files fusedtrain reads and writes beside its tensors: the header of a
-// safetensors file and a PEFT adapter's adapter_config.json. A reader into a tree of values (no
-// streaming, no comments, only ASCII \u escapes: what those files need) and the writer's quoting.
+// JSON for the text files fusedtrain reads and writes beside its tensors: the header of a
+// safetensors file, a PEFT adapter's adapter_config.json, a Hugging Face tokenizer.json. A reader
+// into a tree of values (no streaming, no comments; \u escapes to UTF-8, surrogate pairs
+// joined) and the writer's quoting.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
-// The JSON reader and writer shared by safetensors headers and PEFT adapter configs: every kind
-// of value, strict numbers (whole token, in range), the integers-only subset a safetensors header
+// The JSON reader and writer shared by safetensors headers, PEFT adapter configs and tokenizer
+// files: every kind of value, \u escapes to UTF-8, strict numbers (whole token, in range), the integers-only subset a safetensors header
 // is read with, and quoting and number formatting that read back unchanged.
 #include <gtest/gtest.h>
 
@@ -45,6 +45,19 @@ TEST(Json, RejectsBadNumbersAndEscapesAsFtErrors) {
                            "\"\\u00zz\"", "\"\\u12\"", "{\"a\" 1}", "[[[[[[[[[1]]]]]]]]]", "1 2"}) {
     SCOPED_TRACE(text);
     EXPECT_TRUE(error_mentions([&] { parse_json(text, "ctx 'f.json'"); }, "ctx 'f.json' at byte "));
+  }
+}
+
+TEST(Json, UnicodeEscapesBecomeUtf8) {
+  // A tokenizer.json's vocabulary: "\u0120" is GPT-2's byte-level space, and a code point past
+  // the BMP comes as a surrogate pair.
+  EXPECT_EQ(parse_json("\"\\u0120the\"", "t").text, "\xC4\xA0the");
+  EXPECT_EQ(parse_json("\"\\u6771\\u4eac\"", "t").text, "\xE6\x9D\xB1\xE4\xBA\xAC");  // 東京
+  EXPECT_EQ(parse_json("\"\\ud83d\\ude00\"", "t").text, "\xF0\x9F\x98\x80");             // U+1F600
+  EXPECT_EQ(parse_json("\"caf\xC3\xA9\"", "t").text, "caf\xC3\xA9");  // raw UTF-8 passes through
+  for (const char* text : {"\"\\ud83d\"", "\"\\ud83dx\"", "\"\\ud83d\\u0041\"", "\"\\ude00\""}) {
+    SCOPED_TRACE(text);
+    EXPECT_TRUE(error_mentions([&] { parse_json(text, "tok 'f.json'"); }, "unpaired surrogate"));
   }
 }
 
