@@ -54,9 +54,9 @@ def idx_seeds():
     write("idx", "zero-dim", idx_bytes([0, 5], []))
 
 
-def shard_bytes(tokens, magic=20240520, version=1, count=None):
+def shard_bytes(tokens, magic=20240520, version=1, count=None, width="H"):
     header = struct.pack("<3i", magic, version, len(tokens) if count is None else count) + bytes(253 * 4)
-    return header + struct.pack(f"<{len(tokens)}H", *tokens)
+    return header + struct.pack(f"<{len(tokens)}{width}", *tokens)
 
 
 def token_seeds():
@@ -65,6 +65,8 @@ def token_seeds():
     write("token_shards", "truncated", shard_bytes([1, 2, 3], count=4))
     write("token_shards", "bad-magic", shard_bytes([1], magic=20240521))
     write("token_shards", "text", "The quick brown fox.\n")
+    write("token_shards", "llama3", shard_bytes([128000, 791, 4062, 128255], 20240801, 7, width="I"))
+    write("token_shards", "llama3-outside-vocab", shard_bytes([1, 128256], 20240801, 7, width="I"))
 
 
 def safetensors_bytes(header, data=b""):

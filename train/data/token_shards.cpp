@@ -2,7 +2,6 @@
 
 
 #include <algorithm>
-#include <bit>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "train/data/file_list.h"
 #include "lib/parse.h"
 #include "train/data/token_shard_format.h"
+#include "train/io/atomic_file.h"
 
 namespace ft {
 
@@ -31,8 +31,8 @@ std::ifstream open_file(const std::string& path) {
   return in;
 }
 
-// Reads and checks a shard's header against the file's size; returns its token count.
-int64_t shard_length(const std::string& path) {
+// Reads and checks a shard's header against the file's size.
+ShardLayout shard_file_layout(const std::string& path) {
   const int64_t bytes = file_bytes(path);
   uint8_t header[kShardHeaderBytes] = {};
   if (bytes >= kShardHeaderBytes) {  // a shorter file fails shard_token_count's first check
@@ -40,30 +40,34 @@ int64_t shard_length(const std::string& path) {
     in.read(reinterpret_cast<char*>(header), kShardHeaderBytes);
     FT_CHECK(in, "TokenLoader: cannot read the header of '", path, "'");
   }
-  return shard_token_count(header, bytes, path);
+  return shard_layout(header, bytes, path);
+}
+
+// The tokens of a file of `format`: its header's count, or one a byte.
+int64_t token_count(const std::string& path, TokenFormat format) {
+  return format == TokenFormat::Shards ? shard_file_layout(path).tokens : file_bytes(path);
 }
 
 // The whole file's tokens; every id checked against the vocabulary, so a bad file fails here
 // and never as an out-of-range embedding row deep inside a step.
-std::vector<uint16_t> read_tokens(const std::string& path, TokenFormat format, int64_t length, int64_t vocab_size) {
+std::vector<uint32_t> read_tokens(const std::string& path, TokenFormat format, int64_t length, int64_t vocab_size) {
   // The sizes were checked at construction; checking again catches a file replaced since then.
-  const int64_t now = format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
+  const int64_t now = token_count(path, format);
   FT_CHECK(now == length, "TokenLoader: '", path, "' changed since the loader opened it (", length, " tokens, now ",
            now, ")");
+  const int token_bytes = format == TokenFormat::Shards ? shard_file_layout(path).token_bytes : 1;
   std::ifstream in = open_file(path);
-  std::vector<uint16_t> tokens(static_cast<size_t>(length));
-  if (format == TokenFormat::Shards) {
-    in.seekg(kShardHeaderBytes);
-    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(2 * length));
-    if constexpr (std::endian::native == std::endian::big) {
-      for (uint16_t& t : tokens) t = static_cast<uint16_t>((t >> 8) | (t << 8));
-    }
-  } else {
-    std::vector<uint8_t> bytes(static_cast<size_t>(length));
-    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(length));
-    std::copy(bytes.begin(), bytes.end(), tokens.begin());
-  }
+  if (format == TokenFormat::Shards) in.seekg(kShardHeaderBytes);
+  std::vector<uint8_t> bytes(static_cast<size_t>(length * token_bytes));
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   FT_CHECK(in, "TokenLoader: cannot read the tokens of '", path, "'");
+  // Little-endian, as llm.c writes them, whatever the host's order.
+  std::vector<uint32_t> tokens(static_cast<size_t>(length));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t t = 0;
+    for (int b = token_bytes - 1; b >= 0; --b) t = (t << 8) | bytes[i * static_cast<size_t>(token_bytes) + static_cast<size_t>(b)];
+    tokens[i] = t;
+  }
   check_token_ids(tokens, vocab_size, path);
   return tokens;
 }
@@ -84,7 +88,7 @@ TokenLoader::TokenLoader(const std::string& pattern, const Options& options) : o
            " tokens a step is out of range");
   files_ = glob_files(pattern, FileOrder::Bytewise, "TokenLoader");
   for (const std::string& path : files_) {
-    const int64_t length = options.format == TokenFormat::Shards ? shard_length(path) : file_bytes(path);
+    const int64_t length = token_count(path, options.format);
     FT_CHECK(length >= tokens_per_step() + 1, "TokenLoader: '", path, "' has ", length,
              " tokens, fewer than one batch needs (B*T*ranks+1 = ", tokens_per_step() + 1, " for B=",
              options.batch_size, " T=", options.seq_len, " on ", options.shard.world, " ranks)");
@@ -151,12 +155,12 @@ TokenBatch TokenLoader::next_batch() {
   const int64_t B = options_.batch_size, T = options_.seq_len, step = tokens_per_step();
   TokenBatch batch{Tensor::empty({B, T}, DType::I32), Tensor::empty({B, T}, DType::I32)};
   // This rank's part of the global batch.
-  const uint16_t* src = tokens_.data() + position_.offset + options_.shard.rank * B * T;
+  const uint32_t* src = tokens_.data() + position_.offset + options_.shard.rank * B * T;
   int32_t* inputs = batch.inputs.data<int32_t>();
   int32_t* targets = batch.targets.data<int32_t>();
   for (int64_t i = 0; i < B * T; ++i) {
-    inputs[i] = src[i];
-    targets[i] = src[i + 1];
+    inputs[i] = static_cast<int32_t>(src[i]);
+    targets[i] = static_cast<int32_t>(src[i + 1]);
   }
   TokenPosition next = position_;
   next.offset += step;
@@ -169,6 +173,13 @@ TokenBatch TokenLoader::next_batch() {
   }
   set_position(next);
   return batch;
+}
+
+void write_token_shard(const std::string& path, std::span<const uint32_t> tokens, int64_t vocab_size) {
+  const std::vector<uint8_t> bytes = shard_file_bytes(tokens, vocab_size);
+  AtomicFile file(path, "write_token_shard");
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 Batch TokenBatchSource::next() {

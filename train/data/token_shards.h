@@ -5,9 +5,12 @@
 //
 // An llm.c shard is a header of 256 little-endian int32 (header[0] = 20240520, the magic;
 // header[1] = 1, the version; header[2] = the number of tokens N) followed by N little-endian
-// uint16 tokens. A text file is a stream of bytes, each one a token (V = 256).
+// uint16 tokens; llm.c's Llama 3 shards (magic 20240801, version 7) hold uint32 tokens, for
+// vocabularies past 65,536 (train/data/token_shard_format.h). A text file is a stream of bytes,
+// each one a token (V = 256).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,7 +24,7 @@ namespace ft {
 /// sniffed from the first bytes: sniffing would read a shard with a corrupt magic as text and
 /// train on garbage instead of failing.
 enum class TokenFormat {
-  Shards,  ///< llm.c token shards (magic 20240520, version 1, uint16 tokens)
+  Shards,  ///< llm.c token shards (uint16 tokens, or uint32 in the Llama 3 form)
   Text,    ///< raw bytes; every byte is one token
 };
 
@@ -49,7 +52,7 @@ struct TokenBatch {
 /// the files in an order drawn from (seed, epoch), so a position alone is enough to resume.
 ///
 /// Headers, file sizes and lengths are checked for every file at construction. Token ids are
-/// checked against V when a file is read: whole, into memory (about 200 MB for a GPT-2 shard),
+/// checked against V when a file is read: whole, into memory (about 400 MB for a GPT-2 shard of 100M tokens, held as uint32),
 /// by the first next_batch() that needs it. Only the current file is held.
 class TokenLoader {
  public:
@@ -109,8 +112,12 @@ class TokenLoader {
   std::vector<int64_t> order_;    // this epoch's file order
   TokenPosition position_;
   int64_t loaded_file_ = -1;  // the file whose tokens are in tokens_
-  std::vector<uint16_t> tokens_;
+  std::vector<uint32_t> tokens_;
 };
+
+/// Writes `tokens` (each below V) to `path` as an llm.c shard (GPT-2's form when V <= 65,536,
+/// else Llama 3's), atomically: a crash leaves the old file or the new one.
+void write_token_shard(const std::string& path, std::span<const uint32_t> tokens, int64_t vocab_size);
 
 /// A TokenLoader as a batch source: batches of "inputs" and "targets" (i32 [B, T]), at the
 /// loader's position ("epoch", "shard" and "offset", as checkpoints store it).

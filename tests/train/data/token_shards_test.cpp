@@ -306,6 +306,37 @@ TEST(TokenLoader, ReadsTextAsBytes) {
                {"long.txt", "magic"});
 }
 
+TEST(TokenLoader, ReadsAndWritesBothShardForms) {
+  // A vocabulary past 65,536 (Llama 3's 128,256) needs uint32 tokens: llm.c's Llama 3 form.
+  TempDir dir("ft_tokens");
+  std::vector<uint32_t> wide(41);
+  std::mt19937 rng(17);
+  for (uint32_t& t : wide) t = rng() % 128256;
+  wide[3] = 128255;  // past uint16
+  write_token_shard(dir.file("wide.bin"), wide, 128256);
+  std::vector<uint8_t> bytes(4);
+  std::ifstream(dir.file("wide.bin"), std::ios::binary).read(reinterpret_cast<char*>(bytes.data()), 4);
+  EXPECT_EQ(bytes, (std::vector<uint8_t>{0xA1, 0xD9, 0x34, 0x01}));  // 20240801, little-endian
+  TokenLoader loader(dir.file("wide.bin"), {.batch_size = 2, .seq_len = 20, .vocab_size = 128256});
+  const TokenBatch b = loader.next_batch();
+  EXPECT_EQ(values(b.inputs), std::vector<int32_t>(wide.begin(), wide.begin() + 40));
+  EXPECT_EQ(values(b.targets), std::vector<int32_t>(wide.begin() + 1, wide.begin() + 41));
+  // GPT-2's form for a vocabulary that fits uint16: the very bytes llm.c writes.
+  const std::vector<uint16_t> narrow = random_tokens(30, kGpt2Vocab, 5);
+  write_token_shard(dir.file("narrow.bin"), std::vector<uint32_t>(narrow.begin(), narrow.end()), kGpt2Vocab);
+  std::ifstream in(dir.file("narrow.bin"), std::ios::binary);
+  const std::vector<uint8_t> written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(written, shard_bytes(narrow));
+  // The right width for the wrong magic is refused, and so is an id past the vocabulary.
+  std::vector<uint8_t> mixed = shard_bytes(narrow, 20240801, 7);
+  write_file(dir.file("mixed.bin"), mixed);
+  expect_error([&] { TokenLoader(dir.file("mixed.bin"), {.batch_size = 1, .seq_len = 4, .vocab_size = 128256}); },
+               {"mixed.bin", "header promises 30 tokens"});
+  expect_error([&] { write_token_shard(dir.file("bad.bin"), std::vector<uint32_t>{1, 70000}, 65536); },
+               {"token 1 is 70000", "65536"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("bad.bin")));
+}
+
 TEST(TokenLoader, RejectsMalformedShards) {
   TempDir dir("ft_tokens");
   const TokenLoader::Options options{.batch_size = 2, .seq_len = 4, .vocab_size = kGpt2Vocab};
