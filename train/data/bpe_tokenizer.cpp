@@ -4,6 +4,8 @@
 #include <array>
 #include <climits>
 #include <fstream>
+#include <functional>
+#include <queue>
 #include <sstream>
 
 #include "lib/error.h"
@@ -17,6 +19,10 @@ namespace {
 /// GPT-2's pre-tokenizer pattern, which a ByteLevel pre-tokenizer with use_regex applies.
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+/// Llama 3's Split pattern (Llama 3.1 and 3.2 ship the same).
+constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 /// GPT-2's byte-to-character table: the printable bytes stand for themselves, the others for
 /// the code points from U+0100 up, in byte order, so that every token is printable text.
@@ -256,6 +262,15 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& json, const std::string&
   return t;
 }
 
+bool BpeTokenizer::splits_at_line_starts() const {
+  if (splits_.empty() || add_prefix_space_) return false;
+  for (const SplitPattern& split : splits_)
+    if (split.source() != kGpt2Pattern && split.source() != kLlama3Pattern) return false;
+  for (const AddedToken& a : added_tokens_)
+    if (a.content.find('\n') != std::string::npos) return false;
+  return true;
+}
+
 int32_t BpeTokenizer::token_id(const std::string& token) const {
   for (const AddedToken& a : added_tokens_)
     if (a.content == token) return a.id;
@@ -273,25 +288,49 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
       return;
     }
   }
-  std::vector<int32_t> symbols;
+  // The symbols as a linked list, and the mergeable adjacent pairs in a heap: the lowest rank
+  // first, the leftmost of equal ones, as tokenizers' Word::merge_all orders them. A popped pair
+  // whose symbols have changed since it was pushed is skipped. O(n log n) in the piece's length,
+  // so a long run of spaces or digits stays fast.
+  struct Symbol {
+    int32_t id;
+    int prev, next;
+    bool merged_away = false;
+  };
+  struct Candidate {
+    int32_t rank, merged;
+    int at;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : at > o.at; }
+  };
+  const int n = static_cast<int>(piece.size());
+  std::vector<Symbol> symbols;
   symbols.reserve(piece.size());
-  for (unsigned char b : piece) symbols.push_back(byte_ids_[b]);
-  // The lowest-ranked adjacent pair merges first, the leftmost of equal ones, until none merges.
-  while (symbols.size() > 1) {
-    int32_t best_rank = INT32_MAX;
-    size_t best = 0;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto found = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (found != merges_.end() && found->second.rank < best_rank) {
-        best_rank = found->second.rank;
-        best = i;
-      }
-    }
-    if (best_rank == INT32_MAX) break;
-    symbols[best] = merges_.at(pair_key(symbols[best], symbols[best + 1])).merged;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  for (int i = 0; i < n; ++i)
+    symbols.push_back({byte_ids_[static_cast<unsigned char>(piece[static_cast<size_t>(i)])], i - 1, i + 1 < n ? i + 1 : -1});
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto consider = [&](int at) {
+    if (at < 0 || symbols[static_cast<size_t>(at)].next < 0) return;
+    const Symbol& left = symbols[static_cast<size_t>(at)];
+    const auto found = merges_.find(pair_key(left.id, symbols[static_cast<size_t>(left.next)].id));
+    if (found != merges_.end()) heap.push({found->second.rank, found->second.merged, at});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& left = symbols[static_cast<size_t>(c.at)];
+    if (left.merged_away || left.next < 0) continue;
+    const auto found = merges_.find(pair_key(left.id, symbols[static_cast<size_t>(left.next)].id));
+    if (found == merges_.end() || found->second.merged != c.merged) continue;  // stale
+    Symbol& right = symbols[static_cast<size_t>(left.next)];
+    left.id = c.merged;
+    right.merged_away = true;
+    left.next = right.next;
+    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = c.at;
+    consider(left.prev);
+    consider(c.at);
   }
-  out.insert(out.end(), symbols.begin(), symbols.end());
+  for (int i = n > 0 ? 0 : -1; i >= 0; i = symbols[static_cast<size_t>(i)].next) out.push_back(symbols[static_cast<size_t>(i)].id);
 }
 
 void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {

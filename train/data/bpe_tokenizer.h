@@ -41,6 +41,11 @@ class BpeTokenizer {
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
   /// The id of a vocabulary entry or added token, or -1.
   int32_t token_id(const std::string& token) const;
+  /// Whether text cut just before an ASCII letter that follows a newline that follows a visible
+  /// ASCII character encodes, part by part, to the tokens of the whole: true when every split
+  /// pattern is GPT-2's or Llama 3's (each then ends a piece at that newline, at the end of a
+  /// text too), no prefix space is added and no added token holds a newline.
+  bool splits_at_line_starts() const;
   /// The tokens the post-processor puts before and after a text (empty when it adds none).
   const std::vector<int32_t>& prefix_tokens() const { return prefix_; }
   const std::vector<int32_t>& suffix_tokens() const { return suffix_; }

@@ -26,6 +26,7 @@ class SplitPattern {
   /// where the last match ended, at the leftmost position a match starts. [begin, end) indices;
   /// an empty match is skipped.
   std::vector<std::pair<size_t, size_t>> find_all(const std::u32string& text) const;
+  const std::string& source() const { return pattern_; }
 
  private:
   struct Node {

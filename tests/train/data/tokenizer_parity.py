@@ -14,6 +14,7 @@ must fail with a message naming what.
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 
@@ -93,6 +94,46 @@ def train(kind, folder):
     return Tokenizer.from_file(path), path
 
 
+def read_shard(path):
+    """An llm.c shard's tokens: GPT-2's form (uint16) or Llama 3's (uint32)."""
+    data = open(path, "rb").read()
+    magic, version, count = struct.unpack("<3i", data[:12])
+    width = {(20240520, 1): "H", (20240801, 7): "I"}[(magic, version)]
+    return list(struct.unpack(f"<{count}{width}", data[1024:]))
+
+
+def check_shards(binary, folder, kind, tok, path):
+    """ft-tokenize --write-shards on 3 threads with small pieces (so that texts are cut at line
+    starts) gives each document's start token and its tokens, in order, split as llm.c names them."""
+    docs = [
+        "".join(f"Line {i}: {t}\n" for i, t in enumerate(TEXTS * 3)),  # cut into many pieces
+        "short document, no newline",
+        "\n".join(random_texts(200, seed=11)),
+    ]
+    paths = []
+    for i, doc in enumerate(docs):
+        paths.append(os.path.join(folder, f"doc{i}.txt"))
+        open(paths[-1], "wb").write(doc.encode("utf-8"))
+    out = os.path.join(folder, f"shards-{kind}")
+    got = run(binary, "--tokenizer", path, "--write-shards", out, "--input", ",".join(paths), "--name", kind,
+              "--shard-tokens", "5000", "--val-tokens", "3000", "--threads", "3", "--piece-bytes", "1000")
+    if got.returncode != 0:
+        print(f"FAIL {kind} shards: {got.stderr.decode()}")
+        return 1
+    start = tok.token_to_id("<|begin_of_text|>" if kind == "llama3" else "<|endoftext|>")
+    want = []
+    for doc in docs:
+        want += [start] + tok.encode(doc, add_special_tokens=False).ids
+    names = sorted(os.listdir(out))
+    shards = [read_shard(os.path.join(out, n)) for n in names]
+    expected_names = [f"{kind}_train_{i:06d}.bin" for i in range(1, len(names))] + [f"{kind}_val_000000.bin"]
+    ok = (sum(shards[-1:] + shards[:-1], []) == want and names == expected_names and len(shards[-1]) == 3000
+          and all(len(s) == 5000 for s in shards[:-2]))
+    print(f"{kind}: {len(want)} tokens of {len(docs)} documents in {len(names)} shards: "
+          f"{'as tokenizers encodes them' if ok else 'MISMATCH'}; {got.stdout.decode().splitlines()[0]}")
+    return 0 if ok else 1
+
+
 def run(binary, *args):
     return subprocess.run([binary, *args], capture_output=True)
 
@@ -136,6 +177,8 @@ def main():
                     print(f"FAIL {kind} decode text {i}: {back.stdout!r} {back.stderr.decode()}")
         print(f"{kind}: {len(TEXTS)} texts, vocabulary {tok.get_vocab_size()}: "
               f"{'the same ids' if failures == 0 else 'MISMATCH'}")
+
+        failures += check_shards(binary, folder, kind, tok, path)
 
     # Files it cannot read: the error names what.
     base = json.load(open(os.path.join(folder, "gpt2.json"), encoding="utf-8"))
