@@ -1,7 +1,9 @@
-// ft-gpt2: trains a GPT-2 on llm.c token shards or on a text file read as bytes, with
-// validation, checkpoints (--resume continues a run exactly) and sampling for byte-level models;
-// with --lora-rank, LoRA fine-tuning of a base from --init-from (adapters saved as PEFT does).
+// ft-gpt2: trains a GPT-2 on llm.c token shards, or on text files read as bytes or encoded by a
+// Hugging Face tokenizer (--tokenizer), with validation, checkpoints (--resume continues a run
+// exactly) and samples printed as text; with --lora-rank, LoRA fine-tuning of a base from
+// --init-from (adapters saved as PEFT does).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -18,6 +20,9 @@
 #include "models/gpt2/gpt.h"
 #include "models/gpt2/gpt2_init.h"
 #include "optim/lr_schedule.h"
+#include "train/data/bpe_tokenizer.h"
+#include "train/data/file_list.h"
+#include "train/data/text_shards.h"
 #include "train/data/token_shards.h"
 #include "train/io/checkpoint.h"
 #include "train/io/peft_adapter.h"
@@ -45,23 +50,45 @@ ft::GPTConfig preset(const std::string& name, int64_t vocab) {
   FT_FAIL("ft-gpt2: unknown --model '", name, "': expected tiny, d6 or d12");
 }
 
-// Byte-level sampling: temperature and top-k over the last position's logits.
-std::string sample(ft::GPT& model, const std::string& prompt, int64_t length, double temperature, int64_t top_k,
-                   uint64_t seed, ft::Device device) {
+/// Samples' text in and out: a tokenizer's, or bytes as tokens (a vocabulary of 256).
+struct SampleText {
+  const ft::BpeTokenizer* tokenizer = nullptr;
+  std::vector<int32_t> encode(const std::string& prompt) const {
+    if (tokenizer) {
+      std::vector<int32_t> ids = tokenizer->encode(prompt);
+      if (ids.empty()) ids.push_back(std::max(tokenizer->document_start_token(), 0));
+      return ids;
+    }
+    std::vector<int32_t> ids;
+    for (unsigned char c : prompt.empty() ? std::string("\n") : prompt) ids.push_back(c);
+    return ids;
+  }
+  std::string decode(const std::vector<int32_t>& ids) const {
+    if (tokenizer) return tokenizer->decode(ids);
+    std::string out;
+    for (int32_t id : ids) out += std::isprint(id) || id == '\n' ? static_cast<char>(id) : '?';
+    return out;
+  }
+};
+
+// Sampling: temperature and top-k over the last position's logits; the continuation's text.
+std::string sample(ft::GPT& model, const SampleText& text, const std::string& prompt, int64_t length,
+                   double temperature, int64_t top_k, uint64_t seed, ft::Device device) {
   ft::NoGradGuard no_grad;
   model.eval();
   std::vector<double> ids;
-  for (unsigned char c : prompt.empty() ? std::string("\n") : prompt) ids.push_back(c);
+  for (int32_t id : text.encode(prompt)) ids.push_back(id);
   std::mt19937_64 rng(seed);
-  std::string out;
+  std::vector<int32_t> drawn;
   for (int64_t i = 0; i < length; ++i) {
     const int64_t window = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config().block_size);
     std::vector<double> context(ids.end() - window, ids.end());
     const ft::Tensor x = ft::Tensor::from_vector(context, {1, window}, ft::DType::I64, device);
     const ft::Tensor logits = model.logits(x);
     const std::vector<double> all = logits.to_vector();
-    const int64_t vocab = logits.size(-1);
-    std::vector<double> last(all.end() - vocab, all.end());
+    // The padding rows past the tokenizer's vocabulary are never drawn.
+    const int64_t vocab = text.tokenizer ? std::min(logits.size(-1), text.tokenizer->vocab_size()) : logits.size(-1);
+    std::vector<double> last(all.end() - logits.size(-1), all.end() - logits.size(-1) + vocab);
     std::vector<double> sorted = last;
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
     const double cutoff = top_k > 0 && top_k < vocab ? sorted[static_cast<size_t>(top_k - 1)] : -INFINITY;
@@ -71,10 +98,10 @@ std::string sample(ft::GPT& model, const std::string& prompt, int64_t length, do
     std::discrete_distribution<int64_t> pick(weights.begin(), weights.end());
     const int64_t next = pick(rng);
     ids.push_back(static_cast<double>(next));
-    out += next < 256 && (std::isprint(static_cast<int>(next)) || next == '\n') ? static_cast<char>(next) : '?';
+    drawn.push_back(static_cast<int32_t>(next));
   }
   model.train();
-  return out;
+  return text.decode(drawn);
 }
 
 void define_flags(ft::cli::Args& args) {
@@ -86,11 +113,18 @@ void define_flags(ft::cli::Args& args) {
              .seed_help = "seed for initialization, shard shuffling and sampling"});
   args.flag("train", "", "glob of training files (required)");
   args.flag("val", "", "glob of validation files (default: none)");
-  args.flag("format", "shards", "shards (llm.c uint16 token shards) or text (bytes)");
+  args.flag("format", "shards", "shards (llm.c token shards, GPT-2's uint16 or Llama 3's uint32) or text (text files:\n"
+                               "bytes as tokens, or encoded by --tokenizer)");
+  args.flag("tokenizer", "", "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3): --format text files are\n"
+                             "encoded by it (once, into shards under --token-cache), the vocabulary follows it, and\n"
+                             "samples are its text");
+  args.flag("token-cache", "/tmp/ft-gpt2-tokens", "with --tokenizer and --format text: where the encoded shards are\n"
+                                                 "kept, in a folder per tokenizer and set of files");
   args.flag("model", "d12", "tiny (L2 C64), d6 (L6 C384) or d12 (GPT-2 small, L12 C768)");
-  args.flag("vocab", "0", "vocabulary size of the model (0: 50304 for shards, GPT-2's 50257 padded; 256 for text)");
-  args.flag("tokens", "0", "token ids in the data must be below this (0: 50257 for shards, GPT-2's tokenizer;\n"
-                           "the vocabulary for text): the padding rows of the embedding never see a token");
+  args.flag("vocab", "0", "vocabulary size of the model (0: the tokenizer's rounded up to 128; else 50304 for\n"
+                          "shards, GPT-2's 50257 padded; 256 for text)");
+  args.flag("tokens", "0", "token ids in the data must be below this (0: the tokenizer's vocabulary; else 50257 for\n"
+                           "shards, GPT-2's tokenizer; 256 for text): the padding rows of the embedding never see a token");
   args.flag("batch", "4", "sequences per micro-step (B)");
   args.flag("seq", "64", "tokens per sequence (T), at most the model's block size");
   args.flag("grad-accum", "1", "micro-steps accumulated per optimizer step");
@@ -100,8 +134,8 @@ void define_flags(ft::cli::Args& args) {
   args.flag("shuffle", "1", "1: shuffle shard order each epoch; 0: in order");
   args.flag("val-every", "0", "steps between validations (0: never)");
   args.flag("val-batches", "8", "batches per validation");
-  args.flag("sample-every", "0", "steps between samples (byte-level models only; 0: never)");
-  args.flag("sample-len", "128", "bytes per sample");
+  args.flag("sample-every", "0", "steps between samples (with --tokenizer, or a byte-level model; 0: never)");
+  args.flag("sample-len", "128", "tokens per sample");
   args.flag("prompt", "", "text the samples start from");
   args.flag("temperature", "1.0", "sampling temperature (0: always the most likely token)");
   args.flag("top-k", "0", "sample among the k most likely tokens (0: all)");
@@ -127,6 +161,7 @@ struct Settings {
   ft::TokenFormat format;
   int64_t vocab, token_limit, batch, seq, steps, accum;
   ft::GPTConfig config;
+  std::shared_ptr<const ft::BpeTokenizer> tokenizer;  ///< --tokenizer, or none
 };
 
 /// A --resume checkpoint of another model is named as such before anything is loaded.
@@ -162,10 +197,20 @@ Settings check_flags(const ft::cli::Args& args) {
   const std::string format_name = args.str("format");
   FT_CHECK(format_name == "shards" || format_name == "text", "ft-gpt2: --format must be shards or text");
   Settings s{.format = format_name == "text" ? ft::TokenFormat::Text : ft::TokenFormat::Shards};
+  if (!args.str("tokenizer").empty())
+    s.tokenizer = std::make_shared<const ft::BpeTokenizer>(ft::BpeTokenizer::from_file(args.str("tokenizer")));
+  else
+    args.note_ignored({"token-cache"}, "only --tokenizer's text is encoded into it");
+  const int64_t tokenizer_vocab = s.tokenizer ? s.tokenizer->vocab_size() : 0;
   s.vocab = args.integer("vocab", 0);
-  if (s.vocab == 0) s.vocab = s.format == ft::TokenFormat::Text ? 256 : 50304;
+  if (s.vocab == 0)
+    s.vocab = s.tokenizer ? (tokenizer_vocab + 127) / 128 * 128 : s.format == ft::TokenFormat::Text ? 256 : 50304;
   s.token_limit = args.integer("tokens", 0);
-  if (s.token_limit == 0) s.token_limit = s.format == ft::TokenFormat::Text ? s.vocab : std::min<int64_t>(s.vocab, 50257);
+  if (s.token_limit == 0)
+    s.token_limit = s.tokenizer ? tokenizer_vocab
+                                : s.format == ft::TokenFormat::Text ? s.vocab : std::min<int64_t>(s.vocab, 50257);
+  FT_CHECK(!s.tokenizer || s.vocab >= tokenizer_vocab, "ft-gpt2: --vocab ", s.vocab, " is smaller than the tokenizer's ",
+           tokenizer_vocab, " tokens");
   FT_CHECK(s.token_limit <= s.vocab, "ft-gpt2: --tokens ", s.token_limit, " exceeds the vocabulary (--vocab ", s.vocab, ")");
   s.config = preset(args.str("model"), s.vocab);
   s.batch = args.integer("batch", 1);
@@ -175,9 +220,9 @@ Settings check_flags(const ft::cli::Args& args) {
   FT_CHECK(s.seq <= s.config.block_size, "ft-gpt2: --seq ", s.seq, " exceeds the model's block size ", s.config.block_size);
   if (!args.str("resume").empty()) check_resumed_model(args, s);
   if (args.str("val").empty()) args.note_ignored({"val-every", "val-batches"}, "without --val nothing is validated");
-  if (s.vocab != 256)
+  if (s.vocab != 256 && !s.tokenizer)
     args.note_ignored({"sample-every", "sample-len", "prompt", "temperature", "top-k"},
-                      "samples are drawn for byte-level models (vocabulary 256) only");
+                      "samples are text with --tokenizer or a byte-level model (vocabulary 256) only");
   return s;
 }
 
@@ -201,14 +246,23 @@ struct Data {
   std::unique_ptr<ft::TokenLoader> train, val;
 };
 Data open_data(const ft::cli::Args& args, const Settings& s, const ft::BatchShard& shard) {
+  // Text through a tokenizer is read as the shards it encodes to (made once, then reused).
+  const bool encode = s.tokenizer && s.format == ft::TokenFormat::Text;
+  auto files = [&](const char* flag, const char* name) {
+    if (!encode) return args.str(flag);
+    return ft::cached_text_shards(*s.tokenizer, args.str("tokenizer"),
+                                  ft::expand_file_list(args.str(flag), std::string("ft-gpt2: --") + flag),
+                                  args.str("token-cache"), name);
+  };
   const ft::TokenLoader::Options options{.batch_size = s.batch, .seq_len = s.seq, .vocab_size = s.token_limit,
                                          .seed = static_cast<uint64_t>(args.integer("seed", 0)),
-                                         .shuffle = args.boolean("shuffle"), .format = s.format, .shard = shard};
-  Data d{std::make_unique<ft::TokenLoader>(args.str("train"), options), nullptr};
+                                         .shuffle = args.boolean("shuffle"),
+                                         .format = encode ? ft::TokenFormat::Shards : s.format, .shard = shard};
+  Data d{std::make_unique<ft::TokenLoader>(files("train", "train"), options), nullptr};
   if (!args.str("val").empty()) {
     ft::TokenLoader::Options in_order = options;
     in_order.shuffle = false;
-    d.val = std::make_unique<ft::TokenLoader>(args.str("val"), in_order);
+    d.val = std::make_unique<ft::TokenLoader>(files("val", "val"), in_order);
   }
   return d;
 }
@@ -271,9 +325,10 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& 
 }
 
 /// Validation every --val-every steps over --val-batches batches; sampling every --sample-every
-/// steps for byte-level models (rank 0 only).
+/// steps, with a tokenizer or for byte-level models (rank 0 only).
 void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::Args& args, ft::GPT& model,
-                                 ft::TokenLoader* val, ft::Device device, const ft::cli::DataParallelRun& dp) {
+                                 ft::TokenLoader* val, ft::Device device, const ft::cli::DataParallelRun& dp,
+                                 const ft::BpeTokenizer* tokenizer) {
   if (val && args.integer("val-every", 0) > 0) {
     options.eval_every = args.integer("val-every", 0);
     options.eval = [&args, &model, val, device, data_parallel = dp.get()](ft::Module&) {
@@ -291,22 +346,23 @@ void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::A
     };
   }
   const int64_t every = args.integer("sample-every", 0);
-  if (every == 0 || model.config().vocab != 256 || !dp.primary()) return;
-  options.periodic.push_back({.every = every, .run = [&args, &model, device](int64_t step) {
+  if (every == 0 || (model.config().vocab != 256 && !tokenizer) || !dp.primary()) return;
+  options.periodic.push_back({.every = every, .run = [&args, &model, device, tokenizer](int64_t step) {
                                 const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
                                 std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
-                                            sample(model, args.str("prompt"), args.integer("sample-len", 0),
-                                                   args.number("temperature", 0), args.integer("top-k", 0),
-                                                   seed + static_cast<uint64_t>(step), device)
+                                            sample(model, SampleText{tokenizer}, args.str("prompt"),
+                                                   args.integer("sample-len", 0), args.number("temperature", 0),
+                                                   args.integer("top-k", 0), seed + static_cast<uint64_t>(step), device)
                                                 .c_str());
                               }});
 }
 
 int run(int argc, char** argv) {
   ft::cli::Args args("ft-gpt2",
-                     "Trains a GPT-2 on llm.c token shards (--format shards) or on text files read as bytes\n"
-                     "(--format text, vocabulary 256). Prints a line every --log-every steps with loss, lr, grad\n"
-                     "norm, ms, tok/s and MFU; validates, checkpoints and samples on request.");
+                     "Trains a GPT-2 on llm.c token shards (--format shards), or on text files (--format text)\n"
+                     "read as bytes (vocabulary 256) or encoded by a Hugging Face tokenizer (--tokenizer). Prints a\n"
+                     "line every --log-every steps with loss, lr, grad norm, ms, tok/s and MFU; validates,\n"
+                     "checkpoints and samples text on request.");
   define_flags(args);
   if (!args.parse(argc, argv)) return 0;
   const Settings s = check_flags(args);
@@ -338,7 +394,7 @@ int run(int argc, char** argv) {
   if (dp.primary()) print_banner(model, s, device, dtype, dp.env.world_size);
 
   ft::Trainer::Options options = trainer_options(args, s, model, dp.get());
-  add_validation_and_sampling(options, args, model, data.val.get(), device, dp);
+  add_validation_and_sampling(options, args, model, data.val.get(), device, dp, s.tokenizer.get());
   ft::cli::wire_checkpoints(
       args, options, model, *optimizer,
       [&](ft::DataPosition& run_state) {

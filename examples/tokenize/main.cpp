@@ -39,14 +39,10 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& what)
   return ids;
 }
 
-/// The token opening each document: `flag` named, "none", or by default the template's first
-/// token (Llama 3's <|begin_of_text|>), else <|endoftext|> (GPT-2's, as llm.c's scripts use).
+/// The token opening each document: `flag` named, "none", or by default the tokenizer's.
 int32_t document_start(const ft::BpeTokenizer& tokenizer, const std::string& flag) {
   if (flag == "none") return -1;
-  if (flag.empty()) {
-    if (!tokenizer.prefix_tokens().empty()) return tokenizer.prefix_tokens().front();
-    return tokenizer.token_id("<|endoftext|>");
-  }
+  if (flag.empty()) return tokenizer.document_start_token();
   const int32_t id = tokenizer.token_id(flag);
   FT_CHECK(id >= 0, "ft-tokenize: --document-start '", flag, "' is not a token of the tokenizer");
   return id;

@@ -271,6 +271,10 @@ bool BpeTokenizer::splits_at_line_starts() const {
   return true;
 }
 
+int32_t BpeTokenizer::document_start_token() const {
+  return prefix_.empty() ? token_id("<|endoftext|>") : prefix_.front();
+}
+
 int32_t BpeTokenizer::token_id(const std::string& token) const {
   for (const AddedToken& a : added_tokens_)
     if (a.content == token) return a.id;

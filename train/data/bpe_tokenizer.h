@@ -46,6 +46,9 @@ class BpeTokenizer {
   /// pattern is GPT-2's or Llama 3's (each then ends a piece at that newline, at the end of a
   /// text too), no prefix space is added and no added token holds a newline.
   bool splits_at_line_starts() const;
+  /// The token that opens a document in training data: the template's first token (Llama 3's
+  /// <|begin_of_text|>), else <|endoftext|> (GPT-2's, as llm.c's shards use it), else -1.
+  int32_t document_start_token() const;
   /// The tokens the post-processor puts before and after a text (empty when it adds none).
   const std::vector<int32_t>& prefix_tokens() const { return prefix_; }
   const std::vector<int32_t>& suffix_tokens() const { return suffix_; }

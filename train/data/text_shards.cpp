@@ -8,6 +8,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "lib/error.h"
 #include "train/data/token_shards.h"
 
@@ -104,6 +106,44 @@ std::vector<std::vector<int32_t>> encode_pieces(const BpeTokenizer& tokenizer, c
 }
 
 }  // namespace
+
+std::string cached_text_shards(const BpeTokenizer& tokenizer, const std::string& tokenizer_path,
+                               const std::vector<std::string>& files, const std::string& cache_root,
+                               const std::string& name) {
+  // FNV-1a over what the shards depend on.
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&](const std::string& bytes) {
+    for (const char c : bytes) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    hash = (hash ^ 0xFF) * 0x100000001b3ull;  // a separator, so that "ab"+"c" differs from "a"+"bc"
+  };
+  std::ifstream in(tokenizer_path, std::ios::binary);
+  FT_CHECK(in.good(), "cached_text_shards: cannot open the tokenizer '", tokenizer_path, "'");
+  mix(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  mix(name);
+  for (const std::string& file : files) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file, ec);
+    FT_CHECK(!ec, "cached_text_shards: cannot read '", file, "': ", ec.message());
+    const auto written = std::filesystem::last_write_time(file, ec).time_since_epoch().count();
+    mix(std::filesystem::absolute(file).string() + "|" + std::to_string(size) + "|" + std::to_string(written));
+  }
+  char folder_name[32];
+  std::snprintf(folder_name, sizeof folder_name, "%016llx", static_cast<unsigned long long>(hash));
+  const std::filesystem::path folder = std::filesystem::path(cache_root) / folder_name;
+  const std::string pattern = (folder / (name + "_*.bin")).string();
+  if (std::filesystem::is_directory(folder)) return pattern;
+  const std::string staging = folder.string() + ".tmp." + std::to_string(::getpid());
+  std::filesystem::remove_all(staging);
+  write_text_shards(tokenizer, files,
+                    {.folder = staging, .name = name, .document_start = tokenizer.document_start_token()});
+  std::error_code ec;
+  std::filesystem::rename(staging, folder, ec);
+  // Another process may have finished the same folder first: theirs holds the same tokens.
+  if (ec && !std::filesystem::is_directory(folder))
+    FT_FAIL("cached_text_shards: cannot move '", staging, "' to '", folder.string(), "': ", ec.message());
+  std::filesystem::remove_all(staging);
+  return pattern;
+}
 
 std::vector<size_t> line_start_cuts(const std::string& text, int64_t piece_bytes) {
   std::vector<size_t> cuts;

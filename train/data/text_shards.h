@@ -41,6 +41,15 @@ struct TextShardSummary {
 TextShardSummary write_text_shards(const BpeTokenizer& tokenizer, const std::vector<std::string>& files,
                                    const TextShardOptions& options);
 
+/// The glob pattern of `files` written as shards (write_text_shards, named `name`, one document a
+/// file opened by the tokenizer's document_start_token) into a folder under `cache_root` named by
+/// a hash of the tokenizer file's bytes and each file's path, size and modification time. The
+/// folder is written once (under a temporary name, then renamed) and reused while none of those
+/// change, so a run and its --resume read the same tokens.
+std::string cached_text_shards(const BpeTokenizer& tokenizer, const std::string& tokenizer_path,
+                               const std::vector<std::string>& files, const std::string& cache_root,
+                               const std::string& name);
+
 /// The cuts write_text_shards makes in `text` for pieces of about `piece_bytes`: byte offsets,
 /// ascending, each just before an ASCII letter that follows a newline that follows a visible ASCII
 /// character (empty when none is allowed). Exposed for its test.

@@ -9,7 +9,11 @@ digit groups of 1-3, ByteLevel without a pattern, ignore_merges, a template addi
 without special tokens, and ft-tokenize --decode must give the text back. Files it cannot read
 must fail with a message naming what.
 
-    tokenizer_parity.py <ft-tokenize> <work folder>
+With ft-gpt2 given too, a tiny GPT-2 trains on the documents' text through the GPT-2-style
+tokenizer (encoded once into --token-cache, reused by a second run, which must reach the same
+loss), its loss falls well below the uniform one, and its sample is printed as text.
+
+    tokenizer_parity.py <ft-tokenize> <work folder> [<ft-gpt2>]
 """
 import json
 import os
@@ -134,6 +138,30 @@ def check_shards(binary, folder, kind, tok, path):
     return 0 if ok else 1
 
 
+def check_training(gpt2, folder):
+    cache = os.path.join(folder, "token-cache")
+    args = ["--train", os.path.join(folder, "doc*.txt"), "--format", "text", "--tokenizer",
+            os.path.join(folder, "gpt2.json"), "--token-cache", cache, "--model", "tiny", "--seq", "64", "--batch", "8",
+            "--steps", "60", "--lr", "3e-3", "--device", "cpu", "--log-every", "20", "--sample-every", "60",
+            "--prompt", "The quick", "--sample-len", "20"]
+    runs = [run(gpt2, *args) for _ in range(2)]
+    results = []
+    for r in runs:
+        out = r.stdout.decode()
+        line = [l for l in out.splitlines() if l.startswith("RESULT")]
+        if r.returncode != 0 or not line or "sample at step 60:" not in out:
+            print(f"FAIL ft-gpt2 --tokenizer: rc {r.returncode}\n{out}\n{r.stderr.decode()}")
+            return 1
+        fields = dict(kv.split("=") for kv in line[0].split()[1:])
+        results.append((float(fields["final_loss"]), float(fields["uniform_loss"])))
+    (loss, uniform), (again, _) = results
+    folders = os.listdir(cache)
+    ok = loss < uniform - 2.5 and again == loss and len(folders) == 1
+    print(f"ft-gpt2 --tokenizer: final loss {loss:.4f} (uniform {uniform:.4f}), again {again:.4f} from the "
+          f"cached shards ({len(folders)} cache folder): {'ok' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
 def run(binary, *args):
     return subprocess.run([binary, *args], capture_output=True)
 
@@ -208,6 +236,8 @@ def main():
             print(f"FAIL {name}: expected an error naming the file and '{message}', got rc {got.returncode}: {err}")
         else:
             print(f"{name}: {err.strip().splitlines()[-1]}")
+    if len(sys.argv) > 3:
+        failures += check_training(sys.argv[3], folder)
     print("error: tokenizer parity failed" if failures else "tokenizer parity: every text encodes the same")
     return 1 if failures else 0
 
