@@ -7,7 +7,7 @@
 namespace ft::cuda {
 
 /// rope's fused path: f32/bf16 x [B, T, NH, HS] on CUDA, not empty.
-Tensor rope_fused(const Tensor& x, double theta);
+Tensor rope_fused(const Tensor& x, const RopeConfig& config);
 
 /// y = x with each pair (i, i + HS/2) of every row at token t turned by the angle whose cos and
 /// sin are cos[t, i], sin[t, i] (f32 [T, HS/2]), or by its opposite when `inverse` (the

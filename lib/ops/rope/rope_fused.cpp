@@ -8,8 +8,8 @@
 
 namespace ft::cuda {
 
-Tensor rope_fused(const Tensor& x, double theta) {
-  const RopeTables tables = rope_tables(x.size(1), x.size(3), theta, DType::F32, x.device());
+Tensor rope_fused(const Tensor& x, const RopeConfig& config) {
+  const RopeTables tables = rope_tables(x.size(1), x.size(3), config, DType::F32, x.device());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   rope_rotate(x, tables.cos, tables.sin, false, y);
   if (!needs_grad({&x})) return y;

@@ -105,12 +105,51 @@ TEST(RopeTest, BackwardIsTheOppositeRotation) {
 
 // The tables are made once per (T, HS, θ, dtype, device), so a captured step never makes them.
 TEST(RopeTest, TablesAreMadeOnceAndKept) {
-  const RopeTables first = rope_tables(11, 8, 10000.0, DType::F32, kCPU);
-  const RopeTables again = rope_tables(11, 8, 10000.0, DType::F32, kCPU);
+  const RopeTables first = rope_tables(11, 8, {.theta = 10000.0}, DType::F32, kCPU);
+  const RopeTables again = rope_tables(11, 8, {.theta = 10000.0}, DType::F32, kCPU);
   EXPECT_EQ(first.cos.data_ptr(), again.cos.data_ptr());
   EXPECT_EQ(first.sin.data_ptr(), again.sin.data_ptr());
   EXPECT_EQ(first.cos.shape(), (Shape{11, 4}));
-  EXPECT_NE(rope_tables(11, 8, 500.0, DType::F32, kCPU).cos.data_ptr(), first.cos.data_ptr());
+  EXPECT_NE(rope_tables(11, 8, {.theta = 500.0}, DType::F32, kCPU).cos.data_ptr(), first.cos.data_ptr());
+  EXPECT_NE(rope_tables(11, 8, {.theta = 10000.0, .factor = 8}, DType::F32, kCPU).cos.data_ptr(),
+            first.cos.data_ptr());
+}
+
+// Llama 3.1's scaling (θ 500000, factor 8, low 1, high 4, context 8192, HS 128): wavelengths
+// 2π/f under 8192/4 = 2048 tokens keep their frequency, those over 8192 are slowed 8 times, and
+// those between fall smoothly from one to the other.
+TEST(RopeTest, Llama3ScalingSlowsLongWavelengthsOnly) {
+  const RopeConfig llama31{.theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                           .original_max_position = 8192};
+  const std::vector<double> plain = rope_frequencies(128, {.theta = 500000.0});
+  const std::vector<double> scaled = rope_frequencies(128, llama31);
+  ASSERT_EQ(scaled.size(), 64u);
+  int kept = 0, slowed = 0, blended = 0;
+  for (size_t i = 0; i < 64; ++i) {
+    const double wavelength = 2 * M_PI / plain[i];
+    EXPECT_DOUBLE_EQ(plain[i], std::pow(500000.0, -static_cast<double>(2 * i) / 128));
+    if (wavelength < 2048) {
+      EXPECT_DOUBLE_EQ(scaled[i], plain[i]);
+      ++kept;
+    } else if (wavelength > 8192) {
+      EXPECT_DOUBLE_EQ(scaled[i], plain[i] / 8);
+      ++slowed;
+    } else {
+      // (1 - s)·f/8 + s·f with s = (8192/λ - 1)/3: between f/8 and f.
+      const double s = (8192 / wavelength - 1) / 3;
+      EXPECT_NEAR(scaled[i], (1 - s) * plain[i] / 8 + s * plain[i], 1e-18);
+      EXPECT_GT(scaled[i], plain[i] / 8);
+      EXPECT_LT(scaled[i], plain[i]);
+      ++blended;
+    }
+    if (i > 0) {
+      EXPECT_LT(scaled[i], scaled[i - 1]);  // still falling with i
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(slowed, 0);
+  EXPECT_GT(blended, 0);
+  EXPECT_FT_ERROR(rope(Tensor::full({1, 2, 1, 4}, 0.5), RopeConfig{.factor = 0.5}), "factor >= 1");
 }
 
 TEST(RopeTest, Contracts) {
