@@ -1,0 +1,123 @@
+#include "models/llama/llama.h"
+
+#include "lib/error.h"
+#include "lib/ops/attention/attention.h"
+#include "lib/ops/bias_act/bias_act.h"
+#include "lib/ops/elementwise/elementwise.h"
+#include "lib/ops/linear_cross_entropy/linear_cross_entropy.h"
+#include "lib/ops/matmul/matmul.h"
+#include "lib/ops/norm/rms_norm.h"
+#include "lib/ops/shape_ops/shape_ops.h"
+
+namespace ft {
+
+namespace {
+
+/// A bias-free linear with weights N(0, 0.02²), as transformers initializes Llama's.
+std::shared_ptr<Linear> llama_linear(int64_t in, int64_t out, Generator& gen) {
+  auto linear = std::make_shared<Linear>(Linear::Options{.in = in, .out = out, .bias = false, .init = false}, gen);
+  linear->weight().copy_(Tensor::normal({out, in}, gen, 0.02));
+  return linear;
+}
+
+/// [B, T, H·HS] -> [B, H, T, HS], with the last-two-dims transposes the primitives offer.
+Tensor heads_first(const Tensor& x, int64_t heads) {
+  const int64_t b = x.size(0), t = x.size(1), hs = x.size(2) / heads;
+  return transpose(transpose(x).reshape({b, heads, hs, t}));
+}
+
+/// [B, H, T, HS] -> [B, T, H·HS].
+Tensor heads_last(const Tensor& x) {
+  const int64_t b = x.size(0), heads = x.size(1), t = x.size(2), hs = x.size(3);
+  return transpose(transpose(x).reshape({b, heads * hs, t}));
+}
+
+/// Key or value heads [B, NKV, T, HS] repeated for their query groups: [B, NKV·group, T, HS],
+/// query head h reading key head h / group, as transformers' repeat_kv lays them out.
+Tensor repeat_groups(const Tensor& x, int64_t group) {
+  if (group == 1) return x;
+  const int64_t b = x.size(0), kv = x.size(1), t = x.size(2), hs = x.size(3);
+  const Tensor one = x.reshape({b, kv, 1, t * hs});
+  return cat(std::vector<Tensor>(static_cast<size_t>(group), one), 2).reshape({b, kv * group, t, hs});
+}
+
+}  // namespace
+
+void LlamaConfig::check() const {
+  FT_CHECK(vocab > 0 && hidden > 0 && intermediate > 0 && layers >= 0 && heads > 0 && kv_heads > 0 &&
+               max_positions > 0 && rms_eps > 0,
+           "Llama: vocab, hidden, intermediate, heads, kv_heads, max_positions and rms_eps must be positive (got ",
+           vocab, ", ", hidden, ", ", intermediate, ", ", heads, ", ", kv_heads, ", ", max_positions, ", ", rms_eps,
+           ")");
+  FT_CHECK(heads % kv_heads == 0, "Llama: ", heads, " query heads do not split into groups of ", kv_heads,
+           " key/value heads");
+  FT_CHECK(head_dim > 0 || hidden % heads == 0, "Llama: hidden size ", hidden, " does not split into ", heads,
+           " heads (give head_dim)");
+  FT_CHECK(head_size() % 2 == 0, "Llama: rotary embeddings need an even head size, got ", head_size());
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, Generator& gen) : config_(config) {
+  const int64_t c = config.hidden, hs = config.head_size();
+  input_norm_ = register_parameter("input_layernorm.weight", Tensor::full({c}, 1.0));
+  q_proj_ = register_module("self_attn.q_proj", llama_linear(c, config.heads * hs, gen));
+  k_proj_ = register_module("self_attn.k_proj", llama_linear(c, config.kv_heads * hs, gen));
+  v_proj_ = register_module("self_attn.v_proj", llama_linear(c, config.kv_heads * hs, gen));
+  o_proj_ = register_module("self_attn.o_proj", llama_linear(config.heads * hs, c, gen));
+  post_attention_norm_ = register_parameter("post_attention_layernorm.weight", Tensor::full({c}, 1.0));
+  gate_proj_ = register_module("mlp.gate_proj", llama_linear(c, config.intermediate, gen));
+  up_proj_ = register_module("mlp.up_proj", llama_linear(c, config.intermediate, gen));
+  down_proj_ = register_module("mlp.down_proj", llama_linear(config.intermediate, c, gen));
+}
+
+Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
+  const int64_t b = normed.size(0), t = normed.size(1), hs = config_.head_size();
+  auto rotated = [&](const std::shared_ptr<Module>& proj, int64_t heads) {
+    const Tensor x = proj->forward(normed).reshape({b, t, heads, hs});
+    return heads_first(rope(x, config_.rope).reshape({b, t, heads * hs}), heads);
+  };
+  const int64_t group = config_.heads / config_.kv_heads;
+  const Tensor q = rotated(q_proj_, config_.heads);
+  const Tensor k = repeat_groups(rotated(k_proj_, config_.kv_heads), group);
+  const Tensor v = repeat_groups(heads_first(v_proj_->forward(normed), config_.kv_heads), group);
+  return heads_last(attention(q, k, v, /*causal=*/true));
+}
+
+Tensor LlamaDecoderLayer::forward(const Tensor& x) {
+  const Tensor h = x + o_proj_->forward(attend(rms_norm(x, input_norm_, config_.rms_eps)));
+  const Tensor normed = rms_norm(h, post_attention_norm_, config_.rms_eps);
+  return h + down_proj_->forward(swiglu(gate_proj_->forward(normed), up_proj_->forward(normed)));
+}
+
+Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
+  config.check();
+  Generator gen(seed);
+  embed_ = register_module("model.embed_tokens", std::make_shared<Embedding>(config.vocab, config.hidden, gen, 0.02));
+  for (int64_t l = 0; l < config.layers; ++l)
+    layers_.push_back(
+        register_module("model.layers." + std::to_string(l), std::make_shared<LlamaDecoderLayer>(config, gen)));
+  norm_ = register_parameter("model.norm.weight", Tensor::full({config.hidden}, 1.0));
+  if (!config.tie_embeddings) lm_head_ = register_module("lm_head", llama_linear(config.hidden, config.vocab, gen));
+}
+
+const Tensor& Llama::head_weight() const { return lm_head_ ? lm_head_->weight() : embed_->weight(); }
+
+Tensor Llama::hidden(const Tensor& ids) {
+  FT_CHECK(ids.dim() == 2, "Llama: ids must be [B, T], got ", shape_str(ids.shape()));
+  FT_CHECK(ids.size(1) <= config_.max_positions, "Llama: sequence length ", ids.size(1), " exceeds max_positions ",
+           config_.max_positions);
+  Tensor x = embed_->forward(ids);
+  for (auto& layer : layers_) x = layer->forward(x);
+  return rms_norm(x, norm_, config_.rms_eps);
+}
+
+Tensor Llama::logits(const Tensor& ids) { return matmul(hidden(ids), head_weight(), false, true); }
+
+Tensor Llama::loss(const Tensor& ids, const Tensor& targets) {
+  FT_CHECK(targets.shape() == ids.shape(), "Llama: targets ", shape_str(targets.shape()), " must match ids ",
+           shape_str(ids.shape()));
+  const Tensor h = hidden(ids);
+  const int64_t n = ids.numel();
+  return linear_cross_entropy(h.reshape({n, config_.hidden}), head_weight(), targets.reshape({n}));
+}
+
+}  // namespace ft

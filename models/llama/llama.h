@@ -1,0 +1,78 @@
+// The Llama architecture (Llama 2 and 3, and the models shaped like them): token embedding,
+// pre-RMSNorm decoder layers of grouped-query attention with rotary embeddings (Llama 3's
+// frequency scaling included) and a SwiGLU MLP, no biases, a final RMSNorm and a tied or untied
+// head. Parameter names are Hugging Face's LlamaForCausalLM ones (model.layers.{i}.self_attn.
+// q_proj.weight, ...), so its safetensors load by name.
+//
+// This first version runs on the ops as they are: RoPE as its own op over Q and K, the key and
+// value heads repeated for their query groups before the attention op, the residual add apart
+// from the norm. Those three are the fused paths still to come (docs/design-notes.md).
+//
+// B: batch, T: tokens, C: hidden size, NH: query heads, NKV: key/value heads, HS: head size,
+// I: the MLP's width, V: vocabulary.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/embedding.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+#include "lib/ops/rope/rope.h"
+
+namespace ft {
+
+struct LlamaConfig {
+  int64_t vocab = 32000;
+  int64_t hidden = 4096;        ///< C
+  int64_t intermediate = 11008;  ///< I
+  int64_t layers = 32;
+  int64_t heads = 32;            ///< NH
+  int64_t kv_heads = 32;         ///< NKV, dividing NH
+  int64_t head_dim = 0;          ///< HS; 0: C / NH
+  int64_t max_positions = 4096;  ///< the longest T
+  double rms_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_embeddings = false;
+  int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  /// An ft::Error naming the field unless the sizes fit together.
+  void check() const;
+};
+
+class LlamaDecoderLayer : public Module {
+ public:
+  LlamaDecoderLayer(const LlamaConfig& config, Generator& gen);
+  /// x [B, T, C] -> [B, T, C].
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  Tensor attend(const Tensor& normed);  // [B, T, C] -> [B, T, NH·HS], before o_proj
+  LlamaConfig config_;
+  Tensor input_norm_, post_attention_norm_;
+  std::shared_ptr<Module> q_proj_, k_proj_, v_proj_, o_proj_, gate_proj_, up_proj_, down_proj_;
+};
+
+class Llama : public Module {
+ public:
+  /// Weights drawn as transformers' LlamaPreTrainedModel does: N(0, 0.02²) for every linear
+  /// and the embedding, the norms at 1.
+  Llama(const LlamaConfig& config, uint64_t seed);
+  /// Final hidden states [B, T, C] for ids [B, T].
+  Tensor hidden(const Tensor& ids);
+  /// Next-token logits [B, T, V].
+  Tensor logits(const Tensor& ids);
+  /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
+  Tensor loss(const Tensor& ids, const Tensor& targets);
+  const LlamaConfig& config() const { return config_; }
+  /// The head's weight [V, C]: lm_head's, or the embedding's when tied.
+  const Tensor& head_weight() const;
+
+ private:
+  LlamaConfig config_;
+  std::shared_ptr<Embedding> embed_;
+  std::vector<std::shared_ptr<LlamaDecoderLayer>> layers_;
+  Tensor norm_;
+  std::shared_ptr<Linear> lm_head_;
+};
+
+}  // namespace ft
