@@ -7,6 +7,7 @@
 #   mlp        ft-mlp's epoch in both kernel modes against its PyTorch peer
 #   ops        ft-bench ops and adamw against their PyTorch peers
 #   gpt2       parity with PyTorch, exact resume, attention against SDPA, gpt2 against torch.compile
+#   llama      parity with transformers' Llama in both kernel modes, the tokenizer against tokenizers
 #   lora       the LoRA tests, parity with PEFT, resume, ft-bench lora against its PyTorch peer
 #   dlrm       ft-dlrm's benches against the PyTorch peers, AUC fused against unfused
 #   unfused    every bench in both kernel modes with its peers (the README's pictures)
