@@ -1,6 +1,6 @@
-// ft-llama-parity MODEL BATCHES OUT [STEPS LR]: what tests/parity/llama_parity.py compares with
-// transformers. Loads the Hugging Face folder MODEL into a Llama on the GPU in bf16 (CPU f32
-// without one) and runs STEPS AdamW steps (betas 0.9 0.95, eps 1e-8, no weight decay, no
+// ft-llama-parity MODEL BATCHES OUT [STEPS LR [DTYPE]]: what tests/parity/llama_parity.py compares
+// with transformers. Loads the Hugging Face folder MODEL into a Llama on the GPU in DTYPE (bf16,
+// the default, or f32; the CPU in f32 without a GPU) and runs STEPS AdamW steps (betas 0.9 0.95, eps 1e-8, no weight decay, no
 // clipping) on the batches of BATCHES (a safetensors file: "inputs" and "targets" i64
 // [steps, B, T]) in the kernel mode FT_KERNELS names. Writes to OUT: grads.safetensors (step 1's
 // gradients, f32, by HF name), losses.json (every step's loss), and export/ (the trained model
@@ -20,12 +20,14 @@
 
 int main(int argc, char** argv) {
   try {
-    FT_CHECK(argc == 4 || argc == 6, "usage: ft-llama-parity MODEL BATCHES OUT [STEPS LR]");
+    FT_CHECK(argc == 4 || argc == 6 || argc == 7, "usage: ft-llama-parity MODEL BATCHES OUT [STEPS LR [DTYPE]]");
     const std::string model_dir = argv[1], out = argv[3];
-    const int64_t steps = argc == 6 ? std::stoll(argv[4]) : 20;
-    const double lr = argc == 6 ? std::stod(argv[5]) : 1e-3;
+    const int64_t steps = argc >= 6 ? std::stoll(argv[4]) : 20;
+    const double lr = argc >= 6 ? std::stod(argv[5]) : 1e-3;
     const ft::Device device = ft::cuda_available() ? ft::kCUDA : ft::kCPU;
-    const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
+    const std::string dtype_name = argc == 7 ? argv[6] : "bf16";
+    FT_CHECK(dtype_name == "bf16" || dtype_name == "f32", "ft-llama-parity: DTYPE must be bf16 or f32");
+    const ft::DType dtype = device.is_cuda() && dtype_name == "bf16" ? ft::DType::BF16 : ft::DType::F32;
     std::filesystem::create_directories(out);
 
     const ft::LlamaConfig config = ft::read_hf_llama_config(model_dir);
