@@ -114,7 +114,11 @@ def main():
         bf16_err = rel(autocast_grads[name], param.grad)
         allowed = a.grad_tol if a.dtype == "f32" else max(a.grad_tol, 2.0 * bf16_err)
         worst, names = max(worst, err / allowed), names + 1
-        print(f"  {name}: ft {err:.2e}, transformers bf16 {bf16_err:.2e}, allowed {allowed:.2e}")
+        g, h = ft_grads[name].to(a.device).double(), param.grad.double()
+        scale = ((g * h).sum() / (h * h).sum()).item()  # the best factor from theirs to ours
+        print(f"  {name}: ft {err:.2e}, transformers bf16 {bf16_err:.2e}, allowed {allowed:.2e}; norms ft "
+              f"{g.norm().item():.3e} theirs {h.norm().item():.3e}, best scale {scale:.4f}, error after it "
+              f"{rel(g, scale * h):.2e}")
         if err > allowed:
             failures.append(f"gradient of {name}: norm-wise relative error {err:.2e} > {allowed:.2e}")
     print(f"gradients: {names} tensors, worst error {worst:.2f} of its allowance")
