@@ -5,9 +5,12 @@ key/value heads, MLP 688, vocabulary 3000, untied head, Llama 3 RoPE scaling wit
 context so that every band of frequencies is used at T 128), saves it with save_pretrained, draws
 20 batches of arithmetic sequences (learnable, so the loss falls), and runs ft-llama-parity on
 them in the kernel mode given (bf16 on the GPU). Checks:
-  1. step 1's loss and every parameter's gradient against transformers in fp32: with ft in
-     bf16, 1% on the loss and, on each gradient, 5% norm-wise or twice transformers' own
-     bf16-autocast error on it, whichever is larger; with ft in f32 (--dtype f32), 1e-4 on both;
+  1. step 1's loss and every parameter's gradient against transformers in f64 (eager attention:
+     in f32 on the GPU, SDPA's kernels round through TF32, which put its own query and key
+     gradients 60-90% off at initialization, where they are small differences): with ft in bf16,
+     1% on the loss and, on each gradient, 5% norm-wise or twice transformers' own bf16-autocast
+     error on it, whichever is larger; with ft in f32 (--dtype f32), 1e-4 on the loss and 2e-3 on
+     each gradient;
   2. the 20-step AdamW loss curve: ft may drift from transformers' fp32 curve by at most twice
      what transformers' own bf16-autocast run drifts (or 1%);
   3. the folder ft exports after training loads with LlamaForCausalLM.from_pretrained and gives
@@ -64,13 +67,13 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"], help="ft's parameters and activations")
     a = ap.parse_args()
     if a.dtype == "f32":
-        a.loss_tol = a.grad_tol = 1e-4
+        a.loss_tol, a.grad_tol = 1e-4, 2e-3
     work = a.work or tempfile.mkdtemp(prefix="llama-parity-")
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
 
-    model = LlamaForCausalLM(LlamaConfig(**CONFIG)).to(torch.float32)
+    model = LlamaForCausalLM(LlamaConfig(**CONFIG, attn_implementation="eager")).to(torch.float32)
     model_dir = os.path.join(work, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
     init = {k: v.clone() for k, v in model.state_dict().items()}
@@ -90,19 +93,20 @@ def main():
         model(ids).logits.float().reshape(-1, CONFIG["vocab_size"]), targets.reshape(-1))
     failures = []
 
-    # 1. Step 1: loss and gradients in fp32, and transformers' own bf16-autocast gradients, whose
+    # 1. Step 1: loss and gradients in f64, and transformers' own bf16-autocast gradients, whose
     # error sets the allowance for ft's in bf16 (a near-uniform attention at initialization makes
     # the query and key gradients small differences, which bf16 keeps poorly).
     ids, targets = batch(0)
     with torch.autocast(a.device, dtype=torch.bfloat16):
         forward(ids, targets).backward()
-    autocast_grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    autocast_grads = {name: p.grad.clone().double() for name, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
-    loss = forward(ids, targets)
+    model.double()
+    loss = torch.nn.functional.cross_entropy(model(ids).logits.reshape(-1, CONFIG["vocab_size"]), targets.reshape(-1))
     loss.backward()
     ft_grads = load_file(os.path.join(out, "grads.safetensors"))
     loss_err = abs(ft_losses[0] - loss.item()) / abs(loss.item())
-    print(f"step 1 loss: ft {ft_losses[0]:.6f} transformers {loss.item():.6f} (rel {loss_err:.2e}, tol {a.loss_tol})")
+    print(f"step 1 loss: ft {ft_losses[0]:.6f} transformers f64 {loss.item():.6f} (rel {loss_err:.2e}, tol {a.loss_tol})")
     if loss_err > a.loss_tol:
         failures.append(f"step 1 loss differs by {loss_err:.2e}")
     worst, names = 0.0, 0
@@ -110,11 +114,11 @@ def main():
         if name not in ft_grads:
             failures.append(f"ft has no gradient named {name}")
             continue
-        err = rel(ft_grads[name].to(a.device), param.grad)
+        err = rel(ft_grads[name].to(a.device).double(), param.grad)
         bf16_err = rel(autocast_grads[name], param.grad)
         allowed = a.grad_tol if a.dtype == "f32" else max(a.grad_tol, 2.0 * bf16_err)
         worst, names = max(worst, err / allowed), names + 1
-        g, h = ft_grads[name].to(a.device).double(), param.grad.double()
+        g, h = ft_grads[name].to(a.device).double(), param.grad
         scale = ((g * h).sum() / (h * h).sum()).item()  # the best factor from theirs to ours
         print(f"  {name}: ft {err:.2e}, transformers bf16 {bf16_err:.2e}, allowed {allowed:.2e}; norms ft "
               f"{g.norm().item():.3e} theirs {h.norm().item():.3e}, best scale {scale:.4f}, error after it "
@@ -124,6 +128,9 @@ def main():
     print(f"gradients: {names} tensors, worst error {worst:.2f} of its allowance")
 
     # 2. The loss curve, from the same weights, in fp32 and under bf16 autocast.
+    model.float()
+    model.zero_grad(set_to_none=True)
+
     def curve(bf16):
         model.load_state_dict(init)
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=0.0)
