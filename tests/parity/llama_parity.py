@@ -105,6 +105,14 @@ def main():
     loss = torch.nn.functional.cross_entropy(model(ids).logits.reshape(-1, CONFIG["vocab_size"]), targets.reshape(-1))
     loss.backward()
     ft_grads = load_file(os.path.join(out, "grads.safetensors"))
+    with torch.no_grad():
+        theirs0 = model(ids).logits
+    ours0 = load_file(os.path.join(out, "logits0.safetensors"))["logits"].to(a.device).double()
+    token_loss = lambda z: torch.nn.functional.cross_entropy(z.reshape(-1, CONFIG["vocab_size"]), targets.reshape(-1),
+                                                             reduction="none")
+    per_token = (token_loss(ours0) - token_loss(theirs0)).abs()
+    print(f"step 1 logits: relative difference {rel(ours0, theirs0):.2e}; per-token loss gap max "
+          f"{per_token.max().item():.2e} at {per_token.argmax().item()}, mean {per_token.mean().item():.2e}")
     loss_err = abs(ft_losses[0] - loss.item()) / abs(loss.item())
     print(f"step 1 loss: ft {ft_losses[0]:.6f} transformers f64 {loss.item():.6f} (rel {loss_err:.2e}, tol {a.loss_tol})")
     if loss_err > a.loss_tol:

@@ -3,7 +3,8 @@
 // the default, or f32; the CPU in f32 without a GPU) and runs STEPS AdamW steps (betas 0.9 0.95, eps 1e-8, no weight decay, no
 // clipping) on the batches of BATCHES (a safetensors file: "inputs" and "targets" i64
 // [steps, B, T]) in the kernel mode FT_KERNELS names. Writes to OUT: grads.safetensors (step 1's
-// gradients, f32, by HF name), losses.json (every step's loss), and export/ (the trained model
+// gradients, f32, by HF name), logits0.safetensors (its logits before that step), losses.json
+// (every step's loss), and export/ (the trained model
 // through save_hf_llama, f32) with logits.safetensors: the logits of batch 0 from the exported
 // folder loaded again into an f32 Llama, which transformers must reproduce.
 #include <cstdio>
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
         return all.narrow(0, step, 1).reshape({all.size(1), all.size(2)}).to(device);
       };
       optimizer.zero_grad();
+      if (step == 0) {  // the starting logits, to tell a gradient gap from a forward one
+        ft::NoGradGuard no_grad;
+        ft::save_safetensors(out + "/logits0.safetensors",
+                             {{"logits", model.logits(pick(inputs)).to(ft::kCPU).to(ft::DType::F32)}});
+      }
       const ft::Tensor loss = model.loss(pick(inputs), pick(targets));
       loss.backward();
       if (step == 0) {
