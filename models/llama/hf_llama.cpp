@@ -88,12 +88,17 @@ LlamaConfig read_hf_llama_config(const std::string& given) {
   c.max_positions = f.integer("max_position_embeddings", 2048);
   c.rms_eps = f.number("rms_norm_eps", 1e-6);
   c.tie_embeddings = f.boolean("tie_word_embeddings", false);
-  c.rope.theta = f.number("rope_theta", 10000.0);
-  if (const JsonValue* scaling = f.find("rope_scaling")) {
-    const JsonValue* kind = scaling->find("rope_type");
-    if (!kind) kind = scaling->find("type");
-    FT_CHECK(kind && kind->kind == JsonValue::Kind::String && kind->text == "llama3", path, ": rope_scaling type '",
-             kind ? kind->text : "", "' is not supported (llama3 is)");
+  // transformers before v5 writes rope_theta and rope_scaling; v5 writes both into rope_parameters,
+  // whose rope_type "default" means no scaling.
+  const JsonValue* parameters = f.find("rope_parameters");
+  c.rope.theta = parameters ? f.number_in(*parameters, "rope_theta", 10000.0) : f.number("rope_theta", 10000.0);
+  const JsonValue* scaling = parameters ? parameters : f.find("rope_scaling");
+  const JsonValue* kind = scaling ? scaling->find("rope_type") : nullptr;
+  if (scaling && !kind) kind = scaling->find("type");
+  if (kind && kind->kind == JsonValue::Kind::String && kind->text == "default") scaling = nullptr;
+  if (scaling) {
+    FT_CHECK(kind && kind->kind == JsonValue::Kind::String && kind->text == "llama3", path, ": rope type '",
+             kind ? kind->text : "", "' is not supported (default and llama3 are)");
     c.rope.factor = f.number_in(*scaling, "factor", 8.0);
     c.rope.low_freq_factor = f.number_in(*scaling, "low_freq_factor", 1.0);
     c.rope.high_freq_factor = f.number_in(*scaling, "high_freq_factor", 4.0);

@@ -77,6 +77,8 @@ def main():
     model_dir = os.path.join(work, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
     init = {k: v.clone() for k, v in model.state_dict().items()}
+    saved = json.load(open(os.path.join(model_dir, "config.json")))
+    print("saved config's rope:", {k: v for k, v in saved.items() if "rope" in k})
     data = batches(a.steps, CONFIG["vocab_size"], seed=1)
     save_file(data, os.path.join(work, "batches.safetensors"))
 

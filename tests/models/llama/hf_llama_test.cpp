@@ -44,6 +44,18 @@ TEST(HfLlama, ConfigReadsTransformersFieldsAndDefaults) {
   EXPECT_TRUE(c.tie_embeddings);
   EXPECT_EQ(c.rope.factor, 32.0);
   EXPECT_EQ(c.rope.original_max_position, 8192);
+  // transformers v5's form: the rope's theta and scaling in rope_parameters.
+  write(dir.file("v5.json"),
+        R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "rope_parameters":
+            {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}})");
+  const LlamaConfig v5 = read_hf_llama_config(dir.file("v5.json"));
+  EXPECT_EQ(v5.rope.theta, 500000.0);
+  EXPECT_EQ(v5.rope.factor, 8.0);
+  EXPECT_EQ(v5.rope.original_max_position, 64);
+  write(dir.file("v5-default.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                         "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}})");
+  EXPECT_EQ(read_hf_llama_config(dir.file("v5-default.json")).rope, (RopeConfig{.theta = 1000.0}));
   write(dir.file("plain.json"), R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4})");
   const LlamaConfig d = read_hf_llama_config(dir.file("plain.json"));
   EXPECT_EQ(d.kv_heads, 4);  // defaults to the query heads
@@ -58,7 +70,7 @@ TEST(HfLlama, ConfigRefusesWhatTheModelLacks) {
       {R"({"model_type": "qwen2"})", "model_type 'qwen2' is not supported"},
       {R"({"model_type": "llama", "hidden_act": "gelu"})", "hidden_act 'gelu'"},
       {R"({"model_type": "llama", "attention_bias": true})", "\"attention_bias\" is true"},
-      {R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})", "rope_scaling type 'yarn'"},
+      {R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})", "rope type 'yarn'"},
       {R"({"model_type": "mistral", "sliding_window": 4096})", "sliding window"},
       {R"({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 6})", "groups of 6"},
       {R"({"model_type": "llama", "vocab_size": "many"})", "\"vocab_size\" must be an integer"},
