@@ -18,6 +18,7 @@ loss), its loss falls well below the uniform one, and its sample is printed as t
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -140,6 +141,7 @@ def check_shards(binary, folder, kind, tok, path):
 
 def check_training(gpt2, folder):
     cache = os.path.join(folder, "token-cache")
+    shutil.rmtree(cache, ignore_errors=True)  # a run before this one wrote the documents anew: another folder
     args = ["--train", os.path.join(folder, "doc*.txt"), "--format", "text", "--tokenizer",
             os.path.join(folder, "gpt2.json"), "--token-cache", cache, "--model", "tiny", "--seq", "64", "--batch", "8",
             "--steps", "60", "--lr", "3e-3", "--device", "cpu", "--log-every", "20", "--sample-every", "60",
