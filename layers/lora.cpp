@@ -63,4 +63,12 @@ void LoRALinear::unmerge() {
   unmerged_weight_ = Tensor();
 }
 
+std::map<std::string, Tensor> lora_parameters(const Module& model) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : model.named_parameters())
+    if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos)
+      out.emplace(name, t.detach());
+  return out;
+}
+
 }  // namespace ft

@@ -5,6 +5,8 @@
 // own names, so a checkpoint of the model without adapters still loads) and `lora_A.weight`,
 // `lora_B.weight` (trainable; PEFT's names).
 #pragma once
+#include <map>
+#include <string>
 #include <memory>
 
 #include "layers/linear.h"
@@ -50,5 +52,8 @@ class LoRALinear : public Module {
   Tensor weight_, bias_, lora_a_, lora_b_;
   Tensor unmerged_weight_;  // W before merge(), while merged
 };
+
+/// The LoRA adapters' parameters of `model` by name (...lora_A.weight, ...lora_B.weight), detached.
+std::map<std::string, Tensor> lora_parameters(const Module& model);
 
 }  // namespace ft

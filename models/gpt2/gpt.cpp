@@ -105,13 +105,7 @@ void GPT::add_lora(const LoRAConfig& config, const std::vector<std::string>& tar
   for (auto& block : blocks_) block->add_lora(config, targets, gen);
 }
 
-std::map<std::string, Tensor> GPT::lora_state_dict() const {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : named_parameters())
-    if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos)
-      out.emplace(name, t.detach());
-  return out;
-}
+std::map<std::string, Tensor> GPT::lora_state_dict() const { return lora_parameters(*this); }
 
 std::pair<Tensor, PendingProjection> GPTBlock::forward_block(const Tensor& residual,
                                                             const PendingProjection& pending) {

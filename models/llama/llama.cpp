@@ -1,5 +1,7 @@
 #include "models/llama/llama.h"
 
+#include <algorithm>
+
 #include "lib/error.h"
 #include "lib/ops/attention/attention.h"
 #include "lib/ops/bias_act/bias_act.h"
@@ -69,6 +71,26 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, Generator& gen) 
   down_proj_ = register_module("mlp.down_proj", llama_linear(config.intermediate, c, gen));
 }
 
+const std::vector<std::string>& Llama::lora_targets() {
+  static const std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                   "gate_proj", "up_proj", "down_proj"};
+  return targets;
+}
+
+void LlamaDecoderLayer::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen) {
+  // In the order of Llama::lora_targets(), with their module paths in the layer.
+  std::shared_ptr<Module>* const members[] = {&q_proj_, &k_proj_, &v_proj_, &o_proj_, &gate_proj_, &up_proj_, &down_proj_};
+  const char* const paths[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                               "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+  for (size_t i = 0; i < Llama::lora_targets().size(); ++i) {
+    if (std::find(targets.begin(), targets.end(), Llama::lora_targets()[i]) == targets.end()) continue;
+    const auto base = std::dynamic_pointer_cast<Linear>(*members[i]);
+    FT_CHECK(base != nullptr, "Llama::add_lora: ", Llama::lora_targets()[i], " has an adapter already");
+    *members[i] = std::make_shared<LoRALinear>(base, config, gen);
+    replace_module(paths[i], *members[i]);
+  }
+}
+
 Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
   const int64_t b = normed.size(0), t = normed.size(1), hs = config_.head_size();
   auto rotated = [&](const std::shared_ptr<Module>& proj, int64_t heads) {
@@ -98,6 +120,25 @@ Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
   norm_ = register_parameter("model.norm.weight", Tensor::full({config.hidden}, 1.0));
   if (!config.tie_embeddings) lm_head_ = register_module("lm_head", llama_linear(config.hidden, config.vocab, gen));
 }
+
+void Llama::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) {
+  config.check();
+  std::string names;
+  for (const std::string& t : lora_targets()) names += (names.empty() ? "" : ", ") + t;
+  FT_CHECK(!targets.empty(), "Llama::add_lora: no targets (choose from ", names, ")");
+  for (size_t i = 0; i < targets.size(); ++i) {
+    FT_CHECK(std::find(lora_targets().begin(), lora_targets().end(), targets[i]) != lora_targets().end(),
+             "Llama::add_lora: unknown target '", targets[i], "' (choose from ", names, ")");
+    FT_CHECK(std::find(targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(i), targets[i]) ==
+                 targets.begin() + static_cast<std::ptrdiff_t>(i),
+             "Llama::add_lora: target '", targets[i], "' given twice");
+  }
+  set_trainable(false);
+  Generator gen(seed);
+  for (auto& layer : layers_) layer->add_lora(config, targets, gen);
+}
+
+std::map<std::string, Tensor> Llama::lora_state_dict() const { return lora_parameters(*this); }
 
 const Tensor& Llama::head_weight() const { return lm_head_ ? lm_head_->weight() : embed_->weight(); }
 

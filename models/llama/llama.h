@@ -11,12 +11,14 @@
 // B: batch, T: tokens, C: hidden size, NH: query heads, NKV: key/value heads, HS: head size,
 // I: the MLP's width, V: vocabulary.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "layers/embedding.h"
 #include "layers/linear.h"
+#include "layers/lora.h"
 #include "layers/module.h"
 #include "lib/ops/rope/rope.h"
 
@@ -44,6 +46,8 @@ class LlamaDecoderLayer : public Module {
   LlamaDecoderLayer(const LlamaConfig& config, Generator& gen);
   /// x [B, T, C] -> [B, T, C].
   Tensor forward(const Tensor& x) override;
+  /// Wraps the named projections (Llama::lora_targets()) in LoRA adapters.
+  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen);
 
  private:
   Tensor attend(const Tensor& normed);  // [B, T, C] -> [B, T, NH·HS], before o_proj
@@ -66,6 +70,17 @@ class Llama : public Module {
   const LlamaConfig& config() const { return config_; }
   /// The head's weight [V, C]: lm_head's, or the embedding's when tied.
   const Tensor& head_weight() const;
+
+  /// LoRA fine-tuning: freezes every parameter, then wraps the `targets` projections of every
+  /// layer, named as Hugging Face names them (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+  /// down_proj), in LoRA adapters, which alone train: model.layers.{i}.self_attn.q_proj.lora_A.weight
+  /// [r, in] and ...lora_B.weight [out, r] (B starts at zero, so the model starts unchanged), on
+  /// the model's device and dtype. An unknown or repeated target, or none, is an ft::Error.
+  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed);
+  /// The adapters' parameters by name (empty without add_lora).
+  std::map<std::string, Tensor> lora_state_dict() const;
+  /// The target names add_lora takes, in layer order.
+  static const std::vector<std::string>& lora_targets();
 
  private:
   LlamaConfig config_;

@@ -209,6 +209,49 @@ TEST(Llama, GradientsMatchFiniteDifferences) {
   EXPECT_EQ(checked, 2 * (2 * 9 + 3));  // every parameter of both layers, the embedding, norm and head
 }
 
+TEST(Llama, LoraOnHuggingFaceNamesStartsUnchangedAndTrainsAlone) {
+  const LlamaConfig config = tiny(false);
+  Llama model(config, 21);
+  model.to(kCPU, DType::F64);
+  const Batch b = random_batch(2, 5, config.vocab, 22);
+  const double before = model.loss(b.id_tensor, b.target_tensor).item();
+  model.add_lora({.rank = 2, .alpha = 4.0}, {"q_proj", "v_proj", "down_proj"}, 23);
+  EXPECT_DOUBLE_EQ(model.loss(b.id_tensor, b.target_tensor).item(), before);  // B starts at zero
+  const std::map<std::string, Tensor> lora = model.lora_state_dict();
+  EXPECT_EQ(lora.size(), 2u * 3u * 2u);  // 2 layers x 3 targets x (A, B)
+  EXPECT_EQ(lora.at("model.layers.1.self_attn.q_proj.lora_A.weight").shape(), (Shape{2, 16}));
+  EXPECT_EQ(lora.at("model.layers.1.self_attn.v_proj.lora_B.weight").shape(), (Shape{2 * 6, 2}));
+  EXPECT_EQ(lora.at("model.layers.0.mlp.down_proj.lora_A.weight").shape(), (Shape{2, 24}));
+  EXPECT_EQ(model.trainable_parameters().size(), lora.size());
+  EXPECT_TRUE(model.state_dict().count("model.layers.0.self_attn.q_proj.weight"));  // the base keeps its name
+  // B away from zero, then finite differences on one element of every adapter.
+  Generator gen(24);
+  for (const auto& [name, p] : lora)
+    if (name.find("lora_B") != std::string::npos) p.copy_(Tensor::randn(p.shape(), gen, DType::F64) * 0.1);
+  model.loss(b.id_tensor, b.target_tensor).backward();
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!lora.count(name)) {
+      EXPECT_FALSE(p.grad().defined()) << name;
+      continue;
+    }
+    double* values = p.data<double>();
+    const double grad = p.grad().to_vector()[1], saved = values[1], eps = 1e-6;
+    NoGradGuard no_grad;
+    values[1] = saved + eps;
+    const double up = model.loss(b.id_tensor, b.target_tensor).item();
+    values[1] = saved - eps;
+    const double down = model.loss(b.id_tensor, b.target_tensor).item();
+    values[1] = saved;
+    EXPECT_NEAR(grad, (up - down) / (2 * eps), 1e-8 + 1e-5 * std::abs(grad)) << name;
+  }
+  Llama other(config, 1);
+  EXPECT_TRUE(error_mentions([&] { other.add_lora({.rank = 2, .alpha = 4.0}, {"qkv"}, 1); },
+                             "unknown target 'qkv' (choose from q_proj, k_proj, v_proj, o_proj, gate_proj"));
+  EXPECT_TRUE(error_mentions([&] { other.add_lora({.rank = 2, .alpha = 4.0}, {"up_proj", "up_proj"}, 1); },
+                             "given twice"));
+  EXPECT_TRUE(error_mentions([&] { other.add_lora({.rank = 2, .alpha = 4.0}, {}, 1); }, "no targets"));
+}
+
 TEST(Llama, ConfigChecksNameTheField) {
   LlamaConfig c = tiny(false);
   c.kv_heads = 3;
