@@ -10,6 +10,7 @@
 #include "models/llama/hf_llama.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
+#include "train/io/peft_adapter.h"
 #include "train/io/safetensors.h"
 
 namespace ft {
@@ -137,6 +138,39 @@ TEST(HfLlama, ShardedWeightsFollowTheIndex) {
   wider.intermediate = 32;
   Llama mismatched(wider, 6);
   EXPECT_TRUE(error_mentions([&] { load_hf_llama(mismatched, dir.file("other")); }, "mlp.gate_proj.weight"));
+}
+
+TEST(HfLlama, LoraAdaptersInPeftsFilesForLlama) {
+  TempDir dir("ft_hf_llama");
+  Llama model(small(false), 8);
+  model.add_lora({.rank = 4, .alpha = 8.0}, {"q_proj", "v_proj", "down_proj"}, 9);
+  Generator gen(10);
+  for (const auto& [name, p] : model.lora_state_dict())
+    if (name.find("lora_B") != std::string::npos) p.copy_(Tensor::randn(p.shape(), gen) * 0.1);
+  const PeftLoraConfig config{.r = 4, .alpha = 8.0, .targets = {"q_proj", "v_proj", "down_proj"},
+                              .base_model = "tiny-llama"};
+  save_peft_adapter(dir.path().string(), model.lora_state_dict(), config, llama_peft_layout());
+  // PEFT's names for LlamaForCausalLM, and its config.
+  const auto saved = load_safetensors(dir.file("adapter_model.safetensors")).tensors;
+  EXPECT_EQ(saved.size(), 2u * 3u * 2u);
+  EXPECT_EQ(saved.at("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight").shape(), (Shape{4, 16}));
+  EXPECT_EQ(saved.at("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight").shape(), (Shape{16, 4}));
+  std::ifstream in(dir.file("adapter_config.json"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"target_modules\": [\"q_proj\", \"v_proj\", \"down_proj\"]"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"fan_in_fan_out\": false"), std::string::npos) << text;
+  // Back in, the same tensors; a GPT-2 reading of the folder refuses it by name.
+  const PeftAdapter back = load_peft_adapter(dir.path().string(), llama_peft_layout());
+  EXPECT_EQ(back.config.targets, config.targets);
+  for (const auto& [name, t] : model.lora_state_dict())
+    EXPECT_EQ(back.tensors.at(name).to_vector(), t.to(DType::F32).to_vector()) << name;
+  EXPECT_TRUE(error_mentions([&] { load_peft_adapter(dir.path().string()); }, "selects none of GPT-2's"));
+  PeftLoraConfig gpt2_target = config;
+  gpt2_target.targets = {"qkv"};
+  EXPECT_TRUE(error_mentions([&] { save_peft_adapter(dir.file("bad"), model.lora_state_dict(), gpt2_target,
+                                                     llama_peft_layout()); },
+                             "unknown LoRA target 'qkv' (expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj or "
+                             "down_proj)"));
 }
 
 }  // namespace
