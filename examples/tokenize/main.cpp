@@ -3,7 +3,6 @@
 // shards written from text files on every core.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -15,16 +14,9 @@
 #include "train/data/bpe_tokenizer.h"
 #include "train/data/file_list.h"
 #include "train/data/text_shards.h"
+#include "train/io/text_file.h"
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "ft-tokenize: cannot open '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 /// Whitespace-separated ids.
 std::vector<int32_t> parse_ids(const std::string& text, const std::string& what) {
@@ -98,7 +90,7 @@ int run(int argc, char** argv) {
   const ft::BpeTokenizer tokenizer = ft::BpeTokenizer::from_file(args.str("tokenizer"));
   if (!args.str("write-shards").empty()) return write_shards(args, tokenizer);
   if (!args.str("decode").empty()) {
-    const std::string text = tokenizer.decode(parse_ids(read_file(args.str("decode")), "--decode"),
+    const std::string text = tokenizer.decode(parse_ids(ft::read_text_file(args.str("decode"), "ft-tokenize"), "--decode"),
                                               args.boolean("skip-special-tokens"));
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
@@ -106,7 +98,7 @@ int run(int argc, char** argv) {
   std::stringstream files(args.str("encode"));
   std::string path;
   while (std::getline(files, path, ',')) {
-    const std::vector<int32_t> ids = tokenizer.encode(read_file(path), args.boolean("add-special-tokens"));
+    const std::vector<int32_t> ids = tokenizer.encode(ft::read_text_file(path, "ft-tokenize"), args.boolean("add-special-tokens"));
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
     std::printf("%s\n", line.c_str());

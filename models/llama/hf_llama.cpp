@@ -1,26 +1,17 @@
 #include "models/llama/hf_llama.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "lib/error.h"
 #include "train/io/atomic_file.h"
 #include "train/io/json.h"
 #include "train/io/safetensors.h"
+#include "train/io/text_file.h"
 
 namespace ft {
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "cannot open '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 /// A config.json's fields, with the file named in every error.
 class ConfigFields {
@@ -66,7 +57,7 @@ class ConfigFields {
 LlamaConfig read_hf_llama_config(const std::string& given) {
   const std::string path =
       std::filesystem::is_directory(given) ? (std::filesystem::path(given) / "config.json").string() : given;
-  const JsonValue root = parse_json(read_text(path), "config '" + path + "'");
+  const JsonValue root = parse_json(read_text_file(path, "read_hf_llama_config"), "config '" + path + "'");
   FT_CHECK(root.kind == JsonValue::Kind::Object, path, ": not a config.json (the top level is not an object)");
   const ConfigFields f(root, path);
   const std::string type = f.text("model_type", "");
@@ -154,7 +145,7 @@ std::map<std::string, Tensor> load_hf_weights(const std::string& folder) {
     return load_safetensors(single.string()).tensors;
   }
   const std::string index_path = index.string();
-  const JsonValue map = parse_json(read_text(index_path), "index '" + index_path + "'");
+  const JsonValue map = parse_json(read_text_file(index_path, "load_hf_weights"), "index '" + index_path + "'");
   const JsonValue* weights = map.find("weight_map");
   FT_CHECK(weights && weights->kind == JsonValue::Kind::Object, index_path, ": no \"weight_map\" object");
   std::map<std::string, std::set<std::string>> names_by_file;

@@ -9,4 +9,4 @@ set(FT_FUZZ_PARSER_SOURCES
   lib/error.cpp lib/parse.cpp lib/dtype.cpp
   train/io/json.cpp train/data/idx.cpp train/data/token_shard_format.cpp train/io/safetensors_header.cpp
   train/io/checkpoint_records.cpp train/data/criteo_tsv.cpp train/data/unicode_classes.cpp train/data/split_pattern.cpp
-  train/data/bpe_tokenizer.cpp)
+  train/data/bpe_tokenizer.cpp train/io/text_file.cpp)

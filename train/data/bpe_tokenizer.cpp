@@ -11,6 +11,7 @@
 #include "lib/error.h"
 #include "lib/utf8.h"
 #include "train/io/json.h"
+#include "train/io/text_file.h"
 
 namespace ft {
 
@@ -98,12 +99,7 @@ std::string literal_pattern(const std::string& s) {
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "tokenizer: cannot open '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  FT_CHECK(!in.bad(), "tokenizer: cannot read '", path, "'");
-  return from_json(text.str(), "tokenizer '" + path + "'");
+  return from_json(read_text_file(path, "tokenizer"), "tokenizer '" + path + "'");
 }
 
 BpeTokenizer BpeTokenizer::from_json(const std::string& json, const std::string& context) {

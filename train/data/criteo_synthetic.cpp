@@ -12,6 +12,7 @@
 #include "lib/error.h"
 #include "train/data/criteo.h"
 #include "train/io/atomic_file.h"
+#include "train/io/text_file.h"
 #include "train/io/json.h"
 #include "train/loop/binary_metrics.h"
 
@@ -319,11 +320,7 @@ SyntheticCriteoInfo write_synthetic_criteo(const std::string& path, const Synthe
 SyntheticCriteoInfo read_synthetic_criteo_info(const std::string& path) {
   const std::string json_path = path + ".json";
   const std::string op = "read_synthetic_criteo_info: '" + json_path + "'";
-  std::ifstream in(json_path, std::ios::binary);
-  FT_CHECK(in, op, ": cannot open it");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const JsonValue doc = parse_json(text.str(), op);
+  const JsonValue doc = parse_json(read_text_file(json_path, "read_synthetic_criteo_info"), op);
   auto field = [&](const char* name, JsonValue::Kind kind) -> const JsonValue& {
     const JsonValue* v = doc.find(name);
     FT_CHECK(v != nullptr, op, ": no \"", name, "\"");

@@ -12,6 +12,7 @@
 
 #include "lib/error.h"
 #include "train/data/token_shards.h"
+#include "train/io/text_file.h"
 
 namespace ft {
 
@@ -116,9 +117,7 @@ std::string cached_text_shards(const BpeTokenizer& tokenizer, const std::string&
     for (const char c : bytes) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
     hash = (hash ^ 0xFF) * 0x100000001b3ull;  // a separator, so that "ab"+"c" differs from "a"+"bc"
   };
-  std::ifstream in(tokenizer_path, std::ios::binary);
-  FT_CHECK(in.good(), "cached_text_shards: cannot open the tokenizer '", tokenizer_path, "'");
-  mix(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  mix(read_text_file(tokenizer_path, "cached_text_shards"));
   mix(name);
   for (const std::string& file : files) {
     std::error_code ec;

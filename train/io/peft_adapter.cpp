@@ -11,6 +11,7 @@
 #include "train/io/atomic_file.h"
 #include "train/io/json.h"
 #include "train/io/safetensors.h"
+#include "train/io/text_file.h"
 
 namespace ft {
 
@@ -146,17 +147,9 @@ std::string config_json(const PeftLayout& layout, const PeftLoraConfig& config) 
          "}\n";
 }
 
-std::string read_text(const fs::path& path, const std::string& where) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), where, ": cannot open '", path.string(), "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 PeftLoraConfig parse_config(const PeftLayout& layout, const fs::path& path) {
   const std::string where = "load_peft_adapter: '" + path.string() + "'";
-  const JsonValue root = parse_json(read_text(path, where), where + ": bad JSON");
+  const JsonValue root = parse_json(read_text_file(path.string(), where), where + ": bad JSON");
   FT_CHECK(root.kind == JsonValue::Kind::Object, where, ": not a JSON object");
   using Kind = JsonValue::Kind;
   auto field = [&](const char* key, Kind kind, const char* what) -> const JsonValue& {
