@@ -1,5 +1,6 @@
 #include "layers/embedding_bag.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lib/error.h"
@@ -9,12 +10,29 @@
 namespace ft {
 
 Tensor EmbeddingBagCollection::initial_rows(int64_t rows, int64_t dim, uint64_t seed, uint64_t offset, int64_t begin,
-                                            int64_t count) {
+                                            int64_t count, Device device) {
   FT_CHECK(begin >= 0 && count >= 0 && begin + count <= rows, "EmbeddingBagCollection: rows [", begin, ", ",
            begin + count, ") are outside a table of ", rows);
   const double bound = std::sqrt(1.0 / static_cast<double>(rows));
-  const Tensor u = philox_uniform({count, dim}, seed, offset + static_cast<uint64_t>(begin * dim));
+  const Tensor u = philox_uniform({count, dim}, seed, offset + static_cast<uint64_t>(begin * dim), device);
   return affine(u, 2.0 * bound, -bound);
+}
+
+Tensor EmbeddingBagCollection::draw_rows(const std::vector<TableRowsToDraw>& pieces, int64_t dim, uint64_t seed,
+                                         Device device, int64_t chunk_elements) {
+  int64_t total = 0;
+  for (const TableRowsToDraw& p : pieces) total += p.count;
+  Tensor weight = Tensor::empty({total, dim}, DType::F32, device);
+  const int64_t chunk = std::max<int64_t>(1, chunk_elements / dim);
+  int64_t at = 0;
+  for (const TableRowsToDraw& p : pieces) {
+    for (int64_t done = 0; done < p.count; done += chunk) {
+      const int64_t n = std::min(chunk, p.count - done);
+      weight.narrow(0, at + done, n).copy_(initial_rows(p.rows, dim, seed, p.offset, p.first + done, n, device));
+    }
+    at += p.count;
+  }
+  return weight;
 }
 
 namespace {
@@ -33,15 +51,11 @@ int64_t checked_rows(const EmbeddingBagCollection::Options& options) {
 
 /// The tables' stacked f32 weight, each table drawn as initial_rows draws it.
 Tensor initial_weight(const EmbeddingBagCollection::Options& options, Generator& gen) {
-  const int64_t rows = checked_rows(options);
-  Tensor weight = Tensor::empty({rows, options.dim}, DType::F32);
-  int64_t at = 0;
-  for (int64_t r : options.table_rows) {
-    const uint64_t offset = gen.advance(static_cast<uint64_t>(r * options.dim));
-    weight.narrow(0, at, r).copy_(EmbeddingBagCollection::initial_rows(r, options.dim, gen.seed(), offset, 0, r));
-    at += r;
-  }
-  return weight;
+  (void)checked_rows(options);
+  std::vector<TableRowsToDraw> pieces;
+  for (int64_t r : options.table_rows)
+    pieces.push_back({.rows = r, .first = 0, .count = r, .offset = gen.advance(static_cast<uint64_t>(r * options.dim))});
+  return EmbeddingBagCollection::draw_rows(pieces, options.dim, gen.seed(), options.device);
 }
 
 }  // namespace
@@ -56,9 +70,10 @@ EmbeddingBagCollection::EmbeddingBagCollection(Options options, Tensor weight) :
            dtype_name(weight.dtype()), " ", shape_str(weight.shape()));
   weight_ = register_parameter("weight", weight, true, /*keep_dtype=*/true);
   if (options_.update == RowUpdateKind::RowWiseAdagrad)
-    accumulator_ = register_parameter("accumulator", Tensor::zeros({rows}, DType::F32), false, true);
+    accumulator_ = register_parameter("accumulator", Tensor::zeros({rows}, DType::F32, weight.device()), false, true);
   if (options_.update == RowUpdateKind::ElementwiseAdagrad)
-    accumulator_ = register_parameter("accumulator", Tensor::zeros({rows, options_.dim}, DType::F32), false, true);
+    accumulator_ = register_parameter("accumulator", Tensor::zeros({rows, options_.dim}, DType::F32, weight.device()),
+                                      false, true);
   std::vector<double> offsets{0};
   for (int64_t r : options_.table_rows) offsets.push_back(offsets.back() + static_cast<double>(r));
   row_offsets_ = Tensor::from_vector(offsets, {tables() + 1}, DType::I64);

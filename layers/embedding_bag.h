@@ -22,6 +22,17 @@ struct EmbeddingTablesOptions {
   RowUpdateKind update = RowUpdateKind::SGD;
   double lr = 0.01;   ///< the tables' learning rate (constant)
   double eps = 1e-8;  ///< row-wise Adagrad's
+  /// Where the tables are drawn and kept. A GPU's tables never pass through host memory: the
+  /// Criteo 1TB tables with their Adagrad state are 192 GB, more than a host of 2 GPUs holds for
+  /// its two processes.
+  Device device = kCPU;
+};
+
+/// Rows [first, first + count) of a table of `rows` rows, whose draw starts at generator offset
+/// `offset` (EmbeddingBagCollection::initial_rows draws them).
+struct TableRowsToDraw {
+  int64_t rows = 0, first = 0, count = 0;
+  uint64_t offset = 0;
 };
 
 /// What a recommender model asks of its tables, whether one process holds them all
@@ -60,7 +71,12 @@ class EmbeddingBagCollection : public PooledTables {
   /// Rows [begin, begin + count) of a table of `rows` rows as the first constructor draws it,
   /// when the generator stood at `offset` before the table: f32 [count, D]. Any rows of any
   /// table can be drawn alone, so each rank of sharded tables draws only its own.
-  static Tensor initial_rows(int64_t rows, int64_t dim, uint64_t seed, uint64_t offset, int64_t begin, int64_t count);
+  static Tensor initial_rows(int64_t rows, int64_t dim, uint64_t seed, uint64_t offset, int64_t begin, int64_t count,
+                             Device device = kCPU);
+  /// The pieces' rows stacked in one f32 [Σ count, D] on `device`, drawn as initial_rows draws
+  /// them `chunk_elements` at a time (64 MB of f32), so nothing the size of a table is made twice.
+  static Tensor draw_rows(const std::vector<TableRowsToDraw>& pieces, int64_t dim, uint64_t seed, Device device,
+                          int64_t chunk_elements = int64_t{16} << 20);
   Tensor forward_one_hot(const Tensor& ids, DType out_dtype) override;
   /// Bags of any size: ids [N], offsets [B·T + 1] sample-major, optional per-sample weights [N].
   Tensor forward_bags(const Tensor& ids, const Tensor& offsets, const Tensor& per_sample_weights, DType out_dtype);

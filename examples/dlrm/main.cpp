@@ -207,7 +207,7 @@ std::pair<std::string, double> tables_held(const Settings& s, const std::optiona
 }
 
 std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed, const std::optional<ft::ShardingPlan>& plan,
-                                      int rank) {
+                                      int rank, ft::Device device) {
   ft::Generator gen(seed);
   return std::make_shared<ft::DLRM>(
       ft::DLRM::Options{.dense_features = ft::kCriteoDense,
@@ -217,7 +217,8 @@ std::shared_ptr<ft::DLRM> build_model(const Settings& s, uint64_t seed, const st
                                    .dim = s.dim,
                                    .mode = s.pooling,
                                    .update = s.sparse_update,
-                                   .lr = s.sparse_lr},
+                                   .lr = s.sparse_lr,
+                                   .device = device},
                         .sharding = plan,
                         .rank = rank,
                         .interaction = interaction(s),
@@ -327,7 +328,7 @@ int run(int argc, char** argv) {
                             std::string(env.world_size > 1 ? ", or shard them (--sharding auto)" : ""));
 
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
-  const std::shared_ptr<ft::DLRM> model = build_model(s, seed, plan, env.rank);
+  const std::shared_ptr<ft::DLRM> model = build_model(s, seed, plan, env.rank, device);
   model->to(device, dtype);
   ft::mark_startup("model");
   // Joined before the optimizer (its buffers are laid out for the run's world size). The MLPs

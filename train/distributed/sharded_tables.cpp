@@ -56,14 +56,14 @@ ShardedEmbeddingBags::ShardedEmbeddingBags(EmbeddingBagCollection::Options optio
     if (group.empty()) return nullptr;
     EmbeddingBagCollection::Options o = options_;
     o.table_rows.clear();
-    std::vector<Tensor> parts;
+    std::vector<TableRowsToDraw> pieces;
     for (size_t t : group) {
       const Held h = held(t);
       o.table_rows.push_back(h.rows);
-      parts.push_back(EmbeddingBagCollection::initial_rows(options_.table_rows[t], options_.dim, gen.seed(), offset[t],
-                                                           h.first, h.rows));
+      pieces.push_back({.rows = options_.table_rows[t], .first = h.first, .count = h.rows, .offset = offset[t]});
     }
-    auto collection = register_module(name, std::make_shared<EmbeddingBagCollection>(o, cat(parts, 0)));
+    const Tensor weight = EmbeddingBagCollection::draw_rows(pieces, options_.dim, gen.seed(), options_.device);
+    auto collection = register_module(name, std::make_shared<EmbeddingBagCollection>(o, weight));
     if (rank_local) collection->set_rank_local();
     return collection;
   };
@@ -190,7 +190,7 @@ const ShardedEmbeddingBags::Indices& ShardedEmbeddingBags::indices(int64_t batch
               .block_ids = i64_tensor(block, device),
               .replica_ids = i64_tensor(replica, device),
               .bag_offsets = Tensor::arange(world * batch * static_cast<int64_t>(row_wise_.size()) + 1, DType::I64, device),
-              .assemble = i64_tensor(assemble, device)};
+              .assemble = RowPermutation::of(assemble, device)};
 }
 
 Tensor ShardedEmbeddingBags::pooled_table_wise(const Tensor& ids, int64_t batch, DType out_dtype,
@@ -269,7 +269,7 @@ std::function<Tensor()> ShardedEmbeddingBags::start_one_hot(const Tensor& ids, D
     parts.push_back(replicas_->forward_one_hot(picked.reshape({batch, count}), out_dtype)
                         .reshape({batch * count, options_.dim}));
   }
-  const Tensor assemble = indices(batch, ids.device()).assemble;
+  const RowPermutation assemble = indices(batch, ids.device()).assemble;
   auto flights = std::make_shared<std::vector<std::unique_ptr<Work>>>();
   for (auto* flight : {&table_wise_flight, &row_wise_flight})
     if (*flight) flights->push_back(std::move(*flight));
@@ -277,7 +277,7 @@ std::function<Tensor()> ShardedEmbeddingBags::start_one_hot(const Tensor& ids, D
     for (const auto& work : *flights) work->wait();
     flights->clear();
     const Tensor joined = parts.size() == 1 ? parts.front() : cat(parts, 0);
-    return gather_rows(joined, assemble).reshape({batch, tables(), options_.dim});
+    return permute_rows(joined, assemble).reshape({batch, tables(), options_.dim});
   };
 }
 

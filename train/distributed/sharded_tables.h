@@ -38,6 +38,7 @@
 
 #include "layers/embedding_bag.h"
 #include "layers/module.h"
+#include "lib/ops/shape_ops/shape_ops.h"
 #include "train/distributed/communicator.h"
 #include "train/distributed/sharding_plan.h"
 #include "train/io/table_shards.h"
@@ -90,7 +91,7 @@ class ShardedEmbeddingBags : public PooledTables {
     Tensor block_ids;     // RW: positions of the row-wise tables' ids, [B·T_rw]
     Tensor replica_ids;   // replicated: positions, [B·T_p]
     Tensor bag_offsets;   // RW: 0, 1, ..., W·B·T_rw
-    Tensor assemble;      // [B·T]: each (sample, table)'s row in the joined pooled rows
+    RowPermutation assemble;  // [B·T]: each (sample, table)'s row in the joined pooled rows
   };
   const Indices& indices(int64_t batch, Device device);
   /// The pooled vectors of this rank's samples; the last exchange is left in `in_flight`.

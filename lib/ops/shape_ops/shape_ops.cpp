@@ -235,6 +235,31 @@ Tensor gather_rows(const Tensor& table, const Tensor& ids) {
   });
 }
 
+RowPermutation RowPermutation::of(const std::vector<int64_t>& order, Device device) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  std::vector<double> forward(order.size()), inverse(order.size(), -1.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = order[static_cast<size_t>(i)];
+    FT_CHECK(at >= 0 && at < n && inverse[static_cast<size_t>(at)] < 0, "RowPermutation: entry ", i, " (", at,
+             ") is outside [0, ", n, ") or repeats an earlier one: not a permutation");
+    inverse[static_cast<size_t>(at)] = static_cast<double>(i);
+    forward[static_cast<size_t>(i)] = static_cast<double>(at);
+  }
+  return {Tensor::from_vector(forward, {n}, DType::I64).to(device), Tensor::from_vector(inverse, {n}, DType::I64).to(device)};
+}
+
+Tensor permute_rows(const Tensor& x, const RowPermutation& p) {
+  check_defined(x, "permute_rows", "x");
+  FT_CHECK(x.dim() == 2, "permute_rows: x must be [n, C], got ", shape_str(x.shape()));
+  FT_CHECK(p.order.defined() && p.inverse.defined() && p.order.numel() == x.size(0) && p.inverse.numel() == x.size(0),
+           "permute_rows: the permutation orders ", p.order.defined() ? p.order.numel() : 0, " rows, x has ", x.size(0));
+  const Tensor out = gather_rows(x.detach(), p.order);
+  if (!needs_grad({&x})) return out;
+  return record("permute_rows", out, {x}, [inverse = p.inverse](const Tensor& g) {
+    return std::vector<Tensor>{gather_rows(g, inverse)};
+  });
+}
+
 Tensor gather_last(const Tensor& x, const Tensor& ids) {
   check_defined(x, "gather_last", "x");
   check_defined(ids, "gather_last", "ids");

@@ -19,6 +19,18 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t d);
 /// scatters-adds into the table's rows.
 Tensor gather_rows(const Tensor& table, const Tensor& ids);
 
+/// A reordering of n rows and its inverse, made on the host, where `of` checks that the order
+/// holds each of 0 .. n-1 once.
+struct RowPermutation {
+  Tensor order;    ///< i64 [n]: row i of the result is row order[i] of the input
+  Tensor inverse;  ///< i64 [n]: inverse[order[i]] = i
+  static RowPermutation of(const std::vector<int64_t>& order, Device device);
+};
+/// x [n, C] with its rows reordered (gather_rows by p.order). Its gradient is the reverse
+/// reordering (a gather by p.inverse): no zeroed buffer and no atomic adds, as a permutation
+/// sends every row to exactly one place.
+Tensor permute_rows(const Tensor& x, const RowPermutation& p);
+
 /// One element of each row of x [..., V] picked by integer ids [...] (i32 or i64): result [...]
 /// with x's dtype, out[r] = x[r, ids[r]] (PyTorch's gather along the last dim, one index a row).
 /// An id outside [0, V) is an ft::Error (on CUDA, raised at the next synchronizing read). The

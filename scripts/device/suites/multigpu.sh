@@ -13,8 +13,9 @@
 #   500-step loss curve reduced in bf16 against f32; ft-mlp and ft-dlrm on N GPUs against one
 #   process with the global batch.
 # sharded: DLRM tables sharded over the GPUs: the sharded tables against whole ones on N GPUs,
-#   ft-dlrm's mlperf preset on one GPU and on N with each --sharding, and a sharded checkpoint
-#   resumed on one GPU.
+#   ft-dlrm's mlperf preset on one GPU and on N with each --sharding, a sharded checkpoint
+#   resumed on one GPU, row-wise tables' losses step by step against the replicated run's, and
+#   the criteo1tb preset on synthetic day files (element-wise and row-wise Adagrad, dot and DCNv2).
 suite=${SUITE_ARG:-all}
 N=$(gpu_count)
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version --format=csv,noheader >"$logs/gpus.txt"
@@ -156,7 +157,8 @@ PY
   ls -la "$d/ck" >"$d/ck-listing.txt" 2>&1
   local resumed at
   at=$(cat "$d/ck/latest" 2>/dev/null | grep -o '[0-9]*' | head -1)
-  $G --train /tmp/shard.bin --model d12 --batch 8 --seq 256 --log-every 5 --resume "$d/ck" --steps $((10#${at:-0} + 5)) \
+  # One process resumes the 2-rank run: the same global batch (2 x 8 sequences).
+  $G --train /tmp/shard.bin --model d12 --batch 16 --seq 256 --log-every 5 --resume "$d/ck" --steps $((10#${at:-0} + 5)) \
     >"$d/resume.log" 2>&1
   resumed=$([ $? -eq 0 ] && grep -o 'resumed from step [0-9]*' "$d/resume.log" || echo "FAILED: $(grep -o 'error:.*' "$d/resume.log" | head -1)")
   rm -rf "$d/ck"  # gigabytes: not for the logs
@@ -278,6 +280,42 @@ sharded() {
   $B/examples/ft-dlrm $small --batch $((N * 4096)) --steps 40 --resume $ck.half >"$logs/dlrm-shard-resumed.log" 2>&1
   row "sharded checkpoint at step 20 resumed on 1 GPU: straight $(grep -o 'test_auc=[0-9.]*' "$logs/dlrm-shard-ck.log"), resumed $(grep -o 'test_auc=[0-9.]*\|error.*' "$logs/dlrm-shard-resumed.log" | head -1)"
   rm -rf $ck $ck.half
+  # Row-wise tables step by step against the replicated run (forward sums are exact: each id's
+  # row lives on one rank), with the graph and without.
+  local steps="--data /tmp/dlrm-mlperf.tsv --preset mlperf --log-every 1 --steps 30"
+  for v in "replicated:" "row:" "row-eager:--graph 0"; do
+    local plan=${v%%:*}
+    FT_RUN_ID=dlrm-steps-$plan MASTER_PORT=$(next_port) scripts/launch.sh $N $B/examples/ft-dlrm $steps \
+      --sharding ${plan%-eager} ${v#*:} --metrics $logs/steps-$plan.jsonl >"$logs/steps-$plan.log" 2>&1
+  done
+  row "mlperf preset, 30 steps' losses on $N GPUs: $(python3 - "$logs"/steps-{replicated,row,row-eager}.jsonl <<'PY'
+import json, sys
+def losses(p):
+    try:
+        return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
+    except OSError:
+        return []
+ref = losses(sys.argv[1])
+for path, name in zip(sys.argv[2:], ("row", "row without the graph")):
+    got = losses(path)
+    first = next((i + 1 for i, (a, b) in enumerate(zip(ref, got)) if a != b), None)
+    print(f"{name}: {len(got)} losses, " + (f"first differs at step {first} ({got[first - 1]:.6f} vs {ref[first - 1]:.6f})" if first else "all equal to replicated's") + ";", end=" ")
+PY
+)"
+  # The Criteo 1TB layout: synthetic day files of its shape (ids over the tables' whole ranges),
+  # element-wise Adagrad on the tables (192 GB with its state, more than one H200 holds), then
+  # row-wise Adagrad and the DCNv2 interaction.
+  rm -rf /tmp/days
+  $B/examples/ft-dlrm --make-synthetic /tmp/days --days 3 --rows 1500000 --preset criteo1tb >"$logs/days.log" 2>&1
+  for v in "elementwise-adagrad:dot" "adagrad:dot" "adagrad:dcn"; do
+    local opt=${v%%:*} inter=${v#*:}
+    FT_RUN_ID=tb-$opt-$inter MASTER_PORT=$(next_port) scripts/launch.sh $N $B/examples/ft-dlrm --data '/tmp/days/day_*' \
+      --preset criteo1tb --sharding auto --sparse-optimizer $opt --interaction $inter --steps 20 --log-every 5 \
+      >"$logs/criteo1tb-$opt-$inter.log" 2>&1
+    row "criteo1tb on $N GPUs, $opt, $inter: $(grep -o 'samples_per_s=[0-9.]*\|median_ms=[0-9.]*\|test_auc=[0-9.]*\|error.*' "$logs/criteo1tb-$opt-$inter.log" | head -4 | tr '\n' ' ')"
+    grep -h "rank [0-9]*: tables\|in the last step" "$logs/criteo1tb-$opt-$inter.log" | sed "s/^/  /" >>"$summary"
+  done
+  rm -rf /tmp/days
 }
 
 # ---- tune: A/B runs of the gpt2-124M step on 1 and N GPUs, one pair a variant ----

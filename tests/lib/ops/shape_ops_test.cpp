@@ -1,6 +1,7 @@
 // Shape primitives: reshape, transpose, narrow (leading, inner and middle dims), cat and
 // gather_rows. CPU values against index arithmetic written here, which ones are views, gradient
 // checks in f64, and every device × dtype against the CPU f64 reference.
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -314,6 +315,60 @@ TEST_P(GatherRowsDeviceTest, MatchesF64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GatherRowsDeviceTest, ::testing::ValuesIn(device_dtypes()),
+                         [](const auto& info) { return device_dtype_name(info.param); });
+
+// ---- permute_rows
+
+std::vector<int64_t> random_order(int64_t n, Generator& gen) {
+  const std::vector<double> keys = Tensor::rand({n}, gen).to_vector();
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return keys[static_cast<size_t>(a)] < keys[static_cast<size_t>(b)]; });
+  return order;
+}
+
+TEST(PermuteRowsTest, ForwardGathersAndGradientGoesBack) {
+  Generator gen = test_generator();
+  const std::vector<int64_t> order = random_order(37, gen);
+  const RowPermutation p = RowPermutation::of(order, kCPU);
+  Tensor x = random_tensor({37, 5}, DType::F64, kCPU, gen).requires_grad_();
+  const Tensor y = permute_rows(x, p);
+  std::vector<double> ids(order.begin(), order.end());
+  EXPECT_EQ(y.to_vector(), gather_rows(x.detach(), Tensor::from_vector(ids, {37}, DType::I64)).to_vector());
+  // The gradient equals gather_rows's own (a scatter-add, which for a permutation places each row once).
+  const Tensor g = random_tensor({37, 5}, DType::F64, kCPU, gen);
+  y.backward(g);
+  Tensor x2 = Tensor::from_vector(x.detach().to_vector(), {37, 5}, DType::F64).requires_grad_();
+  gather_rows(x2, Tensor::from_vector(ids, {37}, DType::I64)).backward(g);
+  EXPECT_EQ(x.grad().to_vector(), x2.grad().to_vector());
+  EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return permute_rows(in[0], p); },
+                        {random_tensor({37, 3}, DType::F64, kCPU, gen)}, gen));
+}
+
+TEST(PermuteRowsTest, RefusesWhatIsNotAPermutation) {
+  EXPECT_FT_ERROR((void)RowPermutation::of({0, 2, 2}, kCPU), "not a permutation");
+  EXPECT_FT_ERROR((void)RowPermutation::of({0, 3, 1}, kCPU), "not a permutation");
+  const RowPermutation p = RowPermutation::of({1, 0, 2}, kCPU);
+  EXPECT_FT_ERROR((void)permute_rows(Tensor::zeros({4, 2}), p), "orders 3 rows, x has 4");
+}
+
+class PermuteRowsDeviceTest : public ::testing::TestWithParam<DeviceDType> {};
+
+TEST_P(PermuteRowsDeviceTest, MatchesF64Reference) {
+  const DeviceDType p = GetParam();
+  FT_SKIP_UNLESS_AVAILABLE(p.device);
+  Generator gen = test_generator();
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {129, 3}, {1000, 64}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+    const std::vector<int64_t> order = random_order(rows, gen);
+    EXPECT_TRUE(matches_f64_reference(
+        [&](const std::vector<Tensor>& in) { return permute_rows(in[0], RowPermutation::of(order, in[0].device())); },
+        {random_tensor({rows, cols}, DType::F64, kCPU, gen)}, p.device, p.dtype, gen, forward_tolerance(p.dtype),
+        grad_tolerance(p.dtype)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, PermuteRowsDeviceTest, ::testing::ValuesIn(device_dtypes()),
                          [](const auto& info) { return device_dtype_name(info.param); });
 
 // reshape and transpose on every device: the transposed tiles cover sizes around the 32-wide tile.
