@@ -34,7 +34,7 @@ void row_block_cpu(const Tensor& ids, const Tensor& table_rows, const Tensor& bl
              "'s ", rows[t], " rows");
     const int64_t at = id - begin[t];
     const bool mine = at >= 0 && at < size[t];
-    local[i] = static_cast<I>(mine ? at : 0);
+    local[i] = static_cast<I>(mine ? at : id % size[t]);
     cpu::store(weights, i, mine ? 1.0 : 0.0);
   }
 }

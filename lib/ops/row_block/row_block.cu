@@ -21,7 +21,8 @@ __global__ void row_block_kernel(const I* ids, const int64_t* table_rows, const 
     if (id < 0 || id >= table_rows[t]) atomicOr(error_word, kIndexOutOfRange);
     const int64_t at = id - block_begin[t];
     const bool mine = at >= 0 && at < block_rows[t];
-    local[i] = static_cast<I>(mine ? at : 0);
+    // A bad id, reported above, still gets a valid row: the lookups run before the report is read.
+    local[i] = static_cast<I>(mine ? at : id >= 0 ? id % block_rows[t] : 0);
     weights[i] = static_cast<W>(mine ? 1.0f : 0.0f);
   }
 }

@@ -2,8 +2,10 @@
 // sees them. Row-wise sharding (train/distributed/sharded_tables.h) splits each table's rows
 // into one contiguous block per rank; every rank pools the whole global batch over its block,
 // and the partial sums are added across ranks. A lookup whose row another rank holds must then
-// add nothing here, in forward and in backward: it keeps a valid local row (0) and the weight 0,
-// so that embedding_bag's per-sample weights do the masking and no bag changes size.
+// add nothing here, in forward and in backward: it keeps a valid local row and the weight 0, so
+// that embedding_bag's per-sample weights do the masking and no bag changes size. That row is
+// id mod the block's rows, not one fixed row: a fixed one would collect every foreign lookup of
+// the table (half of them on 2 ranks), and the sparse update adds a row's lookups in one place.
 //
 // Letters: N samples, T tables (one id per bag: column t of ids looks up table t).
 #pragma once
@@ -12,7 +14,7 @@
 namespace ft {
 
 struct RowBlockIds {
-  Tensor ids;      ///< [N, T], ids' dtype: id - block_begin[t] inside the block, else 0
+  Tensor ids;      ///< [N, T], ids' dtype: id - block_begin[t] inside the block, else id mod block_rows[t]
   Tensor weights;  ///< [N·T] in the requested dtype: 1 inside the block, else 0
 };
 
