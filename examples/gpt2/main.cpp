@@ -1,7 +1,8 @@
-// ft-gpt2: trains a GPT-2 on llm.c token shards, or on text files read as bytes or encoded by a
-// Hugging Face tokenizer (--tokenizer), with validation, checkpoints (--resume continues a run
-// exactly) and samples printed as text; with --lora-rank, LoRA fine-tuning of a base from
-// --init-from (adapters saved as PEFT does).
+// ft-gpt2: trains a language model, GPT-2 or Llama (--arch, or --init-from's config.json), on
+// llm.c token shards, or on text files read as bytes or encoded by a Hugging Face tokenizer
+// (--tokenizer), with validation, checkpoints (--resume continues a run exactly) and samples
+// printed as text; with --lora-rank, LoRA fine-tuning of a base from --init-from (adapters saved
+// as PEFT does); a Llama can be written back as a Hugging Face folder (--export-hf).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -14,11 +15,10 @@
 
 #include "examples/common/memory_check.h"
 #include "examples/common/training_flags.h"
+#include "examples/gpt2/model_family.h"
 #include "examples/gpt2/parity_dump.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
-#include "models/gpt2/gpt.h"
-#include "models/gpt2/gpt2_init.h"
 #include "optim/lr_schedule.h"
 #include "train/data/bpe_tokenizer.h"
 #include "train/data/file_list.h"
@@ -31,6 +31,13 @@
 
 namespace {
 
+// {"qkv", "fc"} -> "qkv, fc".
+std::string join_list(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
 // "qkv,fc" -> {"qkv", "fc"} (empty items dropped).
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -41,13 +48,6 @@ std::vector<std::string> split_list(const std::string& text) {
     start = comma + 1;
   }
   return items;
-}
-
-ft::GPTConfig preset(const std::string& name, int64_t vocab) {
-  if (name == "tiny") return {.vocab = vocab, .block_size = 256, .layers = 2, .heads = 4, .channels = 64};
-  if (name == "d6") return {.vocab = vocab, .block_size = 1024, .layers = 6, .heads = 6, .channels = 384};
-  if (name == "d12") return {.vocab = vocab, .block_size = 1024, .layers = 12, .heads = 12, .channels = 768};
-  FT_FAIL("ft-gpt2: unknown --model '", name, "': expected tiny, d6 or d12");
 }
 
 /// Samples' text in and out: a tokenizer's, or bytes as tokens (a vocabulary of 256).
@@ -72,7 +72,7 @@ struct SampleText {
 };
 
 // Sampling: temperature and top-k over the last position's logits; the continuation's text.
-std::string sample(ft::GPT& model, const SampleText& text, const std::string& prompt, int64_t length,
+std::string sample(ft::CausalLM& model, const SampleText& text, const std::string& prompt, int64_t length,
                    double temperature, int64_t top_k, uint64_t seed, ft::Device device) {
   ft::NoGradGuard no_grad;
   model.eval();
@@ -81,7 +81,7 @@ std::string sample(ft::GPT& model, const SampleText& text, const std::string& pr
   std::mt19937_64 rng(seed);
   std::vector<int32_t> drawn;
   for (int64_t i = 0; i < length; ++i) {
-    const int64_t window = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config().block_size);
+    const int64_t window = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.shape().max_seq);
     std::vector<double> context(ids.end() - window, ids.end());
     const ft::Tensor x = ft::Tensor::from_vector(context, {1, window}, ft::DType::I64, device);
     const ft::Tensor logits = model.logits(x);
@@ -120,13 +120,17 @@ void define_flags(ft::cli::Args& args) {
                              "samples are its text");
   args.flag("token-cache", "/tmp/ft-gpt2-tokens", "with --tokenizer and --format text: where the encoded shards are\n"
                                                  "kept, in a folder per tokenizer and set of files");
-  args.flag("model", "d12", "tiny (L2 C64), d6 (L6 C384) or d12 (GPT-2 small, L12 C768)");
-  args.flag("vocab", "0", "vocabulary size of the model (0: the tokenizer's rounded up to 128; else 50304 for\n"
-                          "shards, GPT-2's 50257 padded; 256 for text)");
-  args.flag("tokens", "0", "token ids in the data must be below this (0: the tokenizer's vocabulary; else 50257 for\n"
-                           "shards, GPT-2's tokenizer; 256 for text): the padding rows of the embedding never see a token");
+  args.flag("arch", "", "the model family: gpt2 or llama (default: --init-from's config.json model_type, else gpt2)");
+  args.flag("model", "", "the sizes (default: d12 for gpt2, 1b for llama). gpt2: tiny (L2 C64), d6 (L6 C384)\n"
+                         "or d12 (GPT-2 small, L12 C768); llama: tiny (L2 C64, 4 heads, 2 KV heads) or 1b\n"
+                         "(Llama-3.2-1B's shape: L16 C2048, 32 heads, 8 KV heads, MLP 8192, tied). A Llama from\n"
+                         "--init-from is sized by its config.json");
+  args.flag("vocab", "0", "vocabulary size of the model (0: --init-from's, or the tokenizer's rounded up to 128; else\n"
+                          "for shards 50304 (GPT-2's 50257 padded) or 128256 (Llama 3's) by --arch; 256 for text)");
+  args.flag("tokens", "0", "token ids in the data must be below this (0: the tokenizer's vocabulary; else for shards\n"
+                           "50257 or 128256 by --arch; 256 for text): the padding rows of the embedding never see a token");
   args.flag("batch", "4", "sequences per micro-step (B)");
-  args.flag("seq", "64", "tokens per sequence (T), at most the model's block size");
+  args.flag("seq", "64", "tokens per sequence (T), at most the model's longest (GPT-2's block size)");
   args.flag("grad-accum", "1", "micro-steps accumulated per optimizer step");
   args.flag("warmup", "10", "linear warmup steps");
   args.flag("min-lr-frac", "0.1", "cosine decay floor as a fraction of the peak");
@@ -139,15 +143,19 @@ void define_flags(ft::cli::Args& args) {
   args.flag("prompt", "", "text the samples start from");
   args.flag("temperature", "1.0", "sampling temperature (0: always the most likely token)");
   args.flag("top-k", "0", "sample among the k most likely tokens (0: all)");
-  args.flag("init-from", "", "start from these weights: an ft-gpt2 checkpoint (a step_N folder or its\n"
-                            "model.safetensors) or a Hugging Face GPT-2 model.safetensors (or its folder); the\n"
-                            "--model preset must match its sizes");
+  args.flag("init-from", "", "start from these weights: for gpt2 an ft-gpt2 checkpoint (a step_N folder or its\n"
+                            "model.safetensors) or a Hugging Face GPT-2 model.safetensors (or its folder), the\n"
+                            "--model preset matching its sizes; for llama a Hugging Face folder (config.json with\n"
+                            "model.safetensors, or shards and their index), whose config sizes the model");
+  args.flag("export-hf", "", "llama: at the end, write the trained model to this folder as a Hugging Face one\n"
+                            "(config.json, model.safetensors) that LlamaForCausalLM.from_pretrained loads");
   args.flag("lora-rank", "0", "LoRA fine-tuning: adapters of this rank on --lora-targets, the base frozen (0: off,\n"
                             "every weight trains)");
   args.flag("lora-alpha", "16", "LoRA scale numerator: the update is alpha/r * B*A");
   args.flag("lora-dropout", "0", "dropout on the adapters' input (0 takes the fastest path)");
-  args.flag("lora-targets", "qkv,attn_proj,fc,mlp_proj", "comma-separated linears of each block to adapt: qkv,\n"
-                            "attn_proj, fc, mlp_proj");
+  args.flag("lora-targets", "", "comma-separated linears of each block to adapt (default: all of them): gpt2: qkv,\n"
+                            "attn_proj, fc, mlp_proj; llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,\n"
+                            "down_proj");
   args.flag("lora-rslora", "0", "1: scale by alpha/sqrt(r) (rank-stabilized LoRA) instead of alpha/r");
   args.flag("dump-dir", "", "write what tests/parity/gpt2_parity.py and lora_parity.py compare to this folder:\n"
                             "init.safetensors (the parameters this run starts from, after --init-from or\n"
@@ -160,7 +168,8 @@ void define_flags(ft::cli::Args& args) {
 struct Settings {
   ft::TokenFormat format;
   int64_t vocab, token_limit, batch, seq, steps, accum;
-  ft::GPTConfig config;
+  ft::gpt2::ModelChoice model;
+  std::vector<std::string> lora_targets;               ///< --lora-targets, or all of the family's
   std::shared_ptr<const ft::BpeTokenizer> tokenizer;  ///< --tokenizer, or none
 };
 
@@ -168,10 +177,55 @@ struct Settings {
 void check_resumed_model(const ft::cli::Args& args, const Settings& s) {
   const std::map<std::string, std::string> state = ft::checkpoint_run_state(args.str("resume"));
   const auto value = [&](const char* key) { return state.count(key) ? state.at(key) : std::string(); };
+  // Checkpoints from before --arch hold GPT-2 runs and name no arch.
+  const std::string arch = value("arch").empty() ? "gpt2" : value("arch");
   const std::string model = value("model"), vocab = value("vocab");
-  FT_CHECK((model.empty() || model == args.str("model")) && (vocab.empty() || vocab == std::to_string(s.vocab)),
-           "ft-gpt2: --resume '", args.str("resume"), "' holds a --model ", model, " --vocab ", vocab,
-           " run; this one is --model ", args.str("model"), " --vocab ", s.vocab, ": give the checkpoint's");
+  FT_CHECK(arch == s.model.arch && (model.empty() || model == s.model.preset) &&
+               (vocab.empty() || vocab == std::to_string(s.vocab)),
+           "ft-gpt2: --resume '", args.str("resume"), "' holds an --arch ", arch, " --model ", model, " --vocab ", vocab,
+           " run; this one is --arch ", s.model.arch, " --model ", s.model.preset, " --vocab ", s.vocab,
+           ": give the checkpoint's");
+}
+
+/// --lora-targets: every linear of the family by default; else known names, each once.
+std::vector<std::string> lora_targets(const ft::cli::Args& args, const std::string& arch) {
+  const std::vector<std::string> known = ft::gpt2::lora_names(arch);
+  const std::vector<std::string> targets = args.str("lora-targets").empty() ? known : split_list(args.str("lora-targets"));
+  FT_CHECK(!targets.empty(), "ft-gpt2: --lora-targets: no targets (choose from ", join_list(known), ")");
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const std::string& t = targets[i];
+    FT_CHECK(std::find(known.begin(), known.end(), t) != known.end(), "ft-gpt2: --lora-targets: unknown target '", t,
+             "' for --arch ", arch, " (choose from ", join_list(known), ")");
+    FT_CHECK(std::count(targets.begin(), targets.end(), t) == 1, "ft-gpt2: --lora-targets names '", t, "' twice");
+  }
+  return targets;
+}
+
+/// The family, the model's sizes and vocabulary, and the ids the data may hold.
+void choose_sizes(const ft::cli::Args& args, Settings& s) {
+  const std::string arch = ft::gpt2::arch_of(args.str("arch"), args.str("init-from"));
+  const bool llama = arch == "llama";
+  const int64_t tokenizer_vocab = s.tokenizer ? s.tokenizer->vocab_size() : 0;
+  const int64_t shard_tokens = llama ? 128256 : 50257, shard_vocab = llama ? 128256 : 50304;
+  const bool from_folder = ft::gpt2::sized_by_folder(arch, args.str("init-from"));
+  int64_t vocab = args.integer("vocab", 0);
+  if (vocab == 0 && !from_folder)
+    vocab = s.tokenizer ? (tokenizer_vocab + 127) / 128 * 128 : s.format == ft::TokenFormat::Text ? 256 : shard_vocab;
+  s.model = ft::gpt2::choose_model(arch, args.str("model"), args.str("init-from"), vocab);
+  if (from_folder) args.note_ignored({"model"}, "the model's sizes come from --init-from's config.json");
+  s.vocab = s.model.shape().vocab;
+  s.token_limit = args.integer("tokens", 0);
+  if (s.token_limit == 0)
+    s.token_limit = s.tokenizer ? tokenizer_vocab
+                                : s.format == ft::TokenFormat::Text ? std::min<int64_t>(s.vocab, 256)
+                                                                     : std::min<int64_t>(s.vocab, shard_tokens);
+  FT_CHECK(!s.tokenizer || s.vocab >= tokenizer_vocab, "ft-gpt2: the model's vocabulary ", s.vocab,
+           " is smaller than the tokenizer's ", tokenizer_vocab, " tokens");
+  FT_CHECK(s.token_limit <= s.vocab, "ft-gpt2: --tokens ", s.token_limit, " exceeds the vocabulary (", s.vocab, ")");
+  FT_CHECK(args.str("export-hf").empty() || llama, "ft-gpt2: --export-hf writes Llama models only (--arch llama); ",
+           "GPT-2's export is not built yet");
+  FT_CHECK(args.str("export-hf").empty() || args.integer("lora-rank", 0) == 0, "ft-gpt2: --export-hf writes a whole ",
+           "model; a LoRA run's adapters are saved in PEFT's layout with each checkpoint (--ckpt-dir)");
 }
 
 /// Every numeric flag is checked here, at the edge, even those only read later (sampling, LoRA).
@@ -183,11 +237,11 @@ Settings check_flags(const ft::cli::Args& args) {
   for (const char* name : {"batch", "seq", "steps", "grad-accum"}) (void)args.integer(name, 1);
   FT_CHECK(args.number("lora-dropout") < 1, "ft-gpt2: --lora-dropout must be below 1, got ", args.number("lora-dropout"));
   FT_CHECK(args.number("lora-alpha") > 0, "ft-gpt2: --lora-alpha must be positive, got ", args.number("lora-alpha"));
+  const std::vector<std::string> targets = lora_targets(args, ft::gpt2::arch_of(args.str("arch"), args.str("init-from")));
   FT_CHECK(args.number("min-lr-frac") <= 1, "ft-gpt2: --min-lr-frac is the floor as a fraction of the peak, at most 1, got ",
            args.number("min-lr-frac"));
   FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
   for (const char* name : {"shuffle", "lora-rslora"}) (void)args.boolean(name);
-  ft::GPT::check_lora_targets(split_list(args.str("lora-targets")), "ft-gpt2: --lora-targets");
   if (args.integer("lora-rank", 0) == 0)
     for (const char* name : {"lora-alpha", "lora-dropout", "lora-targets", "lora-rslora"})
       FT_CHECK(!args.given(name), "ft-gpt2: --", name, " configures LoRA adapters, which --lora-rank 0 (the default) turns off: ",
@@ -201,23 +255,14 @@ Settings check_flags(const ft::cli::Args& args) {
     s.tokenizer = std::make_shared<const ft::BpeTokenizer>(ft::BpeTokenizer::from_file(args.str("tokenizer")));
   else
     args.note_ignored({"token-cache"}, "only --tokenizer's text is encoded into it");
-  const int64_t tokenizer_vocab = s.tokenizer ? s.tokenizer->vocab_size() : 0;
-  s.vocab = args.integer("vocab", 0);
-  if (s.vocab == 0)
-    s.vocab = s.tokenizer ? (tokenizer_vocab + 127) / 128 * 128 : s.format == ft::TokenFormat::Text ? 256 : 50304;
-  s.token_limit = args.integer("tokens", 0);
-  if (s.token_limit == 0)
-    s.token_limit = s.tokenizer ? tokenizer_vocab
-                                : s.format == ft::TokenFormat::Text ? s.vocab : std::min<int64_t>(s.vocab, 50257);
-  FT_CHECK(!s.tokenizer || s.vocab >= tokenizer_vocab, "ft-gpt2: --vocab ", s.vocab, " is smaller than the tokenizer's ",
-           tokenizer_vocab, " tokens");
-  FT_CHECK(s.token_limit <= s.vocab, "ft-gpt2: --tokens ", s.token_limit, " exceeds the vocabulary (--vocab ", s.vocab, ")");
-  s.config = preset(args.str("model"), s.vocab);
+  choose_sizes(args, s);
+  s.lora_targets = targets;
   s.batch = args.integer("batch", 1);
   s.seq = args.integer("seq", 1);
   s.steps = args.integer("steps", 1);
   s.accum = args.integer("grad-accum", 1);
-  FT_CHECK(s.seq <= s.config.block_size, "ft-gpt2: --seq ", s.seq, " exceeds the model's block size ", s.config.block_size);
+  const int64_t max_seq = s.model.shape().max_seq;
+  FT_CHECK(s.seq <= max_seq, "ft-gpt2: --seq ", s.seq, " exceeds the model's longest sequence ", max_seq);
   if (!args.str("resume").empty()) check_resumed_model(args, s);
   if (args.str("val").empty()) args.note_ignored({"val-every", "val-batches"}, "without --val nothing is validated");
   if (s.vocab != 256 && !s.tokenizer)
@@ -228,11 +273,11 @@ Settings check_flags(const ft::cli::Args& args) {
 
 /// What the run holds: the weights with their gradients and optimizer state, certain; the
 /// activations, estimated from a measured gpt2-124M step (about 24 bytes per token, channel and
-/// layer, and the logits).
+/// layer, and the logits; a Llama's wider MLP is not counted apart).
 ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype) {
-  const ft::GPTConfig& c = s.config;
-  const double C = static_cast<double>(c.channels), L = static_cast<double>(c.layers);
-  const double params = static_cast<double>(c.vocab + c.block_size) * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const ft::CausalLMShape c = s.model.shape();
+  const double C = static_cast<double>(c.width), L = static_cast<double>(c.layers);
+  const double params = static_cast<double>(c.parameters);
   const double tokens = static_cast<double>(s.batch * s.seq), width = dtype == ft::DType::BF16 ? 2 : 4;
   ft::cli::MemoryEstimate e;
   e.certain = {{"weights with gradients and optimizer state",
@@ -269,19 +314,21 @@ Data open_data(const ft::cli::Args& args, const Settings& s, const ft::BatchShar
 
 /// --init-from's weights, then the LoRA adapters --lora-rank asks for; returns their PEFT config
 /// (r = 0: none).
-ft::PeftLoraConfig prepare_model(ft::GPT& model, const ft::cli::Args& args, ft::Device device, ft::DType dtype) {
+ft::PeftLoraConfig prepare_model(ft::CausalLM& model, const Settings& s, const ft::cli::Args& args, ft::Device device,
+                                 ft::DType dtype) {
   if (!args.str("init-from").empty())
     std::printf("initialized from %s (%s)\n", args.str("init-from").c_str(),
-                ft::init_gpt2_from(model, args.str("init-from")).c_str());
+                ft::gpt2::init_from(model, args.str("init-from")).c_str());
   model.to(device, dtype);
   const int64_t rank = args.integer("lora-rank", 0);
   if (rank == 0) return {};
-  FT_CHECK(rank <= model.config().channels, "ft-gpt2: --lora-rank ", rank, " exceeds the model's width ",
-           model.config().channels, " (a rank above the smaller side of a linear adds nothing)");
+  const int64_t width = model.shape().width;
+  FT_CHECK(rank <= width, "ft-gpt2: --lora-rank ", rank, " exceeds the model's width ", width,
+           " (a rank above the smaller side of a linear adds nothing)");
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
   const ft::PeftLoraConfig adapter{.r = rank, .alpha = args.number("lora-alpha", 0),
                                    .dropout = args.number("lora-dropout", 0),
-                                   .targets = split_list(args.str("lora-targets")),
+                                   .targets = s.lora_targets,
                                    .rslora = args.boolean("lora-rslora"), .base_model = args.str("init-from")};
   model.add_lora(ft::LoRAConfig{.rank = adapter.r, .alpha = adapter.alpha, .dropout = adapter.dropout,
                                 .rslora = adapter.rslora, .seed = seed},
@@ -289,12 +336,14 @@ ft::PeftLoraConfig prepare_model(ft::GPT& model, const ft::cli::Args& args, ft::
   return adapter;
 }
 
-void print_banner(const ft::GPT& model, const Settings& s, ft::Device device, ft::DType dtype, int world_size) {
-  const ft::GPTConfig& c = s.config;
-  std::printf("ft-gpt2: %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld V=%lld) on %s (%s), kernels %s, "
+void print_banner(const ft::CausalLM& model, const Settings& s, ft::Device device, ft::DType dtype, int world_size) {
+  const ft::CausalLMShape c = model.shape();
+  const std::string kv = c.kv_heads != c.heads ? " NKV=" + std::to_string(c.kv_heads) : "";
+  std::printf("ft-gpt2: %s, %lld parameters, %lld trainable (L=%lld C=%lld NH=%lld%s V=%lld) on %s (%s), kernels %s, "
               "B=%lld per process (global %lld) T=%lld, grad accum %lld, %lld steps\n",
-              static_cast<long long>(model.parameter_count()), static_cast<long long>(model.trainable_parameter_count()),
-              static_cast<long long>(c.layers), static_cast<long long>(c.channels), static_cast<long long>(c.heads),
+              c.family.c_str(), static_cast<long long>(model.parameter_count()),
+              static_cast<long long>(model.trainable_parameter_count()), static_cast<long long>(c.layers),
+              static_cast<long long>(c.width), static_cast<long long>(c.heads), kv.c_str(),
               static_cast<long long>(s.vocab), device.str().c_str(), ft::dtype_name(dtype),
               ft::kernel_mode_name(ft::kernel_mode()), static_cast<long long>(s.batch),
               static_cast<long long>(s.batch * world_size), static_cast<long long>(s.seq),
@@ -302,7 +351,7 @@ void print_banner(const ft::GPT& model, const Settings& s, ft::Device device, ft
 }
 
 /// The loop's options: warmup and cosine decay, tokens as the unit, the model's FLOPs per token.
-ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& s, const ft::GPT& model,
+ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& s, const ft::CausalLM& model,
                                      ft::DataParallel* data_parallel) {
   const double params = static_cast<double>(model.parameter_count());
   const double trainable = static_cast<double>(model.trainable_parameter_count());
@@ -316,9 +365,9 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& 
           .unit = "tok",
           .items_per_batch = s.batch * s.seq,
           // Per parameter per token: 2 FLOPs forward, 2 for the input gradient, 2 for its own gradient
-          // when it trains (frozen ones have none); and the attention's 6·L·C·T.
+          // when it trains (frozen ones have none); and the attention's 6·L·(NH·HS)·T.
           .flops_per_item = 4.0 * params + 2.0 * trainable +
-                            6.0 * static_cast<double>(s.config.layers * s.config.channels * s.seq),
+                            6.0 * static_cast<double>(model.shape().layers * model.shape().attention_width * s.seq),
           .graph = ft::cli::graph_flag(args),
           .max_skipped_in_a_row = args.integer("max-skipped", 0),
           .data_parallel = data_parallel};
@@ -326,7 +375,7 @@ ft::Trainer::Options trainer_options(const ft::cli::Args& args, const Settings& 
 
 /// Validation every --val-every steps over --val-batches batches; sampling every --sample-every
 /// steps, with a tokenizer or for byte-level models (rank 0 only).
-void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::Args& args, ft::GPT& model,
+void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::Args& args, ft::CausalLM& model,
                                  ft::TokenLoader* val, ft::Device device, const ft::cli::DataParallelRun& dp,
                                  const ft::BpeTokenizer* tokenizer) {
   if (val && args.integer("val-every", 0) > 0) {
@@ -346,7 +395,7 @@ void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::A
     };
   }
   const int64_t every = args.integer("sample-every", 0);
-  if (every == 0 || (model.config().vocab != 256 && !tokenizer) || !dp.primary()) return;
+  if (every == 0 || (model.shape().vocab != 256 && !tokenizer) || !dp.primary()) return;
   options.periodic.push_back({.every = every, .run = [&args, &model, device, tokenizer](int64_t step) {
                                 const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 0));
                                 std::printf("sample at step %lld:\n%s\n---\n", static_cast<long long>(step),
@@ -359,10 +408,10 @@ void add_validation_and_sampling(ft::Trainer::Options& options, const ft::cli::A
 
 int run(int argc, char** argv) {
   ft::cli::Args args("ft-gpt2",
-                     "Trains a GPT-2 on llm.c token shards (--format shards), or on text files (--format text)\n"
-                     "read as bytes (vocabulary 256) or encoded by a Hugging Face tokenizer (--tokenizer). Prints a\n"
-                     "line every --log-every steps with loss, lr, grad norm, ms, tok/s and MFU; validates,\n"
-                     "checkpoints and samples text on request.");
+                     "Trains a language model, GPT-2 or Llama (--arch), on llm.c token shards (--format shards), or\n"
+                     "on text files (--format text) read as bytes (vocabulary 256) or encoded by a Hugging Face\n"
+                     "tokenizer (--tokenizer). Prints a line every --log-every steps with loss, lr, grad norm, ms,\n"
+                     "tok/s and MFU; validates, checkpoints, samples text and fine-tunes with LoRA on request.");
   define_flags(args);
   if (!args.parse(argc, argv)) return 0;
   const Settings s = check_flags(args);
@@ -376,8 +425,9 @@ int run(int argc, char** argv) {
   ft::cli::check_memory(memory_estimate(s, args, dtype), device, "ft-gpt2",
                         "a smaller --model, or fewer tokens a step (--batch, --seq, with --grad-accum to keep the batch)");
 
-  ft::GPT model(s.config, static_cast<uint64_t>(args.integer("seed", 0)));
-  const ft::PeftLoraConfig adapter = prepare_model(model, args, device, dtype);
+  const std::unique_ptr<ft::CausalLM> built = ft::gpt2::make_model(s.model, static_cast<uint64_t>(args.integer("seed", 0)));
+  ft::CausalLM& model = *built;
+  const ft::PeftLoraConfig adapter = prepare_model(model, s, args, device, dtype);
   ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.
   const std::unique_ptr<ft::Optimizer> optimizer = ft::cli::make_optimizer(
@@ -398,13 +448,15 @@ int run(int argc, char** argv) {
   ft::cli::wire_checkpoints(
       args, options, model, *optimizer,
       [&](ft::DataPosition& run_state) {
-        run_state["model"] = args.str("model");
+        run_state["arch"] = s.model.arch;
+        run_state["model"] = s.model.preset;
         run_state["vocab"] = std::to_string(s.vocab);
         run_state["batch size"] = std::to_string(global_batch);
       },
       [&](const std::string& folder) {
         // The adapters on their own too, as PEFT saves them (PeftModel.from_pretrained reads the folder).
-        if (adapter.r > 0) ft::save_peft_adapter(folder, model.lora_state_dict(), adapter);
+        if (adapter.r > 0)
+          ft::save_peft_adapter(folder, model.lora_state_dict(), adapter, ft::gpt2::peft_layout(model));
       });
   std::unique_ptr<ft::gpt2::ParityDump> dump;
   if (!args.str("dump-dir").empty()) dump = std::make_unique<ft::gpt2::ParityDump>(args.str("dump-dir"), model, options);
@@ -419,6 +471,10 @@ int run(int argc, char** argv) {
   }
   const ft::FitSummary summary = trainer.fit(s.steps);
   if (dump) dump->finish();
+  if (!args.str("export-hf").empty() && dp.primary()) {
+    ft::gpt2::export_hf(model, args.str("export-hf"), dtype);
+    std::printf("ft-gpt2: wrote the model to %s (Hugging Face's LlamaForCausalLM folder)\n", args.str("export-hf").c_str());
+  }
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
   // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).
   ft::cli::print_communication_timing(dp, "ft-gpt2");

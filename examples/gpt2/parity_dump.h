@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt2/gpt.h"
+#include "layers/module.h"
 #include "train/io/safetensors.h"
 #include "train/loop/trainer.h"
 
@@ -19,7 +19,7 @@ namespace ft::gpt2 {
 class ParityDump {
  public:
   /// Writes init.safetensors now and hooks the step into `options`.
-  ParityDump(std::string dir, GPT& model, Trainer::Options& options) : dir_(std::move(dir)), model_(model) {
+  ParityDump(std::string dir, Module& model, Trainer::Options& options) : dir_(std::move(dir)), model_(model) {
     std::filesystem::create_directories(dir_);
     save_safetensors(dir_ + "/init.safetensors", named_f32(false));
     options.after_backward = [this](int64_t step, const std::vector<Batch>& micro_batches, const Tensor& loss) {
@@ -57,7 +57,7 @@ class ParityDump {
   }
 
   std::string dir_;
-  GPT& model_;
+  Module& model_;
   std::map<std::string, Tensor> batches_;
   bool gradients_dumped_ = false;
 };

@@ -107,6 +107,25 @@ void GPT::add_lora(const LoRAConfig& config, const std::vector<std::string>& tar
 
 std::map<std::string, Tensor> GPT::lora_state_dict() const { return lora_parameters(*this); }
 
+std::vector<std::string> GPT::lora_target_names() const {
+  std::vector<std::string> names;
+  for (const auto& [target, path] : lora_targets()) names.push_back(target);
+  return names;
+}
+
+int64_t GPTConfig::parameter_count() const {
+  // Token and position embeddings; a block's two LayerNorms (2C each), attention (C·3C + 3C and
+  // C·C + C) and MLP (C·4C + 4C and 4C·C + C); the final LayerNorm.
+  return (vocab + block_size) * channels + layers * (12 * channels * channels + 13 * channels) + 2 * channels;
+}
+
+CausalLMShape GPT::shape() const {
+  const GPTConfig& c = config_;
+  return {.family = "gpt2", .layers = c.layers, .width = c.channels, .heads = c.heads, .kv_heads = c.heads,
+          .attention_width = c.channels, .vocab = c.vocab, .max_seq = c.block_size,
+          .parameters = c.parameter_count()};
+}
+
 std::pair<Tensor, PendingProjection> GPTBlock::forward_block(const Tensor& residual,
                                                             const PendingProjection& pending) {
   Tensor stream = residual, normed;

@@ -18,6 +18,7 @@
 #include "layers/lora.h"
 #include "layers/module.h"
 #include "lib/ops/norm/layer_norm.h"
+#include "models/causal_lm.h"
 
 namespace ft {
 
@@ -27,6 +28,8 @@ struct GPTConfig {
   int64_t layers = 12;
   int64_t heads = 12;
   int64_t channels = 768;
+  /// Every parameter of a GPT of these sizes (the head is the tied embedding).
+  int64_t parameter_count() const;
 };
 
 /// A sub-layer's output projection not yet run. The add-and-norm after it runs it, so that the
@@ -58,22 +61,24 @@ class GPTBlock : public Module {
   std::shared_ptr<Module> qkv_, attn_proj_, fc_, mlp_proj_;
 };
 
-class GPT : public Module {
+class GPT : public CausalLM {
  public:
   GPT(const GPTConfig& config, uint64_t seed);
   /// Final hidden states [B, T, C] for ids [B, T].
   Tensor hidden(const Tensor& ids);
   /// Next-token logits [B, T, V] (the tied head, materialized: for sampling and evaluation).
-  Tensor logits(const Tensor& ids);
+  Tensor logits(const Tensor& ids) override;
   /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
-  Tensor loss(const Tensor& ids, const Tensor& targets);
+  Tensor loss(const Tensor& ids, const Tensor& targets) override;
   const GPTConfig& config() const { return config_; }
   /// LoRA fine-tuning: freezes every parameter, then wraps the `targets` linears of every
   /// block (names from lora_targets()) in LoRA adapters, which alone train. Adapter parameters
   /// are `h.{i}.attn.c_attn.lora_A.weight` and the like, on the model's device and dtype.
-  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed);
+  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) override;
   /// The adapters' parameters by name (empty without add_lora).
-  std::map<std::string, Tensor> lora_state_dict() const;
+  std::map<std::string, Tensor> lora_state_dict() const override;
+  std::vector<std::string> lora_target_names() const override;
+  CausalLMShape shape() const override;
   /// The target names add_lora takes, and the module path each wraps.
   static const std::vector<std::pair<std::string, std::string>>& lora_targets();
   /// Throws ft::Error, its message starting with `who`, unless `targets` is a non-empty list of

@@ -140,6 +140,20 @@ void Llama::add_lora(const LoRAConfig& config, const std::vector<std::string>& t
 
 std::map<std::string, Tensor> Llama::lora_state_dict() const { return lora_parameters(*this); }
 
+int64_t LlamaConfig::parameter_count() const {
+  const int64_t c = hidden, hs = head_size();
+  // A layer: q and o (C·NH·HS each), k and v (C·NKV·HS each), gate, up and down (C·I each), two norms.
+  const int64_t layer = 2 * c * heads * hs + 2 * c * kv_heads * hs + 3 * c * intermediate + 2 * c;
+  return vocab * c * (tie_embeddings ? 1 : 2) + layers * layer + c;
+}
+
+CausalLMShape Llama::shape() const {
+  const LlamaConfig& c = config_;
+  return {.family = "llama", .layers = c.layers, .width = c.hidden, .heads = c.heads, .kv_heads = c.kv_heads,
+          .attention_width = c.heads * c.head_size(), .vocab = c.vocab, .max_seq = c.max_positions,
+          .parameters = c.parameter_count()};
+}
+
 const Tensor& Llama::head_weight() const { return lm_head_ ? lm_head_->weight() : embed_->weight(); }
 
 Tensor Llama::hidden(const Tensor& ids) {

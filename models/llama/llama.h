@@ -21,6 +21,7 @@
 #include "layers/lora.h"
 #include "layers/module.h"
 #include "lib/ops/rope/rope.h"
+#include "models/causal_lm.h"
 
 namespace ft {
 
@@ -39,6 +40,8 @@ struct LlamaConfig {
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
   /// An ft::Error naming the field unless the sizes fit together.
   void check() const;
+  /// Every parameter of a Llama of these sizes.
+  int64_t parameter_count() const;
 };
 
 class LlamaDecoderLayer : public Module {
@@ -56,7 +59,7 @@ class LlamaDecoderLayer : public Module {
   std::shared_ptr<Module> q_proj_, k_proj_, v_proj_, o_proj_, gate_proj_, up_proj_, down_proj_;
 };
 
-class Llama : public Module {
+class Llama : public CausalLM {
  public:
   /// Weights drawn as transformers' LlamaPreTrainedModel does: N(0, 0.02²) for every linear
   /// and the embedding, the norms at 1.
@@ -64,9 +67,9 @@ class Llama : public Module {
   /// Final hidden states [B, T, C] for ids [B, T].
   Tensor hidden(const Tensor& ids);
   /// Next-token logits [B, T, V].
-  Tensor logits(const Tensor& ids);
+  Tensor logits(const Tensor& ids) override;
   /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
-  Tensor loss(const Tensor& ids, const Tensor& targets);
+  Tensor loss(const Tensor& ids, const Tensor& targets) override;
   const LlamaConfig& config() const { return config_; }
   /// The head's weight [V, C]: lm_head's, or the embedding's when tied.
   const Tensor& head_weight() const;
@@ -76,9 +79,11 @@ class Llama : public Module {
   /// down_proj), in LoRA adapters, which alone train: model.layers.{i}.self_attn.q_proj.lora_A.weight
   /// [r, in] and ...lora_B.weight [out, r] (B starts at zero, so the model starts unchanged), on
   /// the model's device and dtype. An unknown or repeated target, or none, is an ft::Error.
-  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed);
+  void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) override;
   /// The adapters' parameters by name (empty without add_lora).
-  std::map<std::string, Tensor> lora_state_dict() const;
+  std::map<std::string, Tensor> lora_state_dict() const override;
+  std::vector<std::string> lora_target_names() const override { return lora_targets(); }
+  CausalLMShape shape() const override;
   /// The target names add_lora takes, in layer order.
   static const std::vector<std::string>& lora_targets();
 

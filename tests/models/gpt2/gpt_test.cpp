@@ -21,6 +21,17 @@ Tensor cyclic_ids(int64_t b, int64_t t, int64_t vocab, int64_t shift) {
   return Tensor::from_vector(v, {b, t}, DType::I64);
 }
 
+TEST(GPT, ShapeCountsEveryParameterFromTheConfigAlone) {
+  for (const GPTConfig& c : {tiny(), GPTConfig{.vocab = 50, .block_size = 16, .layers = 3, .heads = 3, .channels = 12}}) {
+    GPT model(c, 1);
+    EXPECT_EQ(model.shape().parameters, model.parameter_count());
+    EXPECT_EQ(c.parameter_count(), model.parameter_count());
+    EXPECT_EQ(model.shape().family, "gpt2");
+    EXPECT_EQ(model.shape().max_seq, c.block_size);
+  }
+  EXPECT_EQ(GPT(tiny(), 1).lora_target_names(), (std::vector<std::string>{"qkv", "attn_proj", "fc", "mlp_proj"}));
+}
+
 TEST(GPT, InitialLossIsNearTheUniformGuess) {
   GPT model(tiny(), 1);
   const Tensor ids = cyclic_ids(3, 8, 13, 0), targets = cyclic_ids(3, 8, 13, 1);

@@ -252,6 +252,20 @@ TEST(Llama, LoraOnHuggingFaceNamesStartsUnchangedAndTrainsAlone) {
   EXPECT_TRUE(error_mentions([&] { other.add_lora({.rank = 2, .alpha = 4.0}, {}, 1); }, "no targets"));
 }
 
+TEST(Llama, ShapeCountsEveryParameterFromTheConfigAlone) {
+  for (bool tied : {false, true}) {
+    const LlamaConfig c = tiny(tied);
+    Llama model(c, 3);
+    const CausalLMShape s = model.shape();
+    EXPECT_EQ(s.parameters, model.parameter_count()) << "tied " << tied;
+    EXPECT_EQ(c.parameter_count(), model.parameter_count());
+    EXPECT_EQ(s.family, "llama");
+    EXPECT_EQ(s.attention_width, 24);  // 4 heads of 6: not the width of 16
+    EXPECT_EQ(s.kv_heads, 2);
+    EXPECT_EQ(model.lora_target_names(), Llama::lora_targets());
+  }
+}
+
 TEST(Llama, ConfigChecksNameTheField) {
   LlamaConfig c = tiny(false);
   c.kv_heads = 3;
