@@ -104,10 +104,21 @@ Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
   return heads_last(attention(q, k, v, /*causal=*/true));
 }
 
+LlamaDecoderLayer::Output LlamaDecoderLayer::forward_block(const Tensor& residual, const Tensor& pending) {
+  const double eps = config_.rms_eps;
+  // The layer's input is residual + pending, added by the input norm's kernel when pending is there.
+  AddNormResult in{residual, Tensor()};
+  if (pending.defined())
+    in = add_rms_norm(pending, residual, input_norm_, eps);
+  else
+    in.out = rms_norm(residual, input_norm_, eps);
+  const AddNormResult mid = add_rms_norm(o_proj_->forward(attend(in.out)), in.sum, post_attention_norm_, eps);
+  return {mid.sum, down_proj_->forward(swiglu(gate_proj_->forward(mid.out), up_proj_->forward(mid.out)))};
+}
+
 Tensor LlamaDecoderLayer::forward(const Tensor& x) {
-  const Tensor h = x + o_proj_->forward(attend(rms_norm(x, input_norm_, config_.rms_eps)));
-  const Tensor normed = rms_norm(h, post_attention_norm_, config_.rms_eps);
-  return h + down_proj_->forward(swiglu(gate_proj_->forward(normed), up_proj_->forward(normed)));
+  const Output out = forward_block(x, Tensor());
+  return out.residual + out.pending;
 }
 
 Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
@@ -160,9 +171,11 @@ Tensor Llama::hidden(const Tensor& ids) {
   FT_CHECK(ids.dim() == 2, "Llama: ids must be [B, T], got ", shape_str(ids.shape()));
   FT_CHECK(ids.size(1) <= config_.max_positions, "Llama: sequence length ", ids.size(1), " exceeds max_positions ",
            config_.max_positions);
-  Tensor x = embed_->forward(ids);
-  for (auto& layer : layers_) x = layer->forward(x);
-  return rms_norm(x, norm_, config_.rms_eps);
+  // Each layer's last residual add is left to the next norm's kernel (add_rms_norm).
+  LlamaDecoderLayer::Output x{embed_->forward(ids), Tensor()};
+  for (auto& layer : layers_) x = layer->forward_block(x.residual, x.pending);
+  return x.pending.defined() ? add_rms_norm(x.pending, x.residual, norm_, config_.rms_eps).out
+                             : rms_norm(x.residual, norm_, config_.rms_eps);
 }
 
 Tensor Llama::logits(const Tensor& ids) { return matmul(hidden(ids), head_weight(), false, true); }

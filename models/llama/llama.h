@@ -4,9 +4,9 @@
 // head. Parameter names are Hugging Face's LlamaForCausalLM ones (model.layers.{i}.self_attn.
 // q_proj.weight, ...), so its safetensors load by name.
 //
-// This first version runs on the ops as they are: RoPE as its own op over Q and K, the key and
-// value heads repeated for their query groups before the attention op, the residual add apart
-// from the norm. Those three are the fused paths still to come (docs/design-notes.md).
+// The residual adds run inside the RMSNorms' kernels (add_rms_norm). RoPE is its own op over Q
+// and K, and the key and value heads are repeated for their query groups before the attention
+// op: those two are the fused paths still to come (docs/design-notes.md).
 //
 // B: batch, T: tokens, C: hidden size, NH: query heads, NKV: key/value heads, HS: head size,
 // I: the MLP's width, V: vocabulary.
@@ -47,6 +47,14 @@ struct LlamaConfig {
 class LlamaDecoderLayer : public Module {
  public:
   LlamaDecoderLayer(const LlamaConfig& config, Generator& gen);
+  /// The layer's output as residual + pending: the MLP's output is not yet added, so that the
+  /// next RMSNorm adds it in its own kernel (add_rms_norm), as the attention's output is added
+  /// by the post-attention norm's.
+  struct Output {
+    Tensor residual, pending;
+  };
+  /// The layer on residual + pending (pending undefined: residual alone), both [B, T, C].
+  Output forward_block(const Tensor& residual, const Tensor& pending);
   /// x [B, T, C] -> [B, T, C].
   Tensor forward(const Tensor& x) override;
   /// Wraps the named projections (Llama::lora_targets()) in LoRA adapters.
