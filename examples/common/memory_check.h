@@ -32,15 +32,28 @@ struct MemoryEstimate {
   }
 };
 
+/// What `device` has free now (0: unknown).
+inline double memory_free_on(Device device) {
+  return static_cast<double>(device.is_cuda() ? device_memory_free() : host_memory_available());
+}
+
+/// The plan on one line: each certain part, the activations' estimate, and what `device` has free.
+inline std::string memory_plan_line(const MemoryEstimate& e, Device device) {
+  const double free_bytes = memory_free_on(device);
+  const std::string where = device.is_cuda() ? device.str() : std::string("the host");
+  return e.parts() + ", activations about " + runtime::gigabytes(e.activations) + " (an estimate): " +
+         runtime::gigabytes(e.certain_bytes() + e.activations) + " of " +
+         (free_bytes > 0 ? runtime::gigabytes(free_bytes) : std::string("an unknown amount")) + " free on " + where;
+}
+
 /// `shrink` names the flags that make the run smaller.
 inline void check_memory(const MemoryEstimate& e, Device device, const std::string& program, const std::string& shrink) {
-  const auto free_bytes =
-      static_cast<double>(device.is_cuda() ? device_memory_free() : host_memory_available());
+  const double free_bytes = memory_free_on(device);
   if (free_bytes <= 0) return;  // unknown: nothing to check against
   const std::string where = device.is_cuda() ? device.str() : std::string("the host");
   FT_CHECK(e.certain_bytes() <= free_bytes, program, ": this run needs ", runtime::gigabytes(e.certain_bytes()), " on ",
            where, " before any activation (", e.parts(), "), and ", where, " has ", runtime::gigabytes(free_bytes),
-           " free: ", shrink);
+           " free, ", runtime::gigabytes(e.certain_bytes() - free_bytes), " short: ", shrink);
   if (e.certain_bytes() + e.activations > free_bytes)
     std::printf("%s: note: with its activations (about %s) this run may not fit the %s free on %s\n", program.c_str(),
                 runtime::gigabytes(e.activations).c_str(), runtime::gigabytes(free_bytes).c_str(), where.c_str());

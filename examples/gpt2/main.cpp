@@ -15,6 +15,7 @@
 
 #include "examples/common/memory_check.h"
 #include "examples/common/training_flags.h"
+#include "examples/gpt2/memory_plan.h"
 #include "examples/gpt2/model_family.h"
 #include "examples/gpt2/parity_dump.h"
 #include "lib/autograd.h"
@@ -147,6 +148,8 @@ void define_flags(ft::cli::Args& args) {
                             "model.safetensors) or a Hugging Face GPT-2 model.safetensors (or its folder), the\n"
                             "--model preset matching its sizes; for llama a Hugging Face folder (config.json with\n"
                             "model.safetensors, or shards and their index), whose config sizes the model");
+  args.flag("dry-run", "0", "1: print what each rank will hold (weights, gradients, optimizer state, activations)\n"
+                          "against the device's free memory, refuse a run that does not fit, and train nothing");
   args.flag("export-hf", "", "llama: at the end, write the trained model to this folder as a Hugging Face one\n"
                             "(config.json, model.safetensors) that LlamaForCausalLM.from_pretrained loads");
   args.flag("lora-rank", "0", "LoRA fine-tuning: adapters of this rank on --lora-targets, the base frozen (0: off,\n"
@@ -240,8 +243,8 @@ Settings check_flags(const ft::cli::Args& args) {
   const std::vector<std::string> targets = lora_targets(args, ft::gpt2::arch_of(args.str("arch"), args.str("init-from")));
   FT_CHECK(args.number("min-lr-frac") <= 1, "ft-gpt2: --min-lr-frac is the floor as a fraction of the peak, at most 1, got ",
            args.number("min-lr-frac"));
-  FT_CHECK(!args.str("train").empty(), "ft-gpt2: --train is required (see --help)");
-  for (const char* name : {"shuffle", "lora-rslora"}) (void)args.boolean(name);
+  FT_CHECK(!args.str("train").empty() || args.boolean("dry-run"), "ft-gpt2: --train is required (see --help)");
+  for (const char* name : {"shuffle", "lora-rslora", "dry-run"}) (void)args.boolean(name);
   if (args.integer("lora-rank", 0) == 0)
     for (const char* name : {"lora-alpha", "lora-dropout", "lora-targets", "lora-rslora"})
       FT_CHECK(!args.given(name), "ft-gpt2: --", name, " configures LoRA adapters, which --lora-rank 0 (the default) turns off: ",
@@ -271,19 +274,16 @@ Settings check_flags(const ft::cli::Args& args) {
   return s;
 }
 
-/// What the run holds: the weights with their gradients and optimizer state, certain; the
-/// activations, estimated from a measured gpt2-124M step (about 24 bytes per token, channel and
-/// layer, and the logits; a Llama's wider MLP is not counted apart).
-ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype) {
-  const ft::CausalLMShape c = s.model.shape();
-  const double C = static_cast<double>(c.width), L = static_cast<double>(c.layers);
-  const double params = static_cast<double>(c.parameters);
-  const double tokens = static_cast<double>(s.batch * s.seq), width = dtype == ft::DType::BF16 ? 2 : 4;
-  ft::cli::MemoryEstimate e;
-  e.certain = {{"weights with gradients and optimizer state",
-                params * ft::cli::training_bytes_per_parameter(dtype, args.str("optimizer"), args.number("momentum", 0))}};
-  e.activations = tokens * (12 * width * C * L + width * static_cast<double>(c.vocab));
-  return e;
+/// A rank's memory plan (examples/gpt2/memory_plan.h) for the run the flags ask for.
+ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& args, ft::DType dtype, int world) {
+  return ft::gpt2::memory_plan(s.model, {.tokens = s.batch * s.seq,
+                                         .dtype = dtype,
+                                         .optimizer = args.str("optimizer"),
+                                         .momentum = args.number("momentum", 0),
+                                         .lora_rank = args.integer("lora-rank", 0),
+                                         .lora_targets = s.lora_targets,
+                                         .world = world,
+                                         .zero = args.integer("zero", 0) > 0});
 }
 
 /// The training loader and, with --val, the validation one (in order), each reading this rank's part.
@@ -417,13 +417,24 @@ int run(int argc, char** argv) {
   const Settings s = check_flags(args);
   const ft::Device device = ft::cli::apply_device_flags(args, "ft-gpt2");
   const ft::DType dtype = device.is_cuda() ? ft::DType::BF16 : ft::DType::F32;
+  const ft::LaunchEnv env = ft::launch_env();
+  const ft::cli::MemoryEstimate memory = memory_estimate(s, args, dtype, env.world_size);
+  const std::string shrink =
+      "a smaller --model, or fewer tokens a step (--batch, --seq, with --grad-accum to keep the batch)" +
+      std::string(env.world_size > 1 && args.integer("zero", 0) == 0 ? ", or the optimizer state split over the "
+                                                                       "ranks (--zero 1)"
+                                                                     : "");
+  if (args.boolean("dry-run")) {
+    std::printf("ft-gpt2: memory a rank: %s\n", ft::cli::memory_plan_line(memory, device).c_str());
+    ft::cli::check_memory(memory, device, "ft-gpt2", shrink);
+    return 0;
+  }
   // Joined before the data (each rank reads its part of every global batch) and the optimizer
   // (its buffers are laid out for the run's world size).
-  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", ft::launch_env(), device);
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", env, device);
   const Data data = open_data(args, s, dp.shard());
   ft::mark_startup("data");
-  ft::cli::check_memory(memory_estimate(s, args, dtype), device, "ft-gpt2",
-                        "a smaller --model, or fewer tokens a step (--batch, --seq, with --grad-accum to keep the batch)");
+  ft::cli::check_memory(memory, device, "ft-gpt2", shrink);
 
   const std::unique_ptr<ft::CausalLM> built = ft::gpt2::make_model(s.model, static_cast<uint64_t>(args.integer("seed", 0)));
   ft::CausalLM& model = *built;
@@ -441,7 +452,10 @@ int run(int argc, char** argv) {
                                "ft-gpt2");
   ft::cli::start_data_parallel(dp, args, "ft-gpt2", model, *optimizer);
   ft::mark_startup("optimizer");
-  if (dp.primary()) print_banner(model, s, device, dtype, dp.env.world_size);
+  if (dp.primary()) {
+    print_banner(model, s, device, dtype, dp.env.world_size);
+    std::printf("ft-gpt2: memory a rank: %s\n", ft::cli::memory_plan_line(memory, device).c_str());
+  }
 
   ft::Trainer::Options options = trainer_options(args, s, model, dp.get());
   add_validation_and_sampling(options, args, model, data.val.get(), device, dp, s.tokenizer.get());
