@@ -150,8 +150,8 @@ void define_flags(ft::cli::Args& args) {
                             "model.safetensors, or shards and their index), whose config sizes the model");
   args.flag("dry-run", "0", "1: print what each rank will hold (weights, gradients, optimizer state, activations)\n"
                           "against the device's free memory, refuse a run that does not fit, and train nothing");
-  args.flag("export-hf", "", "llama: at the end, write the trained model to this folder as a Hugging Face one\n"
-                            "(config.json, model.safetensors) that LlamaForCausalLM.from_pretrained loads");
+  args.flag("export-hf", "", "at the end, write the trained model to this folder as a Hugging Face one (config.json,\n"
+                            "model.safetensors) that LlamaForCausalLM or GPT2LMHeadModel.from_pretrained loads");
   args.flag("lora-rank", "0", "LoRA fine-tuning: adapters of this rank on --lora-targets, the base frozen (0: off,\n"
                             "every weight trains)");
   args.flag("lora-alpha", "16", "LoRA scale numerator: the update is alpha/r * B*A");
@@ -225,8 +225,6 @@ void choose_sizes(const ft::cli::Args& args, Settings& s) {
   FT_CHECK(!s.tokenizer || s.vocab >= tokenizer_vocab, "ft-gpt2: the model's vocabulary ", s.vocab,
            " is smaller than the tokenizer's ", tokenizer_vocab, " tokens");
   FT_CHECK(s.token_limit <= s.vocab, "ft-gpt2: --tokens ", s.token_limit, " exceeds the vocabulary (", s.vocab, ")");
-  FT_CHECK(args.str("export-hf").empty() || llama, "ft-gpt2: --export-hf writes Llama models only (--arch llama); ",
-           "GPT-2's export is not built yet");
   FT_CHECK(args.str("export-hf").empty() || args.integer("lora-rank", 0) == 0, "ft-gpt2: --export-hf writes a whole ",
            "model; a LoRA run's adapters are saved in PEFT's layout with each checkpoint (--ckpt-dir)");
 }
@@ -487,7 +485,8 @@ int run(int argc, char** argv) {
   if (dump) dump->finish();
   if (!args.str("export-hf").empty() && dp.primary()) {
     ft::gpt2::export_hf(model, args.str("export-hf"), dtype);
-    std::printf("ft-gpt2: wrote the model to %s (Hugging Face's LlamaForCausalLM folder)\n", args.str("export-hf").c_str());
+    std::printf("ft-gpt2: wrote the model to %s (a Hugging Face %s folder)\n", args.str("export-hf").c_str(),
+                s.model.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel");
   }
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
   // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).

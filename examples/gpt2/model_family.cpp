@@ -4,6 +4,7 @@
 
 #include "lib/error.h"
 #include "models/gpt2/gpt2_init.h"
+#include "models/gpt2/hf_gpt2.h"
 #include "models/llama/hf_llama.h"
 #include "train/io/json.h"
 #include "train/io/text_file.h"
@@ -128,11 +129,12 @@ const PeftLayout& peft_layout(const CausalLM& model) {
 }
 
 void export_hf(const CausalLM& model, const std::string& folder, DType dtype) {
-  const auto* llama = dynamic_cast<const Llama*>(&model);
-  FT_CHECK(llama, "ft-gpt2: --export-hf writes Llama models only (GPT-2's export is not built yet)");
   FT_CHECK(model.lora_state_dict().empty(), "ft-gpt2: --export-hf writes a whole model; a LoRA run's adapters are ",
            "saved in PEFT's layout with each checkpoint (--ckpt-dir)");
-  save_hf_llama(*llama, folder, dtype);
+  if (const auto* llama = dynamic_cast<const Llama*>(&model))
+    save_hf_llama(*llama, folder, dtype);
+  else
+    save_hf_gpt2(dynamic_cast<const GPT&>(model), folder, dtype);
 }
 
 }  // namespace ft::gpt2

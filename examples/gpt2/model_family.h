@@ -53,7 +53,7 @@ std::string init_from(CausalLM& model, const std::string& path);
 const PeftLayout& peft_layout(const CausalLM& model);
 
 /// Writes the model as a Hugging Face folder (config.json and model.safetensors in `dtype`) that
-/// LlamaForCausalLM.from_pretrained loads. Llama only, and without adapters.
+/// LlamaForCausalLM or GPT2LMHeadModel.from_pretrained loads; a model with adapters is refused.
 void export_hf(const CausalLM& model, const std::string& folder, DType dtype);
 
 }  // namespace ft::gpt2

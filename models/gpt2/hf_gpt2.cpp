@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
 #include "lib/error.h"
+#include "train/io/atomic_file.h"
+#include "train/io/json.h"
+#include "train/io/safetensors.h"
 
 namespace ft {
 
@@ -167,6 +171,55 @@ std::map<std::string, Tensor> gpt2_state_from_hf(const std::map<std::string, Ten
            fusedtrain_layout ? "\nh.0.attn.c_attn.weight is [3C, C]: this is a fusedtrain state dict, which "
                                "load_state_dict takes as it is" : "");
   return out;
+}
+
+std::map<std::string, Tensor> hf_gpt2_state(const GPT& model, DType dtype) {
+  FT_CHECK(model.lora_state_dict().empty(), "hf_gpt2_state: the model has LoRA adapters, which PEFT's files hold ",
+           "(save_peft_adapter); a Hugging Face GPT-2 folder holds a plain model");
+  const std::map<std::string, Tensor> state = model.state_dict();
+  std::map<std::string, Tensor> hf;
+  for (const HfTensor& t : hf_layout(model.config())) {
+    const Tensor& ours = state.at(t.name);
+    const Tensor cpu = (ours.dtype() == dtype ? ours : ours.to(dtype)).to(kCPU);
+    hf.emplace(kPrefix + t.name, t.conv1d ? cpu.transpose() : cpu);
+  }
+  const Tensor& wte = state.at("wte.weight");
+  hf.emplace(kPrefix + "wte.weight", (wte.dtype() == dtype ? wte : wte.to(dtype)).to(kCPU));
+  return hf;
+}
+
+std::string hf_gpt2_config_json(const GPTConfig& c, DType dtype) {
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"architectures", "[\"GPT2LMHeadModel\"]"},
+      {"model_type", "\"gpt2\""},
+      {"vocab_size", std::to_string(c.vocab)},
+      {"n_positions", std::to_string(c.block_size)},
+      {"n_embd", std::to_string(c.channels)},
+      {"n_layer", std::to_string(c.layers)},
+      {"n_head", std::to_string(c.heads)},
+      {"activation_function", "\"gelu_new\""},
+      {"layer_norm_epsilon", "1e-05"},
+      {"resid_pdrop", "0.0"},
+      {"embd_pdrop", "0.0"},
+      {"attn_pdrop", "0.0"},
+      {"tie_word_embeddings", "true"},
+      {"torch_dtype", dtype == DType::BF16 ? "\"bfloat16\"" : "\"float32\""}};
+  std::string text = "{\n";
+  for (size_t i = 0; i < fields.size(); ++i)
+    text += "  " + json_quote(fields[i].first) + ": " + fields[i].second + (i + 1 < fields.size() ? ",\n" : "\n");
+  return text + "}\n";
+}
+
+void save_hf_gpt2(const GPT& model, const std::string& folder, DType dtype) {
+  FT_CHECK(dtype == DType::F32 || dtype == DType::BF16, "save_hf_gpt2: weights are written in f32 or bf16, not ",
+           dtype_name(dtype));
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  FT_CHECK(!ec, "save_hf_gpt2: cannot create '", folder, "': ", ec.message());
+  save_safetensors((std::filesystem::path(folder) / "model.safetensors").string(), hf_gpt2_state(model, dtype),
+                   {{"format", "pt"}});
+  write_file_atomically((std::filesystem::path(folder) / "config.json").string(),
+                        hf_gpt2_config_json(model.config(), dtype), "save_hf_gpt2");
 }
 
 }  // namespace ft

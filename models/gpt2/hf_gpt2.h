@@ -38,4 +38,16 @@ GPTConfig hf_gpt2_config(const std::map<std::string, Tensor>& hf, int64_t vocab 
 /// config.vocab, is one ft::Error listing every problem by its name in `hf`.
 std::map<std::string, Tensor> gpt2_state_from_hf(const std::map<std::string, Tensor>& hf, const GPTConfig& config);
 
+/// The other way: `model`'s weights as GPT2LMHeadModel.save_pretrained names and lays them out
+/// (`transformer.` prefix, the four projections' weights transposed to [in, out]), in `dtype`,
+/// on the CPU; every wte row (the model's vocabulary, padding included). A model with LoRA
+/// adapters is an ft::Error (their files are PEFT's).
+std::map<std::string, Tensor> hf_gpt2_state(const GPT& model, DType dtype);
+/// config.json text for `config` that GPT2LMHeadModel reads (GELU's tanh form, LayerNorm eps
+/// 1e-5, no dropout, the head tied to wte), its weights in `dtype` (torch_dtype).
+std::string hf_gpt2_config_json(const GPTConfig& config, DType dtype);
+/// Writes `model` as a Hugging Face folder: config.json and model.safetensors, each file
+/// atomically, the folder created if missing.
+void save_hf_gpt2(const GPT& model, const std::string& folder, DType dtype);
+
 }  // namespace ft

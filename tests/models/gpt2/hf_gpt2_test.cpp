@@ -7,6 +7,7 @@
 
 #include "lib/error.h"
 #include "models/gpt2/gpt.h"
+#include "models/gpt2/gpt2_init.h"
 #include "models/gpt2/hf_gpt2.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
@@ -138,6 +139,26 @@ TEST(HfGpt2, RoundTripsThroughSafetensorsWithThePrefix) {
   EXPECT_EQ(c.layers, kConfig.layers);
   EXPECT_EQ(c.block_size, kConfig.block_size);
   expect_same_state(gpt2_state_from_hf(loaded, c), gpt2_state_from_hf(hf, kConfig));
+}
+
+TEST(HfGpt2, ExportsWhatTheImportReadsBack) {
+  GPT model(kConfig, 7);
+  const std::map<std::string, Tensor> hf = hf_gpt2_state(model, DType::F32);
+  EXPECT_TRUE(is_hf_gpt2(hf));
+  EXPECT_EQ(hf.count("transformer.h.0.attn.c_attn.weight"), 1u);
+  EXPECT_EQ(hf.at("transformer.h.1.mlp.c_fc.weight").shape(), (Shape{64, 256}));  // Conv1D: [in, out]
+  EXPECT_EQ(hf.at("transformer.wte.weight").shape(), (Shape{kConfig.vocab, 64}));
+  // Every tensor comes back exactly, through the folder and the importer.
+  test::TempDir dir("hf_gpt2_export");
+  save_hf_gpt2(model, dir.path().string(), DType::F32);
+  GPT loaded(kConfig, 8);
+  EXPECT_EQ(init_gpt2_from(loaded, dir.path().string()), "hugging face");
+  const std::map<std::string, Tensor> ours = model.state_dict(), theirs = loaded.state_dict();
+  for (const auto& [name, t] : ours) EXPECT_TRUE(all_equal(theirs.at(name), t)) << name;
+  const std::string config = hf_gpt2_config_json(kConfig, DType::BF16);
+  for (const char* field : {"\"model_type\": \"gpt2\"", "\"n_head\": 1", "\"n_positions\": 32", "\"vocab_size\": 320",
+                            "\"activation_function\": \"gelu_new\"", "\"torch_dtype\": \"bfloat16\""})
+    EXPECT_NE(config.find(field), std::string::npos) << field;
 }
 
 TEST(HfGpt2, ErrorsNameEachBadKey) {
