@@ -46,15 +46,7 @@ std::string config_json_of(const std::string& path) {
 
 }  // namespace
 
-CausalLMShape ModelChoice::shape() const {
-  if (arch == "llama")
-    return {.family = "llama", .layers = llama.layers, .width = llama.hidden, .heads = llama.heads,
-            .kv_heads = llama.kv_heads, .attention_width = llama.heads * llama.head_size(), .vocab = llama.vocab,
-            .max_seq = llama.max_positions, .parameters = llama.parameter_count()};
-  return {.family = "gpt2", .layers = gpt.layers, .width = gpt.channels, .heads = gpt.heads, .kv_heads = gpt.heads,
-          .attention_width = gpt.channels, .vocab = gpt.vocab, .max_seq = gpt.block_size,
-          .parameters = gpt.parameter_count()};
-}
+CausalLMShape ModelChoice::shape() const { return arch == "llama" ? Llama::shape_of(llama) : GPT::shape_of(gpt); }
 
 std::string arch_of(const std::string& arch_flag, const std::string& init_from) {
   if (!arch_flag.empty()) {

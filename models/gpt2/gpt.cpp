@@ -119,8 +119,9 @@ int64_t GPTConfig::parameter_count() const {
   return (vocab + block_size) * channels + layers * (12 * channels * channels + 13 * channels) + 2 * channels;
 }
 
-CausalLMShape GPT::shape() const {
-  const GPTConfig& c = config_;
+CausalLMShape GPT::shape() const { return shape_of(config_); }
+
+CausalLMShape GPT::shape_of(const GPTConfig& c) {
   return {.family = "gpt2", .layers = c.layers, .width = c.channels, .heads = c.heads, .kv_heads = c.heads,
           .attention_width = c.channels, .vocab = c.vocab, .max_seq = c.block_size,
           .parameters = c.parameter_count()};

@@ -158,8 +158,9 @@ int64_t LlamaConfig::parameter_count() const {
   return vocab * c * (tie_embeddings ? 1 : 2) + layers * layer + c;
 }
 
-CausalLMShape Llama::shape() const {
-  const LlamaConfig& c = config_;
+CausalLMShape Llama::shape() const { return shape_of(config_); }
+
+CausalLMShape Llama::shape_of(const LlamaConfig& c) {
   return {.family = "llama", .layers = c.layers, .width = c.hidden, .heads = c.heads, .kv_heads = c.kv_heads,
           .attention_width = c.heads * c.head_size(), .vocab = c.vocab, .max_seq = c.max_positions,
           .parameters = c.parameter_count()};

@@ -92,6 +92,8 @@ class Llama : public CausalLM {
   std::map<std::string, Tensor> lora_state_dict() const override;
   std::vector<std::string> lora_target_names() const override { return lora_targets(); }
   CausalLMShape shape() const override;
+  /// The shape of a Llama of these sizes, without building one.
+  static CausalLMShape shape_of(const LlamaConfig& config);
   /// The target names add_lora takes, in layer order.
   static const std::vector<std::string>& lora_targets();
 
