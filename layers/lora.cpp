@@ -1,5 +1,6 @@
 #include "layers/lora.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "lib/error.h"
@@ -61,6 +62,19 @@ void LoRALinear::unmerge() {
   FT_CHECK(merged(), "LoRALinear::unmerge: the adapter is not merged");
   weight_.detach().copy_(unmerged_weight_);
   unmerged_weight_ = Tensor();
+}
+
+void check_lora_targets(const std::vector<std::string>& targets, const std::vector<std::string>& known,
+                        const std::string& who) {
+  std::string names;
+  for (const std::string& name : known) names += (names.empty() ? "" : ", ") + name;
+  FT_CHECK(!targets.empty(), who, ": no targets (choose from ", names, ")");
+  for (size_t i = 0; i < targets.size(); ++i) {
+    FT_CHECK(std::find(known.begin(), known.end(), targets[i]) != known.end(), who, ": unknown target '", targets[i],
+             "' (choose from ", names, ")");
+    FT_CHECK(std::count(targets.begin(), targets.end(), targets[i]) == 1, who, ": target '", targets[i],
+             "' given twice");
+  }
 }
 
 std::map<std::string, Tensor> lora_parameters(const Module& model) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <memory>
+#include <vector>
 
 #include "layers/linear.h"
 #include "layers/module.h"
@@ -55,5 +56,10 @@ class LoRALinear : public Module {
 
 /// The LoRA adapters' parameters of `model` by name (...lora_A.weight, ...lora_B.weight), detached.
 std::map<std::string, Tensor> lora_parameters(const Module& model);
+
+/// Throws ft::Error, its message starting with `who`, unless `targets` is a non-empty list of
+/// `known` names, each once (a model family's adaptable linears).
+void check_lora_targets(const std::vector<std::string>& targets, const std::vector<std::string>& known,
+                        const std::string& who);
 
 }  // namespace ft

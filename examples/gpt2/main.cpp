@@ -32,13 +32,6 @@
 
 namespace {
 
-// {"qkv", "fc"} -> "qkv, fc".
-std::string join_list(const std::vector<std::string>& items) {
-  std::string text;
-  for (const std::string& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
-
 // "qkv,fc" -> {"qkv", "fc"} (empty items dropped).
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -194,13 +187,7 @@ void check_resumed_model(const ft::cli::Args& args, const Settings& s) {
 std::vector<std::string> lora_targets(const ft::cli::Args& args, const std::string& arch) {
   const std::vector<std::string> known = ft::gpt2::lora_names(arch);
   const std::vector<std::string> targets = args.str("lora-targets").empty() ? known : split_list(args.str("lora-targets"));
-  FT_CHECK(!targets.empty(), "ft-gpt2: --lora-targets: no targets (choose from ", join_list(known), ")");
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const std::string& t = targets[i];
-    FT_CHECK(std::find(known.begin(), known.end(), t) != known.end(), "ft-gpt2: --lora-targets: unknown target '", t,
-             "' for --arch ", arch, " (choose from ", join_list(known), ")");
-    FT_CHECK(std::count(targets.begin(), targets.end(), t) == 1, "ft-gpt2: --lora-targets names '", t, "' twice");
-  }
+  ft::check_lora_targets(targets, known, "ft-gpt2: --lora-targets");
   return targets;
 }
 

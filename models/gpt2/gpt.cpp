@@ -87,14 +87,9 @@ void GPTBlock::add_lora(const LoRAConfig& config, const std::vector<std::string>
 }
 
 void GPT::check_lora_targets(const std::vector<std::string>& targets, const std::string& who) {
-  std::string names;
-  for (const auto& [name, path] : lora_targets()) names += (names.empty() ? "" : ", ") + name;
-  FT_CHECK(!targets.empty(), who, ": no targets (choose from ", names, ")");
-  const auto& known = lora_targets();
-  for (const std::string& t : targets) {
-    FT_CHECK(std::any_of(known.begin(), known.end(), [&](const auto& k) { return k.first == t; }), who,
-             ": unknown target '", t, "' (choose from ", names, ")");
-  }
+  std::vector<std::string> names;
+  for (const auto& [name, path] : lora_targets()) names.push_back(name);
+  ft::check_lora_targets(targets, names, who);
 }
 
 void GPT::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) {
@@ -109,7 +104,7 @@ std::map<std::string, Tensor> GPT::lora_state_dict() const { return lora_paramet
 
 std::vector<std::string> GPT::lora_target_names() const {
   std::vector<std::string> names;
-  for (const auto& [target, path] : lora_targets()) names.push_back(target);
+  for (const auto& [name, path] : lora_targets()) names.push_back(name);
   return names;
 }
 

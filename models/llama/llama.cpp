@@ -134,16 +134,7 @@ Llama::Llama(const LlamaConfig& config, uint64_t seed) : config_(config) {
 
 void Llama::add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, uint64_t seed) {
   config.check();
-  std::string names;
-  for (const std::string& t : lora_targets()) names += (names.empty() ? "" : ", ") + t;
-  FT_CHECK(!targets.empty(), "Llama::add_lora: no targets (choose from ", names, ")");
-  for (size_t i = 0; i < targets.size(); ++i) {
-    FT_CHECK(std::find(lora_targets().begin(), lora_targets().end(), targets[i]) != lora_targets().end(),
-             "Llama::add_lora: unknown target '", targets[i], "' (choose from ", names, ")");
-    FT_CHECK(std::find(targets.begin(), targets.begin() + static_cast<std::ptrdiff_t>(i), targets[i]) ==
-                 targets.begin() + static_cast<std::ptrdiff_t>(i),
-             "Llama::add_lora: target '", targets[i], "' given twice");
-  }
+  check_lora_targets(targets, lora_targets(), "Llama::add_lora");
   set_trainable(false);
   Generator gen(seed);
   for (auto& layer : layers_) layer->add_lora(config, targets, gen);
