@@ -24,6 +24,7 @@
 #include "lib/ops/elementwise/elementwise.h"
 #include "lib/runtime.h"
 #include "models/gpt2/gpt.h"
+#include "models/llama/llama.h"
 #include "optim/adamw.h"
 #include "train/data/batch_source.h"
 #include "train/distributed/data_parallel.h"
@@ -46,13 +47,26 @@ struct Gpt2Result {
 enum class DpMode { None, Plain, Zero1 };
 const char* dp_name(DpMode m) { return m == DpMode::None ? "" : m == DpMode::Plain ? "+dp" : "+zero1"; }
 
+/// The bench's model: gpt2-124M's shape, or Llama-3.2-1B's, with `layers` layers.
+std::unique_ptr<CausalLM> make_model(const Gpt2BenchOptions& o) {
+  if (o.family == "llama") {
+    LlamaConfig config = LlamaConfig::llama_3_2_1b();
+    config.layers = o.layers;
+    return std::make_unique<Llama>(config, 1234);
+  }
+  FT_CHECK(o.family == "gpt2", "ft-bench: unknown model family '", o.family, "'");
+  return std::make_unique<GPT>(
+      GPTConfig{.vocab = 50304, .block_size = 1024, .layers = o.layers, .heads = 12, .channels = 768}, 1234);
+}
+
 Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = DpMode::None,
                    Communicator* comm = nullptr) {
   KernelModeGuard guard(mode);
-  const GPTConfig config{.vocab = 50304, .block_size = 1024, .layers = o.layers, .heads = 12, .channels = 768};
-  GPT model(config, 1234);
+  const std::unique_ptr<CausalLM> owned = make_model(o);
+  CausalLM& model = *owned;
+  const CausalLMShape shape = model.shape();
   model.to(kCUDA, DType::BF16);
-  if (o.lora) model.add_lora(*o.lora, {"qkv", "attn_proj", "fc", "mlp_proj"}, 4321);
+  if (o.lora) model.add_lora(*o.lora, model.lora_target_names(), 4321);
   AdamW optimizer(model.parameters(),
                   AdamW::Options{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                                  .policy = {.max_grad_norm = 1.0},
@@ -63,14 +77,15 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = 
     dp->broadcast_parameters(model);
   }
   Generator gen(99);
-  auto tokens = [&] { return (Tensor::rand({o.batch, o.seq}, gen) * 50257.0).to(DType::I64); };
+  const double token_range = o.family == "gpt2" ? 50257.0 : static_cast<double>(shape.vocab);
+  auto tokens = [&] { return (Tensor::rand({o.batch, o.seq}, gen) * token_range).to(DType::I64); };
   const Tensor ids = tokens(), targets = tokens();
   FixedBatchSource source({{"inputs", ids}, {"targets", targets}});
   // 2 FLOPs a parameter a token forward, 2 for the input gradient, 2 for its own gradient when it
   // trains (frozen ones have none), and the attention's 6·L·C·T.
   const double flops_per_token = 4.0 * static_cast<double>(model.parameter_count()) +
                                  2.0 * static_cast<double>(model.trainable_parameter_count()) +
-                                 6.0 * static_cast<double>(config.layers * config.channels * o.seq);
+                                 6.0 * static_cast<double>(shape.layers * shape.attention_width * o.seq);
   Trainer trainer(model, optimizer, source,
                   [&](Module&, const Batch& b) { return model.loss(b.at("inputs"), b.at("targets")); },
                   Trainer::Options{.schedule = {.max_lr = 6e-4},
@@ -93,22 +108,24 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = 
   return r;
 }
 
+/// The workload's name in docs/workloads.md at its own shapes, else the shapes in the name, as
+/// the peers (bench/peers/gpt2_torch.py, lora_torch.py, llama_torch.py) name theirs.
 std::string workload_name(const Gpt2BenchOptions& o) {
-  char name[96];
-  if (!o.lora) {
-    if (o.batch == 16 && o.seq == 1024 && o.layers == 12) return "gpt2-124M";
-    std::snprintf(name, sizeof name, "gpt2 B%lld T%lld L%lld", static_cast<long long>(o.batch),
-                  static_cast<long long>(o.seq), static_cast<long long>(o.layers));
-    return name;
-  }
-  // As bench/peers/lora_torch.py names it.
-  if (o.batch == 16 && o.seq == 1024 && o.layers == 12 && o.lora->rank == 16 && o.lora->dropout == 0) return "lora-gpt2";
-  std::snprintf(name, sizeof name, "lora-gpt2 B%lld T%lld L%lld r%lld", static_cast<long long>(o.batch),
-                static_cast<long long>(o.seq), static_cast<long long>(o.layers), static_cast<long long>(o.lora->rank));
-  std::string out = name;
+  const bool llama = o.family == "llama";
+  const std::string base = llama ? "llama-1b" : "gpt2-124M";
+  const bool own_shape = llama ? (o.batch == 4 && o.seq == 2048 && o.layers == 16)
+                               : (o.batch == 16 && o.seq == 1024 && o.layers == 12);
+  char shapes[96];
+  std::snprintf(shapes, sizeof shapes, " B%lld T%lld L%lld", static_cast<long long>(o.batch),
+                static_cast<long long>(o.seq), static_cast<long long>(o.layers));
+  if (!o.lora) return own_shape ? base : (llama ? "llama-1b" : "gpt2") + std::string(shapes);
+  const std::string lora_base = llama ? "lora-llama-1b" : "lora-gpt2";
+  if (own_shape && o.lora->rank == 16 && o.lora->dropout == 0) return lora_base;
+  std::string out = lora_base + shapes + " r" + std::to_string(o.lora->rank);
   if (o.lora->dropout != 0) {
-    std::snprintf(name, sizeof name, " p%g", o.lora->dropout);
-    out += name;
+    char dropout[32];
+    std::snprintf(dropout, sizeof dropout, " p%g", o.lora->dropout);
+    out += dropout;
   }
   return out;
 }
@@ -116,13 +133,18 @@ std::string workload_name(const Gpt2BenchOptions& o) {
 }  // namespace
 
 int run_gpt2_bench(const Gpt2BenchOptions& o, BenchReport& report) {
-  std::printf("ft-bench %s: L=%lld C=768 NH=12 V=50304, B=%lld T=%lld, bf16, AdamW + clip, %d steps after %d "
-              "warm-up, on %s\n",
-              o.lora ? "lora" : "gpt2", static_cast<long long>(o.layers), static_cast<long long>(o.batch),
+  const char* const model_text = o.family == "llama" ? "Llama-3.2-1B shape, C=2048 NH=32 NKV=8 I=8192 V=128256 tied"
+                                                    : "C=768 NH=12 V=50304";
+  // RESULT lines: gpt2, lora (gpt2's LoRA, as before llama came), llama, lora-llama.
+  const std::string result_name = o.lora ? (o.family == "llama" ? "lora-llama" : "lora") : o.family;
+  std::printf("ft-bench %s: L=%lld %s, B=%lld T=%lld, bf16, AdamW + clip, %d steps after %d warm-up, on %s\n",
+              result_name.c_str(), static_cast<long long>(o.layers), model_text,
+              static_cast<long long>(o.batch),
               static_cast<long long>(o.seq), o.steps, o.warmup, device_name().c_str());
   if (o.lora)
-    std::printf("LoRA r=%lld alpha=%g dropout=%g on qkv, attn_proj, fc, mlp_proj; the base frozen\n",
-                static_cast<long long>(o.lora->rank), o.lora->alpha, o.lora->dropout);
+    std::printf("LoRA r=%lld alpha=%g dropout=%g on %s of every layer; the base frozen\n",
+                static_cast<long long>(o.lora->rank), o.lora->alpha, o.lora->dropout,
+                o.family == "llama" ? "q, k, v, o, gate, up and down_proj" : "qkv, attn_proj, fc and mlp_proj");
   struct Row {
     std::string name;
     Gpt2Result r;
@@ -165,7 +187,7 @@ int run_gpt2_bench(const Gpt2BenchOptions& o, BenchReport& report) {
                 mfu_text, peak_gb, r.final_loss, r.replayed ? "replay" : "eager");
     if (r.mfu) std::snprintf(mfu_text, sizeof mfu_text, "%.4f", *r.mfu);
     std::printf("RESULT %s kernels=%s graph=%d ms=%.3f wall_ms=%.3f tok_per_s=%.0f mfu=%s peak_gb=%.3f\n",
-                o.lora ? "lora" : "gpt2", it->name.c_str(), r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text,
+                result_name.c_str(), it->name.c_str(), r.replayed ? 1 : 0, r.ms, r.wall_ms, r.tok_per_s, mfu_text,
                 peak_gb);
     report.add(workload_name(o), it->name, r.ms,
                {{"graph", r.replayed ? 1.0 : 0.0}, {"wall_ms", r.wall_ms}, {"tok_per_s", r.tok_per_s}, {"peak_gb", peak_gb}});

@@ -1,5 +1,7 @@
 // ft-bench gpt2: whole training steps of gpt2-124M (docs/workloads.md) in both kernel modes; with
-// `lora`, LoRA fine-tuning steps (ft-bench lora, the lora-gpt2 workload).
+// `lora`, LoRA fine-tuning steps (ft-bench lora, the lora-gpt2 workload). ft-bench llama: the same
+// steps of a Llama-3.2-1B-shaped model (llama-1b, and lora-llama-1b with adapters on all seven
+// projections).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -11,6 +13,7 @@
 namespace ft::bench {
 
 struct Gpt2BenchOptions {
+  std::string family = "gpt2";  // or "llama": LlamaConfig::llama_3_2_1b() with `layers` layers
   int64_t batch = 16;
   int64_t seq = 1024;
   int64_t layers = 12;  // fewer for a quick look; the workload is 12
@@ -18,14 +21,15 @@ struct Gpt2BenchOptions {
   int steps = 10;
   std::string kernels = "both";  // fused, unfused or both
   bool graph = false;            // replay the step from a CUDA graph
-  std::optional<LoRAConfig> lora;  // LoRA fine-tuning steps (all four targets, the base frozen)
+  std::optional<LoRAConfig> lora;  // LoRA fine-tuning steps (all the family's targets, the base frozen)
   /// Also time the step data-parallel at world size 1 on NCCL (buckets averaged during backward),
   /// plain and ZeRO-1, against the same step without data parallelism.
   bool data_parallel = false;
 };
 
 /// Adds each variant that ran ("fused", "unfused", "fused+dp", ...) under the workload's name:
-/// gpt2-124M (lora-gpt2) at docs/workloads.md's shapes, else a name with the shapes in it.
+/// gpt2-124M (lora-gpt2) or llama-1b (lora-llama-1b) at docs/workloads.md's shapes, else a name
+/// with the shapes in it.
 int run_gpt2_bench(const Gpt2BenchOptions& options, BenchReport& report);
 
 }  // namespace ft::bench

@@ -3,6 +3,7 @@
 //   ft-bench adamw  one optimizer step over gpt2-124M's parameters (f32, and bf16 with masters), fused vs twin
 //   ft-bench gpt2   whole gpt2-124M training steps in both kernel modes
 //   ft-bench lora   the same steps as LoRA fine-tuning (lora-gpt2)
+//   ft-bench llama  whole steps of a Llama-3.2-1B-shaped model, full or LoRA (llama-1b, lora-llama-1b)
 //   ft-bench mlp    whole mlp-fmnist training steps in both kernel modes
 //   ft-bench dlrm   whole DLRM training steps (dlrm-kaggle, dlrm-mlperf) and the embedding bag's kernels
 // Each takes --peers (the PyTorch peers' JSON, printed beside ours) and --json (ours, as JSON).
@@ -128,8 +129,9 @@ int run_adamw(int argc, char** argv) {
                                                  *report));
 }
 
-// ft-bench gpt2 and ft-bench lora share their flags; lora adds the adapters' and defaults to the
-// lora-gpt2 workload (r = 16 on all four linears of every block, the base frozen).
+// ft-bench gpt2, lora and llama share their flags; lora (and llama --lora 1) adds the adapters'
+// and defaults to the lora-gpt2 (lora-llama-1b) workload: r = 16 on every linear of every block
+// the family names, the base frozen.
 int run_gpt2(int argc, char** argv, bool lora) {
   ft::cli::Args args(lora ? "ft-bench lora" : "ft-bench gpt2",
                      lora ? "Times whole LoRA fine-tuning steps of gpt2-124M (the lora-gpt2 workload: adapters on\n"
@@ -159,6 +161,33 @@ int run_gpt2(int argc, char** argv, bool lora) {
   if (lora) {
     options.lora = ft::LoRAConfig{.rank = args.integer("rank", 1), .alpha = args.number("alpha", 0),
                                   .dropout = args.number("dropout", 0)};
+    options.lora->check();
+  }
+  return close_report(args, *report, ft::bench::run_gpt2_bench(options, *report));
+}
+
+int run_llama(int argc, char** argv) {
+  ft::cli::Args args("ft-bench llama",
+                     "Times whole training steps of a Llama-3.2-1B-shaped model with random weights (16 layers,\n"
+                     "C 2048, 32 query and 8 KV heads, MLP 8192, vocabulary 128,256, tied) on random tokens:\n"
+                     "bf16 with f32 masters and AdamW, or with --lora 1 LoRA fine-tuning (adapters on all seven\n"
+                     "projections, the bf16 base frozen): ms/step, tok/s, MFU, peak device memory.");
+  args.flag("batch", "4", "sequences per step (B)");
+  args.flag("seq", "2048", "tokens per sequence (T)");
+  args.flag("layers", "16", "decoder layers (16 is Llama-3.2-1B)");
+  add_step_flags(args, "10", "3", "both", "0");
+  args.flag("lora", "0", "1: LoRA fine-tuning steps (lora-llama-1b) instead of full training (llama-1b)");
+  args.flag("rank", "16", "with --lora 1: the adapters' rank r");
+  args.flag("alpha", "32", "with --lora 1: LoRA's alpha (the update is alpha/r * B*A)");
+  std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
+  if (!report) return 0;
+  const StepFlags step = read_step_flags(args);
+  ft::bench::Gpt2BenchOptions options{.family = "llama", .batch = args.integer("batch", 1),
+                                      .seq = args.integer("seq", 1), .layers = args.integer("layers", 1),
+                                      .warmup = step.warmup, .steps = step.steps, .kernels = step.kernels,
+                                      .graph = step.graph};
+  if (args.integer("lora", 0) != 0) {
+    options.lora = ft::LoRAConfig{.rank = args.integer("rank", 1), .alpha = args.number("alpha", 0)};
     options.lora->check();
   }
   return close_report(args, *report, ft::bench::run_gpt2_bench(options, *report));
@@ -206,6 +235,7 @@ int run(int argc, char** argv) {
                 "  adamw  one AdamW step over gpt2-124M's parameters (ft-bench adamw --help)\n"
                 "  gpt2   whole gpt2-124M training steps, fused vs unfused (ft-bench gpt2 --help)\n"
                 "  lora   whole LoRA fine-tuning steps of gpt2-124M, r 16 (ft-bench lora --help)\n"
+                "  llama  whole Llama-3.2-1B-shaped steps, full or LoRA, fused vs unfused (ft-bench llama --help)\n"
                 "  mlp    whole mlp-fmnist training steps, fused vs unfused (ft-bench mlp --help)\n"
                 "  dlrm   whole DLRM training steps and the embedding bag's kernels (ft-bench dlrm --help)\n"
                 "every subcommand takes --peers FILE,... (PyTorch's results beside ours) and --json FILE\n");
@@ -215,6 +245,7 @@ int run(int argc, char** argv) {
   if (sub == "adamw") return run_adamw(argc, argv);
   if (sub == "gpt2") return run_gpt2(argc, argv, false);
   if (sub == "lora") return run_gpt2(argc, argv, true);
+  if (sub == "llama") return run_llama(argc, argv);
   if (sub == "dlrm") return run_dlrm(argc, argv);
   if (sub == "mlp") return run_mlp(argc, argv);
   FT_CHECK(sub == "ops", "ft-bench: unknown subcommand '", sub, "' (see --help)");

@@ -25,12 +25,7 @@ LlamaConfig llama_preset(const std::string& name, int64_t vocab) {
   if (name == "tiny")
     return {.vocab = vocab, .hidden = 64, .intermediate = 176, .layers = 2, .heads = 4, .kv_heads = 2,
             .max_positions = 256, .rms_eps = 1e-5, .rope = {.theta = 10000.0}};
-  if (name == "1b")  // Llama-3.2-1B's shape
-    return {.vocab = vocab, .hidden = 2048, .intermediate = 8192, .layers = 16, .heads = 32, .kv_heads = 8,
-            .max_positions = 131072, .rms_eps = 1e-5,
-            .rope = {.theta = 500000.0, .factor = 32.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
-                     .original_max_position = 8192},
-            .tie_embeddings = true};
+  if (name == "1b") return LlamaConfig::llama_3_2_1b(vocab);
   FT_FAIL("ft-gpt2: unknown --model '", name, "' for --arch llama: expected ", preset_names("llama"));
 }
 

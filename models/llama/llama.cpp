@@ -9,7 +9,6 @@
 #include "lib/ops/linear_cross_entropy/linear_cross_entropy.h"
 #include "lib/ops/matmul/matmul.h"
 #include "lib/ops/norm/rms_norm.h"
-#include "lib/ops/shape_ops/shape_ops.h"
 
 namespace ft {
 
@@ -20,27 +19,6 @@ std::shared_ptr<Linear> llama_linear(int64_t in, int64_t out, Generator& gen) {
   auto linear = std::make_shared<Linear>(Linear::Options{.in = in, .out = out, .bias = false, .init = false}, gen);
   linear->weight().copy_(Tensor::normal({out, in}, gen, 0.02));
   return linear;
-}
-
-/// [B, T, H·HS] -> [B, H, T, HS], with the last-two-dims transposes the primitives offer.
-Tensor heads_first(const Tensor& x, int64_t heads) {
-  const int64_t b = x.size(0), t = x.size(1), hs = x.size(2) / heads;
-  return transpose(transpose(x).reshape({b, heads, hs, t}));
-}
-
-/// [B, H, T, HS] -> [B, T, H·HS].
-Tensor heads_last(const Tensor& x) {
-  const int64_t b = x.size(0), heads = x.size(1), t = x.size(2), hs = x.size(3);
-  return transpose(transpose(x).reshape({b, heads * hs, t}));
-}
-
-/// Key or value heads [B, NKV, T, HS] repeated for their query groups: [B, NKV·group, T, HS],
-/// query head h reading key head h / group, as transformers' repeat_kv lays them out.
-Tensor repeat_groups(const Tensor& x, int64_t group) {
-  if (group == 1) return x;
-  const int64_t b = x.size(0), kv = x.size(1), t = x.size(2), hs = x.size(3);
-  const Tensor one = x.reshape({b, kv, 1, t * hs});
-  return cat(std::vector<Tensor>(static_cast<size_t>(group), one), 2).reshape({b, kv * group, t, hs});
 }
 
 }  // namespace
@@ -94,14 +72,10 @@ void LlamaDecoderLayer::add_lora(const LoRAConfig& config, const std::vector<std
 Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
   const int64_t b = normed.size(0), t = normed.size(1), hs = config_.head_size();
   auto rotated = [&](const std::shared_ptr<Module>& proj, int64_t heads) {
-    const Tensor x = proj->forward(normed).reshape({b, t, heads, hs});
-    return heads_first(rope(x, config_.rope).reshape({b, t, heads * hs}), heads);
+    return rope(proj->forward(normed).reshape({b, t, heads, hs}), config_.rope).reshape({b, t, heads * hs});
   };
-  const int64_t group = config_.heads / config_.kv_heads;
-  const Tensor q = rotated(q_proj_, config_.heads);
-  const Tensor k = repeat_groups(rotated(k_proj_, config_.kv_heads), group);
-  const Tensor v = repeat_groups(heads_first(v_proj_->forward(normed), config_.kv_heads), group);
-  return heads_last(attention(q, k, v, /*causal=*/true));
+  return grouped_query_attention(rotated(q_proj_, config_.heads), rotated(k_proj_, config_.kv_heads),
+                                 v_proj_->forward(normed), config_.heads, config_.kv_heads, /*causal=*/true);
 }
 
 LlamaDecoderLayer::Output LlamaDecoderLayer::forward_block(const Tensor& residual, const Tensor& pending) {
@@ -141,6 +115,14 @@ void Llama::add_lora(const LoRAConfig& config, const std::vector<std::string>& t
 }
 
 std::map<std::string, Tensor> Llama::lora_state_dict() const { return lora_parameters(*this); }
+
+LlamaConfig LlamaConfig::llama_3_2_1b(int64_t vocab) {
+  return {.vocab = vocab, .hidden = 2048, .intermediate = 8192, .layers = 16, .heads = 32, .kv_heads = 8,
+          .max_positions = 131072, .rms_eps = 1e-5,
+          .rope = {.theta = 500000.0, .factor = 32.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                   .original_max_position = 8192},
+          .tie_embeddings = true};
+}
 
 int64_t LlamaConfig::parameter_count() const {
   const int64_t c = hidden, hs = head_size();

@@ -4,9 +4,9 @@
 // head. Parameter names are Hugging Face's LlamaForCausalLM ones (model.layers.{i}.self_attn.
 // q_proj.weight, ...), so its safetensors load by name.
 //
-// The residual adds run inside the RMSNorms' kernels (add_rms_norm). RoPE is its own op over Q
-// and K, and the key and value heads are repeated for their query groups before the attention
-// op: those two are the fused paths still to come (docs/design-notes.md).
+// The residual adds run inside the RMSNorms' kernels (add_rms_norm); the attention reads the
+// projections' outputs in place, each key/value head once for its query group
+// (grouped_query_attention). RoPE is still its own op over Q and K (docs/design-notes.md).
 //
 // B: batch, T: tokens, C: hidden size, NH: query heads, NKV: key/value heads, HS: head size,
 // I: the MLP's width, V: vocabulary.
@@ -42,6 +42,9 @@ struct LlamaConfig {
   void check() const;
   /// Every parameter of a Llama of these sizes.
   int64_t parameter_count() const;
+  /// Llama-3.2-1B's shape: 16 layers, C 2048, 32 query and 8 KV heads, I 8192, tied, RoPE θ 500,000
+  /// with Llama 3's scaling (factor 32 over 8,192 positions), context 131,072.
+  static LlamaConfig llama_3_2_1b(int64_t vocab = 128256);
 };
 
 class LlamaDecoderLayer : public Module {

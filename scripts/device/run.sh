@@ -3,11 +3,12 @@
 # print their summary table last (also in $OUT/summary.txt; every log in $OUT/logs.tgz).
 #   scripts/device/run.sh SUITE[:ARG] [SUITE[:ARG] ...]
 # Suites (scripts/device/suites/<name>.sh, each opening with what it runs):
-#   tests      the GoogleTest suite on the GPU
+#   tests      the GoogleTest suite on the GPU (ARG: a GoogleTest filter, to run only those)
 #   mlp        ft-mlp's epoch in both kernel modes against its PyTorch peer
 #   ops        ft-bench ops and adamw against their PyTorch peers
 #   gpt2       parity with PyTorch, exact resume, attention against SDPA, gpt2 against torch.compile
-#   llama      parity with transformers' Llama in both kernel modes, the tokenizer against tokenizers
+#   llama      Llama: parity with transformers in both modes, LoRA against PEFT, the tokenizer
+#              (ARG checks, the default), ft-bench llama against torch.compile (bench), or all
 #   lora       the LoRA tests, parity with PEFT, resume, ft-bench lora against its PyTorch peer
 #   dlrm       ft-dlrm's benches against the PyTorch peers, AUC fused against unfused
 #   unfused    every bench in both kernel modes with its peers (the README's pictures)

@@ -87,8 +87,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
   if constexpr (kCudaBuild) {
     if (fused_ok(q, hs)) {
       const cuda::HeadStrides contiguous{heads * t * hs, t * hs, hs};
-      return cuda::attention_fused({q, k, v}, 0, {b, heads, t, hs}, contiguous, q.shape(), contiguous, causal,
-                                   dropout_p, seed, offset);
+      return cuda::attention_fused({q, k, v}, 0, {b, heads, t, hs}, contiguous, contiguous, q.shape(), contiguous,
+                                   causal, dropout_p, seed, offset);
     }
   }
   return attention_composite(q, k, v, causal, dropout_p, seed, offset);
@@ -112,8 +112,8 @@ Tensor attention_qkv(const Tensor& qkv, int64_t heads, bool causal, double dropo
   const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, hs = c / heads;
   if constexpr (kCudaBuild)
     if (fused_ok(qkv, hs))
-      return cuda::attention_fused({qkv}, c, {b, heads, t, hs}, {t * 3 * c, hs, 3 * c}, {b, t, c}, {t * c, hs, c},
-                                   causal, dropout_p, seed, offset);
+      return cuda::attention_fused({qkv}, c, {b, heads, t, hs}, {t * 3 * c, hs, 3 * c}, {t * 3 * c, hs, 3 * c},
+                                   {b, t, c}, {t * c, hs, c}, causal, dropout_p, seed, offset);
   return attention_qkv_composite(qkv, heads, causal, dropout_p, seed, offset);
 }
 

@@ -46,6 +46,19 @@ Tensor qkv_attention(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 Tensor qkv_attention_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t heads, bool causal,
                                double dropout_p, uint64_t seed, const Tensor& offset);
 
+/// Grouped-query attention as Llama runs it, straight on the projections' outputs: q [B, T, NH·HS],
+/// k and v [B, T, NKV·HS], NKV dividing NH (query head h reads key/value head h / (NH / NKV));
+/// result [B, T, NH·HS], the heads side by side for the output projection. No dropout.
+/// Fused (bf16 on CUDA, HS 64 or 128): the flash kernels read q, k and v where the projections
+/// wrote them and write the result in place; each key/value head is read for its whole group,
+/// nothing repeated in memory, and the backward adds a group's dK and dV in registers
+/// (lib/ops/attention/attention_backward.cu). Twin: the heads split by transposes, k and v
+/// repeated for their groups (cat), attention_composite, the heads merged.
+Tensor grouped_query_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads,
+                               bool causal);
+Tensor grouped_query_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                                         int64_t kv_heads, bool causal);
+
 /// Which flash kernels the fused path runs. PreferHopper (the default): the Hopper kernels
 /// (wgmma and TMA; lib/ops/attention/attention_hopper.cu, attention_hopper_backward.cu) where the
 /// device is sm_90, the head size is one they take and TMA can address the tensors, else the

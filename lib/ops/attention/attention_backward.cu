@@ -13,6 +13,9 @@
 //   products per tile pair with a bit-reproducible dQ (its dQ is added with atomics in whatever
 //   order blocks arrive); the two-kernel form this replaced recomputed S and dP for dQ (7
 //   products).
+// - grouped-query attention: a block owns a key tile of one key/value head and streams the
+//   query tiles of every query head of its group, one head after the other, adding their dK and
+//   dV in its registers; the dQ shares are per query head as without groups.
 // - dropout on the probabilities: element (b, h, i, j) is kept when
 //   philox::dropout_uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw; the
 //   backward regenerates it.
@@ -221,49 +224,51 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
   float* const dq_stage = row_stats + 4 * kRows;  // two staged dQ shares, used in alternate steps
   // Key tiles in reverse block order: a block waits for its turn only on blocks of lower index.
   const int key_tiles = gridDim.x, kt = key_tiles - 1 - blockIdx.x, k0 = kt * kTile, warp = threadIdx.x / 32;
-  const int64_t in_base = head_offset(p.in, p.heads), out_base = head_offset(p.out_strides, p.heads);
-  const int64_t stat_base = static_cast<int64_t>(head_index()) * p.tokens;
-  const int first = p.causal ? k0 / kRows : 0, query_tiles = (p.tokens + kRows - 1) / kRows;
-  DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<D>,
-                  p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
-  auto load_queries = [&](int qt, int buf) {
-    load_tile<D, kRows>(q_tile(buf), p.q + in_base, p.in.token, qt * kRows, p.tokens);
-    load_tile<D, kRows>(do_tile(buf), p.dout + out_base, p.out_strides.token, qt * kRows, p.tokens);
-    for (int i = threadIdx.x; i < kRows; i += kAttnThreads) {
-      const int row = qt * kRows + i;
+  const int64_t kv_base = block_kv_offset(p);
+  const int query_tiles = (p.tokens + kRows - 1) / kRows;
+  const GroupSteps step(p, p.causal ? k0 / kRows : 0, query_tiles);
+  DqShares shares{p.dq_sum + static_cast<int64_t>(step.pair0) * query_tiles * kDqShareFloats<D>,
+                  p.dq_turns + static_cast<int64_t>(step.pair0) * query_tiles};
+  auto load_queries = [&](int i, int buf) {
+    const int qt = step.tile(i), bh = step.pair(i);
+    const int64_t stat_base = static_cast<int64_t>(bh) * p.tokens;
+    load_tile<D, kRows>(q_tile(buf), p.q + head_offset(p.in, p.heads, bh), p.in.token, qt * kRows, p.tokens);
+    load_tile<D, kRows>(do_tile(buf), p.dout + head_offset(p.out_strides, p.heads, bh), p.out_strides.token,
+                        qt * kRows, p.tokens);
+    for (int r = threadIdx.x; r < kRows; r += kAttnThreads) {
+      const int row = qt * kRows + r;
       // A query past T gets an infinite log-sum-exp: probability 0 everywhere.
-      row_stats[buf * 2 * kRows + i] = row < p.tokens ? p.lse[stat_base + row] * kLog2e : INFINITY;
-      row_stats[buf * 2 * kRows + kRows + i] = row < p.tokens ? p.delta[stat_base + row] : 0.0f;
+      row_stats[buf * 2 * kRows + r] = row < p.tokens ? p.lse[stat_base + row] * kLog2e : INFINITY;
+      row_stats[buf * 2 * kRows + kRows + r] = row < p.tokens ? p.delta[stat_base + row] : 0.0f;
     }
   };
-  load_tile<D, kTile>(k_tile, p.k + in_base, p.in.token, k0, p.tokens);
-  load_tile<D, kTile>(v_tile, p.v + in_base, p.in.token, k0, p.tokens);
-  load_queries(first, 0);
+  load_key_values<D>(k_tile, v_tile, p, kv_base, k0);
+  load_queries(0, 0);
   mma::commit_copies();
 
   const int key0 = k0 + warp * 16;  // the warp's first key (rows of Sᵀ)
   uint32_t kf[1][D / 16][4], vf[1][D / 16][4];
   float dk[1][D / 8][4] = {}, dv[1][D / 8][4] = {};
-  auto staged_share = [&](int qt) { return dq_stage + (qt & 1) * kDqShareFloats<D>; };
-  auto issue_share = [&](int qt) {  // thread 0
-    shares.issue(staged_share(qt), qt, dq_share_count(qt, kRows, kTile, p.tokens, p.causal) - 1 - kt,
-                 kDqShareFloats<D>);
+  auto staged_share = [&](int i) { return dq_stage + (i & 1) * kDqShareFloats<D>; };
+  auto issue_share = [&](int i) {  // thread 0
+    const int turn = dq_share_count(step.tile(i), kRows, kTile, p.tokens, p.causal) - 1 - kt;
+    shares.issue(staged_share(i), step.slot(i), turn, kDqShareFloats<D>);
   };
-  for (int qt = first; qt < query_tiles; ++qt) {
-    const int buf = (qt - first) & 1;
+  for (int i = 0; i < step.steps; ++i) {
+    const int buf = i & 1, qt = step.tile(i), bh = step.pair(i);
     if (threadIdx.x == 0) {
       shares.complete();
-      if (qt > first) shares.peek(qt - 1);
+      if (i > 0) shares.peek(step.slot(i - 1));
     }
-    advance_stage(qt + 1 < query_tiles, [&] { load_queries(qt + 1, buf ^ 1); });
-    if (threadIdx.x == 0 && qt > first) issue_share(qt - 1);
-    if (qt == first || !kHoldFragments<D>) {
+    advance_stage(i + 1 < step.steps, [&] { load_queries(i + 1, buf ^ 1); });
+    if (threadIdx.x == 0 && i > 0) issue_share(i - 1);
+    if (i == 0 || !kHoldFragments<D>) {
       load_a<D, 1>(kf, k_tile, warp * 16);
       load_a<D, 1>(vf, v_tile, warp * 16);
     }
     // Sᵀ's element (key, query) is the draw's (query, key).
     auto dropped_at = [&](int n, int e) {
-      return probability_index(p.tokens, qt * kRows + fragment_col(n, e), key0 + fragment_row(e));
+      return probability_index(p.tokens, bh, qt * kRows + fragment_col(n, e), key0 + fragment_row(e));
     };
     const float* lse2 = row_stats + buf * 2 * kRows;
     const float* delta = lse2 + kRows;
@@ -301,18 +306,18 @@ __global__ void __launch_bounds__(kAttnThreads) attention_backward_kernel(const 
     {
       float dq[8][4];
       ds_times_k<D, kRows>(dq, ds_tile, k_tile);
-      stage_dq_share<D>(staged_share(qt), dq);
+      stage_dq_share<D>(staged_share(i), dq);
     }
     __syncthreads();  // the share is staged, and every warp is done with this step's buffers
   }
   if (threadIdx.x == 0) {  // the last share; the bulk copies must finish before the block ends
     shares.complete();
-    shares.peek(query_tiles - 1);
-    issue_share(query_tiles - 1);
+    shares.peek(step.slot(step.steps - 1));
+    issue_share(step.steps - 1);
     shares.complete();
   }
-  store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk[0], p.scale, p.scale);
-  store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv[0], 1.0f, 1.0f);
+  store_rows<D>(p.dk + kv_base, p.kv.token, key0, p.tokens, dk[0], p.scale, p.scale);
+  store_rows<D>(p.dv + kv_base, p.kv.token, key0, p.tokens, dv[0], 1.0f, 1.0f);
 }
 
 }  // namespace
@@ -329,6 +334,7 @@ bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   p.k = static_cast<const bf16*>(in.k);
   p.v = static_cast<const bf16*>(in.v);
   p.in = in.strides;
+  p.kv = in.kv_strides;
   p.o = static_cast<const bf16*>(out);
   p.dout = static_cast<const bf16*>(dout);
   p.out_strides = out_strides;
@@ -339,6 +345,8 @@ bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
   const bool hopper = prefer_hopper() && hopper_backward_takes(in, dout, out_strides, shape);
   // The delta kernel's K and V parts hold only without dropout (the kept probabilities of a row
   // do not sum to 1).
+  FT_CHECK(grads.qkv_bias_partials == nullptr || shape.group() == 1,
+           "attention backward: the QKV bias sums assume one key head a query head");
   p.qkv_bias_partials = dropout_p == 0.0 ? grads.qkv_bias_partials : nullptr;
   // The Hopper backward copies a query tile's row statistics with one bulk copy: tiles of
   // kStatTileRows rows, padded.
@@ -372,7 +380,8 @@ bool attention_backward(const AttentionShape& shape, const AttentionInputs& in, 
         constexpr int kSyncRows = kBackwardQueryRows<D>;
         const size_t smem = (2 * kTile * D + 4 * kSyncRows * D + kTile * kSyncRows) * sizeof(bf16) +
                             (4 * kSyncRows + 2 * kDqShareFloats<D>) * sizeof(float);
-        launch(attention_backward_kernel<D, kDropout>, grid_for(shape, kTile), smem, p, "attention_backward_kernel");
+        launch(attention_backward_kernel<D, kDropout>, backward_grid(shape, kTile), smem, p,
+               "attention_backward_kernel");
       }
       const dim3 finish_grid(static_cast<unsigned>((shape.tokens + kQkvBiasRows - 1) / kQkvBiasRows),
                              static_cast<unsigned>(shape.batch * shape.heads));

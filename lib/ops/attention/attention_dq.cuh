@@ -87,6 +87,21 @@ __device__ __forceinline__ void wait_for_turn(int* turns, int turn, int& seen) {
   }
 }
 
+/// The steps of a backward block: it owns a key tile of one key/value head and streams, one head
+/// after the other, the query tiles from `first` of each query head of its group (one head
+/// without GQA). Step i takes tile(i) of query head pair(i) (b·NH + h); slot(i) is that query
+/// tile's place among the group's dQ shares and turn counters, which start at the group's first
+/// head (DqShares).
+struct GroupSteps {
+  int pair0, first, query_tiles, head_steps, steps;
+  __device__ GroupSteps(const Params& p, int first_tile, int tiles)
+      : pair0(first_query_pair(p)), first(first_tile), query_tiles(tiles), head_steps(tiles - first_tile),
+        steps(p.group * (tiles - first_tile)) {}
+  __device__ int pair(int i) const { return pair0 + i / head_steps; }
+  __device__ int tile(int i) const { return first + i % head_steps; }
+  __device__ int slot(int i) const { return (i / head_steps) * query_tiles + tile(i); }
+};
+
 /// One thread's side of the ordered dQ sums of one head: thread 0's in the mma.sync backward; in
 /// the Hopper backward each warpgroup's first thread's, for the shares its warpgroup staged. The
 /// shares of a query tile come from the key tile on the diagonal (turn 0, a bulk store) down to

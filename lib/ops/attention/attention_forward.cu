@@ -8,6 +8,7 @@
 //   the log-sum-exp of each row, nothing else. On sm_90 the forward on wgmma and TMA
 //   (attention_hopper.cu) runs instead where TMA can address the inputs; this one runs
 //   everywhere else, and on request (set_flash_kernels).
+// - grouped-query attention: a block's query head h reads key/value head h / group, in place.
 // - dropout on the probabilities: element (b, h, i, j) is kept when
 //   philox::dropout_uniform(seed, offset, ((b·NH + h)·T + i)·T + j) >= p, exactly the twin's draw.
 #include <cuda_bf16.h>
@@ -43,11 +44,11 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
   const int query_tiles = (p.tokens + kRows - 1) / kRows;
   const CausalTask task = causal_task(blockIdx.x, query_tiles, gridDim.x / query_tiles, group);
   const int q0 = task.query_tile * kRows, warp = threadIdx.x / 32;
-  const int64_t in_base = head_offset(p.in, p.heads, task.head);
+  const int64_t in_base = head_offset(p.in, p.heads, task.head), kv_base = kv_head_offset(p, task.head);
   const int all_tiles = (p.tokens + kTile - 1) / kTile;
   const int key_tiles = p.causal ? min(all_tiles, (q0 + kRows + kTile - 1) / kTile) : all_tiles;
   load_tile<D, kRows>(q_tile, p.q + in_base, p.in.token, q0, p.tokens);
-  load_key_values<D>(k_tile(0), v_tile(0), p, in_base, 0);
+  load_key_values<D>(k_tile(0), v_tile(0), p, kv_base, 0);
   mma::commit_copies();
 
   const int row0 = q0 + warp * 16 * kM;  // the warp's first query row
@@ -58,7 +59,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_forward_kernel(const _
   for (int m = 0; m < kM; ++m) row_max[m][0] = row_max[m][1] = -INFINITY, row_sum[m][0] = row_sum[m][1] = 0.0f;
   for (int kt = 0; kt < key_tiles; ++kt) {
     const int buf = kt & 1, k0 = kt * kTile;
-    advance_stage(kt + 1 < key_tiles, [&] { load_key_values<D>(k_tile(buf ^ 1), v_tile(buf ^ 1), p, in_base, k0 + kTile); });
+    advance_stage(kt + 1 < key_tiles,
+                  [&] { load_key_values<D>(k_tile(buf ^ 1), v_tile(buf ^ 1), p, kv_base, k0 + kTile); });
     if (kt == 0) load_a<D, kM>(qf, q_tile, warp * 16 * kM);
     float s[kM][kTile / 8][4];
     scores<D, kM, kTile>(s, qf, k_tile(buf), 0);
@@ -98,6 +100,7 @@ void attention_forward(const AttentionShape& shape, const AttentionInputs& in, v
   p.k = static_cast<const bf16*>(in.k);
   p.v = static_cast<const bf16*>(in.v);
   p.in = in.strides;
+  p.kv = in.kv_strides;
   p.out = static_cast<bf16*>(out);
   p.out_strides = out_strides;
   p.lse = lse.data<float>();

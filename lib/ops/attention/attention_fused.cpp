@@ -18,7 +18,7 @@ void* at_element(const Tensor& t, int64_t element) {
 }  // namespace
 
 Tensor attention_fused(const std::vector<Tensor>& inputs, int64_t thirds, const AttentionShape& shape,
-                       const HeadStrides& in_strides, const Shape& out_shape,
+                       const HeadStrides& in_strides, const HeadStrides& kv_strides, const Shape& out_shape,
                        const HeadStrides& out_strides, bool causal, double dropout_p, uint64_t seed,
                        const Tensor& offset, const std::shared_ptr<BiasGradHandoff>& bias_sums) {
   auto views = [thirds](const std::vector<Tensor>& t) {
@@ -26,7 +26,7 @@ Tensor attention_fused(const std::vector<Tensor>& inputs, int64_t thirds, const 
     return std::array<void*, 3>{at_element(t[0], 0), at_element(t[0], thirds), at_element(t[0], 2 * thirds)};
   };
   const auto in = views(inputs);
-  const AttentionInputs args{in[0], in[1], in[2], in_strides};
+  const AttentionInputs args{in[0], in[1], in[2], in_strides, kv_strides};
   const Device device = inputs[0].device();
   Tensor out = Tensor::empty(out_shape, DType::BF16, device);
   Tensor lse = Tensor::empty({shape.batch * shape.heads * shape.tokens}, DType::F32, device);
@@ -74,7 +74,8 @@ Tensor qkv_attention_fused(const Tensor& x, const Tensor& weight, const Tensor& 
                  [x2, w = weight.detach(), handoff, want_x, want_w, want_b, x_shape = x.shape()](const Tensor& g) {
                    return linear_backward_with_handoff(g, x2, w, *handoff, want_x, want_w, want_b, x_shape);
                  });
-  return attention_fused({qkv}, c, {b, heads, t, hs}, {t * 3 * c, hs, 3 * c}, {b, t, c}, {t * c, hs, c}, causal,
+  const HeadStrides qkv_strides{t * 3 * c, hs, 3 * c};
+  return attention_fused({qkv}, c, {b, heads, t, hs}, qkv_strides, qkv_strides, {b, t, c}, {t * c, hs, c}, causal,
                          dropout_p, seed, offset, want_b ? handoff : nullptr);
 }
 

@@ -17,6 +17,7 @@
 //   registers than two blocks leave, and its producer warpgroup (setmaxnreg did not lift
 //   ptxas's 168-register cap for 384 threads); the variants tried are in
 //   docs/history/performance-log.md.
+// Grouped-query attention: a block's query head h reads key/value head h / group's tiles.
 // Blocks take 128 query rows against 128-key tiles at HS 64, 64-key tiles at HS 128, on a 1-D
 // grid in the order of lib/causal_order.h (the longest blocks of a group of heads first).
 // Dispatched from attention_forward when the device is sm_90 and TMA can address the inputs.
@@ -83,6 +84,7 @@ __global__ void __launch_bounds__(kHopperThreads, kBlocksPerMultiprocessor<kDrop
   const int all_tiles = (p.tokens + kKeys - 1) / kKeys, query_tiles = (p.tokens + kBlockRows - 1) / kBlockRows;
   const CausalTask task = causal_task(blockIdx.x, query_tiles, gridDim.x / query_tiles, group);
   const int q0 = task.query_tile * kBlockRows, head = task.head % p.heads, batch = task.head / p.heads;
+  const int kv_head = head / p.group;
   const int key_tiles = p.causal ? min(all_tiles, (q0 + kBlockRows + kKeys - 1) / kKeys) : all_tiles;
   const int warpgroup = threadIdx.x / 128;
   auto stage_of = [](int kt) { return kt % kStages; };
@@ -90,9 +92,9 @@ __global__ void __launch_bounds__(kHopperThreads, kBlocksPerMultiprocessor<kDrop
   auto load_keys_values = [&](int kt) {  // one thread
     const uint32_t at = stage_of(kt) * S::kTileBytes;
     tma::arrive_expecting(k_full + stage_of(kt), S::kTileBytes);
-    load_rows<D>(smem + S::kK + at, k_map, k_full + stage_of(kt), kKeys, kt * kKeys, head, batch);
+    load_rows<D>(smem + S::kK + at, k_map, k_full + stage_of(kt), kKeys, kt * kKeys, kv_head, batch);
     tma::arrive_expecting(v_full + stage_of(kt), S::kTileBytes);
-    load_rows<D>(smem + S::kV + at, v_map, v_full + stage_of(kt), kKeys, kt * kKeys, head, batch);
+    load_rows<D>(smem + S::kV + at, v_map, v_full + stage_of(kt), kKeys, kt * kKeys, kv_head, batch);
   };
   if (threadIdx.x == 0) {
     tma::init_barrier(q_full, 1);
@@ -204,8 +206,9 @@ bool hopper_flash_supported() {
 }
 
 bool hopper_forward_takes(const AttentionInputs& in, const AttentionShape& shape) {
-  for (const void* base : {in.q, in.k, in.v})
-    if (!tensor_map_possible(head_rows_map(base, shape, in.strides, kBlockRows))) return false;
+  if (!tensor_map_possible(head_rows_map(in.q, shape, in.strides, kBlockRows))) return false;
+  for (const void* base : {in.k, in.v})
+    if (!tensor_map_possible(head_rows_map(base, key_value_shape(shape), in.kv_strides, kBlockRows))) return false;
   return true;
 }
 
@@ -219,8 +222,9 @@ void attention_forward_hopper(const Params& params, const AttentionShape& shape,
     const auto kernel = attention_forward_hopper_kernel<D, kDropout>;
     const int group = forward_block_group(shape, params.causal, query_tiles,
                                           int64_t{kBlocksPerMultiprocessor<kDropout>} * multiprocessor_count());
-    const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeysPerTile<D>));
-    const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeysPerTile<D>));
+    const AttentionShape kv_shape = key_value_shape(shape);
+    const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, kv_shape, in.kv_strides, kKeysPerTile<D>));
+    const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, kv_shape, in.kv_strides, kKeysPerTile<D>));
     constexpr size_t kSmem = Smem<D, kKeysPerTile<D>>::kBytes;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
     launch_dependent(kernel, grid, kHopperThreads, kSmem, params, q_map, k_map, v_map, group);

@@ -14,6 +14,12 @@ struct Params;
 /// The tensor map of one head's [T, HS] rows (strides as given), in boxes of `rows` × 64.
 TensorMapRequest head_rows_map(const void* base, const AttentionShape& shape, const HeadStrides& strides, int rows);
 
+/// The shape of the key and value tensors: `shape` with its key/value heads as heads.
+inline AttentionShape key_value_shape(AttentionShape shape) {
+  shape.heads = shape.key_value_heads();
+  return shape;
+}
+
 /// Whether TMA can address these inputs (16-byte aligned base and strides).
 bool hopper_forward_takes(const AttentionInputs& in, const AttentionShape& shape);
 /// Runs the forward; `params` carries everything but the tensor maps, built here from `in`.

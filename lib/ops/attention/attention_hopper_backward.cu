@@ -21,6 +21,8 @@
 // - A share is added by the warpgroup that staged it, in the next step while the other
 //   warpgroup computes dS·K, so that a wait for its turn holds no product; that warpgroup's
 //   leader completes the copy at the start of the step after.
+// - grouped-query attention: a block owns 128 keys of one key/value head and streams the query
+//   tiles of each query head of its group in turn (steps over heads and tiles, one pipeline).
 // Blocks of 128 keys (two warpgroups), not 64: they halve the dQ shares, whose ordered bulk adds
 // were the largest cost, and the query tiles' copies (docs/history/performance-log.md).
 #include <cuda.h>
@@ -109,18 +111,18 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
   unsigned char* const ds_tile = smem + L::kDs;  // dSᵀ of the step, keys × queries
   // Key tiles in reverse block order: a block waits for its dQ turn only on blocks of lower index.
   const int key_tiles = gridDim.x, kt = key_tiles - 1 - blockIdx.x, k0 = kt * kKeys;
-  const int head = head_index() % p.heads, batch = head_index() / p.heads;
-  const int first = p.causal ? k0 / kQueries : 0, query_tiles = (p.tokens + kQueries - 1) / kQueries;
-  const float* const stats = p.row_stats + static_cast<int64_t>(head_index()) * query_tiles * 2 * kStatTileRows;
-  auto stage_of = [&](int qt) { return (qt - first) % kStages; };
-  auto parity_of = [&](int qt) { return static_cast<unsigned>((qt - first) / kStages) & 1; };
-  auto load_step = [&](int qt) {  // one thread
-    const int s = stage_of(qt);
+  const GroupSteps step(p, p.causal ? k0 / kQueries : 0, (p.tokens + kQueries - 1) / kQueries);
+  const int batch = step.pair0 / p.heads, kv_head = step.pair0 % p.heads / p.group;
+  auto stage_of = [&](int i) { return i % kStages; };
+  auto parity_of = [&](int i) { return static_cast<unsigned>(i / kStages) & 1; };
+  auto load_step = [&](int i) {  // one thread
+    const int s = stage_of(i), qt = step.tile(i), bh = step.pair(i), head = bh % p.heads;
+    const float* const stats = p.row_stats + (static_cast<int64_t>(bh) * step.query_tiles + qt) * 2 * kStatTileRows;
     tma::arrive_expecting(step_full + s, 2 * L::kQueryTileBytes + kStatBytes);
     load_rows<D>(smem + L::kQ + s * L::kQueryTileBytes, q_map, step_full + s, kQueries, qt * kQueries, head, batch);
     load_rows<D>(smem + L::kDout + s * L::kQueryTileBytes, dout_map, step_full + s, kQueries, qt * kQueries, head,
                  batch);
-    tma::load_bulk(smem + L::kStats + s * kStatBytes, stats + qt * 2 * kStatTileRows, kStatBytes, step_full + s);
+    tma::load_bulk(smem + L::kStats + s * kStatBytes, stats, kStatBytes, step_full + s);
   };
   if (threadIdx.x == 0) {
     tma::init_barrier(keys_full, 1);
@@ -131,19 +133,19 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     tma::prefetch_map(v_map);
     tma::prefetch_map(dout_map);
     tma::arrive_expecting(keys_full, 2 * L::kKeyTileBytes);
-    load_rows<D>(smem + L::kK, k_map, keys_full, kKeys, k0, head, batch);
-    load_rows<D>(smem + L::kV, v_map, keys_full, kKeys, k0, head, batch);
-    for (int qt = first; qt < min(first + kStages, query_tiles); ++qt) load_step(qt);
+    load_rows<D>(smem + L::kK, k_map, keys_full, kKeys, k0, kv_head, batch);
+    load_rows<D>(smem + L::kV, v_map, keys_full, kKeys, k0, kv_head, batch);
+    for (int i = 0; i < min(kStages, step.steps); ++i) load_step(i);
   }
   __syncthreads();
 
-  DqShares shares{p.dq_sum + static_cast<int64_t>(head_index()) * query_tiles * kDqShareFloats<D, kQueries>,
-                  p.dq_turns + static_cast<int64_t>(head_index()) * query_tiles};
+  DqShares shares{p.dq_sum + static_cast<int64_t>(step.pair0) * step.query_tiles * kDqShareFloats<D, kQueries>,
+                  p.dq_turns + static_cast<int64_t>(step.pair0) * step.query_tiles};
   float* const staged_shares = reinterpret_cast<float*>(smem + L::kShares);
-  auto staged_share = [&](int qt) { return staged_shares + (qt & 1) * kDqShareFloats<D, kQueries>; };
-  auto issue_share = [&](int qt) {  // a warpgroup leader
-    const int turn = dq_share_count(qt, kQueries, kKeys, p.tokens, p.causal) - 1 - kt;
-    shares.issue(staged_share(qt), qt, turn, kDqShareFloats<D, kQueries>);
+  auto staged_share = [&](int i) { return staged_shares + (i & 1) * kDqShareFloats<D, kQueries>; };
+  auto issue_share = [&](int i) {  // a warpgroup leader
+    const int turn = dq_share_count(step.tile(i), kQueries, kKeys, p.tokens, p.causal) - 1 - kt;
+    shares.issue(staged_share(i), step.slot(i), turn, kDqShareFloats<D, kQueries>);
   };
 
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -159,8 +161,8 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     }
   }
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-  for (int qt = first; qt < query_tiles; ++qt) {
-    const int s = stage_of(qt);
+  for (int i = 0; i < step.steps; ++i) {
+    const int s = stage_of(i), qt = step.tile(i), bh = step.pair(i);
     const unsigned char* const q = smem + L::kQ + s * L::kQueryTileBytes;
     const unsigned char* const dout = smem + L::kDout + s * L::kQueryTileBytes;
     const float* const lse2 = reinterpret_cast<const float*>(smem + L::kStats + s * kStatBytes);
@@ -168,12 +170,12 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
     // The leader of the warpgroup that computes this step's dQ share completes the share it
     // issued last step (the buffer is staged in again at this step's end); the other leader
     // reads the turn counter of the share it issues this step.
-    const bool leader = threadIdx.x % 128 == 0, dq_turn = warpgroup == qt % kWarpgroups;
+    const bool leader = threadIdx.x % 128 == 0, dq_turn = warpgroup == i % kWarpgroups;
     if (leader) {
       if (dq_turn) shares.complete();
-      else if (qt > first) shares.peek(qt - 1);
+      else if (i > 0) shares.peek(step.slot(i - 1));
     }
-    tma::wait(step_full + s, parity_of(qt));
+    tma::wait(step_full + s, parity_of(i));
     float st[8][4], dpt[8][4];  // Sᵀ, then Pᵀ; dPᵀ, then dSᵀ: keys × queries
     wgmma::fence();
     if constexpr (kKeysInRegisters<D>) {
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
 
     // Sᵀ's element (key, query) is the draw's (query, key).
     auto dropped_at = [&](int n, int e) {
-      return probability_index(p.tokens, qt * kQueries + fragment_col(n, e), key0 + fragment_row(e));
+      return probability_index(p.tokens, bh, qt * kQueries + fragment_col(n, e), key0 + fragment_row(e));
     };
     wgmma::wait<1>();
     wgmma::pin(st);
@@ -269,30 +271,30 @@ __global__ void __launch_bounds__(128 * kWarpgroups, 1)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::pin(dq);
-      stage_dq_share<D, kQueries>(staged_share(qt), dq);
+      stage_dq_share<D, kQueries>(staged_share(i), dq);
     } else {
       wgmma::wait<0>();
       // The share this warpgroup staged last step, issued while the other one computes dS·K:
       // a wait for its turn here holds no product (thread 0 waiting early in the step held
       // its warpgroup's next product, and the block with it).
-      if (leader && qt > first) issue_share(qt - 1);
+      if (leader && i > 0) issue_share(i - 1);
     }
     wgmma::pin(dk);
     wgmma::pin(dv);
     __syncthreads();  // the share is staged; the stage's tiles and dSᵀ are free
-    if (threadIdx.x == 0 && qt + kStages < query_tiles) load_step(qt + kStages);
+    if (threadIdx.x == 0 && i + kStages < step.steps) load_step(i + kStages);
   }
   if (threadIdx.x % 128 == 0) {  // the last share; the bulk copies must finish before the block ends
     shares.complete();
-    if (warpgroup == (query_tiles - 1) % kWarpgroups) {
-      shares.peek(query_tiles - 1);
-      issue_share(query_tiles - 1);
+    if (warpgroup == (step.steps - 1) % kWarpgroups) {
+      shares.peek(step.slot(step.steps - 1));
+      issue_share(step.steps - 1);
       shares.complete();
     }
   }
-  const int64_t in_base = head_offset(p.in, p.heads);
-  store_rows<D>(p.dk + in_base, p.in.token, key0, p.tokens, dk, p.scale, p.scale);
-  store_rows<D>(p.dv + in_base, p.in.token, key0, p.tokens, dv, 1.0f, 1.0f);
+  const int64_t kv_base = block_kv_offset(p);
+  store_rows<D>(p.dk + kv_base, p.kv.token, key0, p.tokens, dk, p.scale, p.scale);
+  store_rows<D>(p.dv + kv_base, p.kv.token, key0, p.tokens, dv, 1.0f, 1.0f);
 #else
   __trap();  // dispatched only on sm_90 (hopper_flash_supported)
 #endif
@@ -309,11 +311,10 @@ bool hopper_backward_takes(const AttentionInputs& in, const void* dout, const He
 void attention_backward_hopper(const Params& params, const AttentionShape& shape, const AttentionInputs& in,
                                const void* dout, const HeadStrides& out_strides) {
   const CUtensorMap q_map = encode_tensor_map(head_rows_map(in.q, shape, in.strides, kQueries));
-  const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, shape, in.strides, kKeys));
-  const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, shape, in.strides, kKeys));
+  const CUtensorMap k_map = encode_tensor_map(head_rows_map(in.k, key_value_shape(shape), in.kv_strides, kKeys));
+  const CUtensorMap v_map = encode_tensor_map(head_rows_map(in.v, key_value_shape(shape), in.kv_strides, kKeys));
   const CUtensorMap dout_map = encode_tensor_map(head_rows_map(dout, shape, out_strides, kQueries));
-  const dim3 grid(static_cast<unsigned>((shape.tokens + kKeys - 1) / kKeys),
-                  static_cast<unsigned>(shape.batch * shape.heads));
+  const dim3 grid = backward_grid(shape, kKeys);
   with_head_size_and_dropout(shape.head_size, params.dropout_p > 0.0f, [&](auto d, auto dropout) {
     constexpr int D = decltype(d)::value;
     const auto kernel = attention_backward_hopper_kernel<D, decltype(dropout)::value>;

@@ -64,9 +64,9 @@ __device__ __forceinline__ void advance_stage(bool has_next, LoadNext&& load_nex
 
 /// The key and value tiles of keys [k0, k0 + kTile) of this head.
 template <int D>
-__device__ __forceinline__ void load_key_values(Tile<D> k, Tile<D> v, const Params& p, int64_t in_base, int k0) {
-  load_tile<D, kTile>(k, p.k + in_base, p.in.token, k0, p.tokens);
-  load_tile<D, kTile>(v, p.v + in_base, p.in.token, k0, p.tokens);
+__device__ __forceinline__ void load_key_values(Tile<D> k, Tile<D> v, const Params& p, int64_t kv_base, int k0) {
+  load_tile<D, kTile>(k, p.k + kv_base, p.kv.token, k0, p.tokens);
+  load_tile<D, kTile>(v, p.v + kv_base, p.kv.token, k0, p.tokens);
 }
 
 /// A fragments of kM row tiles (16 rows each, from row0) of `a`, over the whole of D.
@@ -138,6 +138,7 @@ inline void launch(Kernel kernel, dim3 grid, size_t smem, const Params& params, 
 inline Params make_params(const AttentionShape& shape, bool causal, double dropout_p, uint64_t seed, const Tensor& offset) {
   Params p{};
   p.heads = static_cast<int>(shape.heads);
+  p.group = static_cast<int>(shape.group());
   p.tokens = static_cast<int>(shape.tokens);
   p.causal = causal;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_size)));
@@ -149,10 +150,6 @@ inline Params make_params(const AttentionShape& shape, bool causal, double dropo
   return p;
 }
 
-inline dim3 grid_for(const AttentionShape& shape, int rows_per_block) {
-  return dim3(static_cast<unsigned>((shape.tokens + rows_per_block - 1) / rows_per_block),
-              static_cast<unsigned>(shape.batch * shape.heads));
-}
 
 /// Whether the Hopper kernels may run (chosen, built and on an sm_90 device); each direction
 /// then asks whether it takes the shape and the tensors.

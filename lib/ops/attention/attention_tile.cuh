@@ -25,12 +25,12 @@ using bf16 = __nv_bfloat16;
 constexpr int kStatTileRows = 64;
 
 struct Params {
-  const bf16 *q, *k, *v;  // element (b, h, t, d): ptr + b·in.batch + h·in.head + t·in.token + d
-  HeadStrides in;
+  const bf16 *q, *k, *v;  // element (b, h, t, d): ptr + b·in.batch + h·in.head + t·in.token + d (q),
+  HeadStrides in, kv;     // the same by kv for k and v, whose head is query head h / group
   bf16* out;              // forward output; the backward reads it through `o`
   const bf16 *o, *dout;
   HeadStrides out_strides;
-  bf16 *dq, *dk, *dv;     // laid out as q, k, v (in)
+  bf16 *dq, *dk, *dv;     // laid out as q (in), k and v (kv)
   float* lse;             // [B·NH, T], natural log of Σ_j exp(scaled score)
   float* delta;           // [B·NH, T], dO_i·O_i
   float* dq_sum;          // [B·NH, query tiles, rows × (HS + 8)]: the shares of dQ added so far
@@ -42,6 +42,7 @@ struct Params {
   // wanted, and always without dropout.
   float* qkv_bias_partials;
   int heads, tokens;
+  int group;              // query heads a key/value head serves (1 without GQA)
   bool causal;
   float scale, scale_log2;  // 1/√HS, and times log2(e) for exp2
   float dropout_p, dropout_scale;
@@ -118,8 +119,9 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/// The block's (batch, head) pair, b·NH + h, in the backwards, whose grid is (key tiles, B·NH);
-/// the forwards order their blocks otherwise (causal_task) and pass their pair to the helpers.
+/// The block's (batch, head) pair, b·NH + h, in the chunk kernels (Δ and the dQ finish), whose
+/// grid is (chunks, B·NH); the forwards order their blocks otherwise (causal_task) and the
+/// backwards by key/value head (first_query_pair): they pass their pair to the helpers.
 __device__ __forceinline__ int head_index() { return blockIdx.y; }
 __device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads, int bh) {
   return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
@@ -127,6 +129,17 @@ __device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads, 
 __device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
   return head_offset(s, heads, head_index());
 }
+/// Where the key and value rows of query head pair bh (b·NH + h) start: key/value head h / group.
+__device__ __forceinline__ int64_t kv_head_offset(const Params& p, int bh) {
+  return static_cast<int64_t>(bh / p.heads) * p.kv.batch + static_cast<int64_t>(bh % p.heads / p.group) * p.kv.head;
+}
+/// The backwards' blocks own one key/value head's key tile (blockIdx.y = b·NKV + its head) and
+/// stream the tiles of its group's query heads: the pair b·NH + h of the group's first.
+__device__ __forceinline__ int first_query_pair(const Params& p) {
+  const int kv_heads = p.heads / p.group, kv_pair = blockIdx.y;
+  return kv_pair / kv_heads * p.heads + kv_pair % kv_heads * p.group;
+}
+__device__ __forceinline__ int64_t block_kv_offset(const Params& p) { return kv_head_offset(p, first_query_pair(p)); }
 /// Flat index of probability (i, j) of head bh in the [B, NH, T, T] dropout draw.
 __device__ __forceinline__ uint64_t probability_index(int tokens, int bh, int i, int j) {
   return (static_cast<uint64_t>(bh) * tokens + i) * tokens + j;
@@ -140,6 +153,12 @@ __device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) 
 /// quarter of L2 (a group of all 192 heads at HS 64, 48 MB, ran the Hopper forward 3% slower
 /// than the model's 24); 1 when not causal, where every block is as long.
 int forward_block_group(const AttentionShape& shape, bool causal, int64_t query_tiles, int64_t resident);
+
+/// The backwards' grid: (key tiles, B·NKV), a block a key tile of one key/value head.
+inline dim3 backward_grid(const AttentionShape& shape, int keys_per_block) {
+  return dim3(static_cast<unsigned>((shape.tokens + keys_per_block - 1) / keys_per_block),
+              static_cast<unsigned>(shape.batch * shape.key_value_heads()));
+}
 
 /// Whether key tile [k0, k0 + keys) needs masking for query rows from q0: it crosses the
 /// causal diagonal or reaches past T.

@@ -65,6 +65,9 @@ enum class LinearPath { Composite, Narrow, Epilogue, BiasAct };
 LinearPath linear_path(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   const bool fused_dtype = x.dtype() == DType::BF16 || x.dtype() == DType::F32;
   if (!use_fused(x) || !fused_dtype || x.numel() == 0) return LinearPath::Composite;
+  // Without a bias or an activation there is nothing to fuse: the product alone (the twin) is
+  // the whole op, where bias_act would add a copy of the output and a pass over its gradient.
+  if (!bias.defined() && act == Activation::None) return LinearPath::Composite;
   if constexpr (kCudaBuild)
     if (act == Activation::None && bias.defined() && cuda::narrow_linear_supported(x, weight))
       return LinearPath::Narrow;

@@ -12,6 +12,7 @@
 #include "lib/ops/random/random.h"
 #include "lib/philox.h"
 #include "tests/lib/fused_test_util.h"
+#include "tests/lib/ops/flash_kernels_guard.h"
 
 namespace ft {
 namespace {
@@ -159,19 +160,6 @@ TEST(AttentionTest, QkvLayoutMatchesSplitHeadsByLoops) {
 }
 
 // ---- the fused flash kernels
-
-/// Runs the fused path on one family of flash kernels for the guard's lifetime.
-class FlashKernelsGuard {
- public:
-  explicit FlashKernelsGuard(FlashKernels choice) : saved_(flash_kernels()) { set_flash_kernels(choice); }
-  ~FlashKernelsGuard() { set_flash_kernels(saved_); }
-  FlashKernelsGuard(const FlashKernelsGuard&) = delete;
-  FlashKernelsGuard& operator=(const FlashKernelsGuard&) = delete;
-
- private:
-  FlashKernels saved_;
-};
-
 
 std::vector<Tensor> random_qkv(const Shape& s, Generator& gen) {
   return {random_tensor(s, DType::F64, kCPU, gen), random_tensor(s, DType::F64, kCPU, gen),
