@@ -21,6 +21,8 @@ thread_local bool grad_mode = true;
 bool grad_mode_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(grad_mode) { grad_mode = true; }
+EnableGradGuard::~EnableGradGuard() { grad_mode = previous_; }
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!grad_mode) return false;
@@ -30,11 +32,12 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 }
 
 namespace {
-/// Attaches a node for the op to `output` when recording is on and an input needs a gradient;
-/// returns it (null when nothing was recorded).
-Node* attach_node(const char* name, Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+/// Attaches a node for the op to `output` when recording is on and an input needs a gradient
+/// (or, `always`, whenever recording is on); returns it (null when nothing was recorded).
+Node* attach_node(const char* name, Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward,
+                  bool always = false) {
   if (!grad_mode) return nullptr;
-  bool any = false;
+  bool any = always;
   for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
   if (!any) return nullptr;
   auto node = std::make_shared<Node>();
@@ -59,6 +62,11 @@ Node* attach_node(const char* name, Tensor& output, const std::vector<Tensor>& i
 
 Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
   attach_node(name, output, inputs, std::move(backward));
+  return output;
+}
+
+Tensor record_opaque(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  attach_node(name, output, inputs, std::move(backward), /*always=*/true);
   return output;
 }
 

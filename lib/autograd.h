@@ -58,6 +58,18 @@ class NoGradGuard {
   bool previous_;
 };
 
+/// Turns recording on in its scope, inside a backward function (which runs with it off): how
+/// recompute (lib/ops/recompute/recompute.h) records the forward it runs again.
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 /// True when recording is on and any input requires a gradient.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 
@@ -66,6 +78,10 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs);
 /// per input, in order, each of its input's shape.
 Tensor record(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
 
+/// record() for an op whose backward reaches parameters that are not among its inputs (recompute
+/// backpropagates into a block's parameters itself): records whenever recording is on, even
+/// when no input needs a gradient.
+Tensor record_opaque(const char* name, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
 /// record() for an op whose backward adds the first input's pending gradient itself.
 Tensor record_adding(const char* name, Tensor output, const std::vector<Tensor>& inputs, AddingBackwardFn backward);
 

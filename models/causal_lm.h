@@ -10,6 +10,7 @@
 
 #include "layers/lora.h"
 #include "layers/module.h"
+#include "lib/ops/recompute/recompute.h"
 
 namespace ft {
 
@@ -28,6 +29,10 @@ struct CausalLMShape {
 
 class CausalLM : public Module {
  public:
+  /// How the layers' activations reach backward (lib/ops/recompute/recompute.h; None unless set):
+  /// the gradients are the same bit for bit.
+  void set_recompute(Recompute mode) { recompute_ = mode; }
+  Recompute recompute_mode() const { return recompute_; }
   /// Next-token logits [B, T, V] for ids [B, T].
   virtual Tensor logits(const Tensor& ids) = 0;
   /// Mean next-token cross-entropy of ids [B, T] against targets [B, T].
@@ -40,6 +45,9 @@ class CausalLM : public Module {
   /// The names add_lora takes, in layer order.
   virtual std::vector<std::string> lora_target_names() const = 0;
   virtual CausalLMShape shape() const = 0;
+
+ protected:
+  Recompute recompute_ = Recompute::None;
 };
 
 }  // namespace ft

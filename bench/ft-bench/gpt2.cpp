@@ -67,6 +67,7 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = 
   const CausalLMShape shape = model.shape();
   model.to(kCUDA, DType::BF16);
   if (o.lora) model.add_lora(*o.lora, model.lora_target_names(), 4321);
+  model.set_recompute(parse_recompute(o.recompute, "ft-bench"));
   AdamW optimizer(model.parameters(),
                   AdamW::Options{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                                  .policy = {.max_grad_norm = 1.0},
@@ -110,7 +111,7 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = 
 
 /// The workload's name in docs/workloads.md at its own shapes, else the shapes in the name, as
 /// the peers (bench/peers/gpt2_torch.py, lora_torch.py, llama_torch.py) name theirs.
-std::string workload_name(const Gpt2BenchOptions& o) {
+std::string plain_workload_name(const Gpt2BenchOptions& o) {
   const bool llama = o.family == "llama";
   const std::string base = llama ? "llama-1b" : "gpt2-124M";
   const bool own_shape = llama ? (o.batch == 4 && o.seq == 2048 && o.layers == 16)
@@ -130,6 +131,11 @@ std::string workload_name(const Gpt2BenchOptions& o) {
   return out;
 }
 
+/// ... with " recompute MODE" when the layers run again in backward.
+std::string workload_name(const Gpt2BenchOptions& o) {
+  return plain_workload_name(o) + (o.recompute != "none" ? " recompute " + o.recompute : "");
+}
+
 }  // namespace
 
 int run_gpt2_bench(const Gpt2BenchOptions& o, BenchReport& report) {
@@ -141,6 +147,7 @@ int run_gpt2_bench(const Gpt2BenchOptions& o, BenchReport& report) {
               result_name.c_str(), static_cast<long long>(o.layers), model_text,
               static_cast<long long>(o.batch),
               static_cast<long long>(o.seq), o.steps, o.warmup, device_name().c_str());
+  if (o.recompute != "none") std::printf("activations recomputed: --recompute %s\n", o.recompute.c_str());
   if (o.lora)
     std::printf("LoRA r=%lld alpha=%g dropout=%g on %s of every layer; the base frozen\n",
                 static_cast<long long>(o.lora->rank), o.lora->alpha, o.lora->dropout,

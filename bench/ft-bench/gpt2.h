@@ -25,6 +25,7 @@ struct Gpt2BenchOptions {
   /// Also time the step data-parallel at world size 1 on NCCL (buckets averaged during backward),
   /// plain and ZeRO-1, against the same step without data parallelism.
   bool data_parallel = false;
+  std::string recompute = "none";  // none, block or selective (lib/ops/recompute/recompute.h)
 };
 
 /// Adds each variant that ran ("fused", "unfused", "fused+dp", ...) under the workload's name:

@@ -177,6 +177,8 @@ int run_llama(int argc, char** argv) {
   args.flag("layers", "16", "decoder layers (16 is Llama-3.2-1B)");
   add_step_flags(args, "10", "3", "both", "0");
   args.flag("lora", "0", "1: LoRA fine-tuning steps (lora-llama-1b) instead of full training (llama-1b)");
+  args.flag("recompute", "none", "none, block or selective: the layers' activations recomputed in backward (ft-gpt2's\n"
+                                 "--recompute)");
   args.flag("rank", "16", "with --lora 1: the adapters' rank r");
   args.flag("alpha", "32", "with --lora 1: LoRA's alpha (the update is alpha/r * B*A)");
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
@@ -185,7 +187,7 @@ int run_llama(int argc, char** argv) {
   ft::bench::Gpt2BenchOptions options{.family = "llama", .batch = args.integer("batch", 1),
                                       .seq = args.integer("seq", 1), .layers = args.integer("layers", 1),
                                       .warmup = step.warmup, .steps = step.steps, .kernels = step.kernels,
-                                      .graph = step.graph};
+                                      .graph = step.graph, .recompute = args.str("recompute")};
   if (args.integer("lora", 0) != 0) {
     options.lora = ft::LoRAConfig{.rank = args.integer("rank", 1), .alpha = args.number("alpha", 0)};
     options.lora->check();

@@ -143,6 +143,10 @@ void define_flags(ft::cli::Args& args) {
                             "model.safetensors, or shards and their index), whose config sizes the model");
   args.flag("dry-run", "0", "1: print what each rank will hold (weights, gradients, optimizer state, activations)\n"
                           "against the device's free memory, refuse a run that does not fit, and train nothing");
+  args.flag("recompute", "none", "activation recomputation: none keeps every layer's activations for backward; block\n"
+                                 "keeps each layer's input alone and runs the layer again in backward (less memory,\n"
+                                 "about a third more computation); selective keeps the linears' products too and\n"
+                                 "recomputes the norms, activations and attention. The same gradients bit for bit");
   args.flag("export-hf", "", "at the end, write the trained model to this folder as a Hugging Face one (config.json,\n"
                             "model.safetensors) that LlamaForCausalLM or GPT2LMHeadModel.from_pretrained loads");
   args.flag("lora-rank", "0", "LoRA fine-tuning: adapters of this rank on --lora-targets, the base frozen (0: off,\n"
@@ -230,6 +234,7 @@ Settings check_flags(const ft::cli::Args& args) {
            args.number("min-lr-frac"));
   FT_CHECK(!args.str("train").empty() || args.boolean("dry-run"), "ft-gpt2: --train is required (see --help)");
   for (const char* name : {"shuffle", "lora-rslora", "dry-run"}) (void)args.boolean(name);
+  (void)ft::parse_recompute(args.str("recompute"), "ft-gpt2");
   if (args.integer("lora-rank", 0) == 0)
     for (const char* name : {"lora-alpha", "lora-dropout", "lora-targets", "lora-rslora"})
       FT_CHECK(!args.given(name), "ft-gpt2: --", name, " configures LoRA adapters, which --lora-rank 0 (the default) turns off: ",
@@ -268,7 +273,8 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
                                          .lora_rank = args.integer("lora-rank", 0),
                                          .lora_targets = s.lora_targets,
                                          .world = world,
-                                         .zero = args.integer("zero", 0) > 0});
+                                         .zero = args.integer("zero", 0) > 0,
+                                         .recompute = ft::parse_recompute(args.str("recompute"), "ft-gpt2")});
 }
 
 /// The training loader and, with --val, the validation one (in order), each reading this rank's part.
@@ -423,6 +429,7 @@ int run(int argc, char** argv) {
 
   const std::unique_ptr<ft::CausalLM> built = ft::gpt2::make_model(s.model, static_cast<uint64_t>(args.integer("seed", 0)));
   ft::CausalLM& model = *built;
+  model.set_recompute(ft::parse_recompute(args.str("recompute"), "ft-gpt2"));
   const ft::PeftLoraConfig adapter = prepare_model(model, s, args, device, dtype);
   ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.

@@ -48,8 +48,12 @@ cli::MemoryEstimate memory_plan(const ModelChoice& model, const RunSize& run) {
                {"gradients", trained * 4},
                {"optimizer state", trained * state / (run.zero ? run.world : 1)}};
   // Measured on a gpt2-124M step: about 12 values per token, channel and layer, and the logits.
+  // Block recomputation keeps one per layer (its input) and the 12 of the one layer run again at
+  // a time; selective keeps the linears' products too, about half of the 12 (an estimate).
   const double C = static_cast<double>(shape.width), L = static_cast<double>(shape.layers);
-  e.activations = static_cast<double>(run.tokens) * (12 * value * C * L + value * static_cast<double>(shape.vocab));
+  const double kept = run.recompute == Recompute::Block ? 1 : run.recompute == Recompute::Selective ? 6 : 12;
+  const double per_token = value * C * (kept * L + (run.recompute == Recompute::None ? 0 : 12));
+  e.activations = static_cast<double>(run.tokens) * (per_token + value * static_cast<double>(shape.vocab));
   return e;
 }
 

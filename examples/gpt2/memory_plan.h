@@ -9,6 +9,7 @@
 
 #include "examples/common/memory_check.h"
 #include "examples/gpt2/model_family.h"
+#include "lib/ops/recompute/recompute.h"
 
 namespace ft::gpt2 {
 
@@ -21,6 +22,7 @@ struct RunSize {
   std::vector<std::string> lora_targets;
   int world = 1;
   bool zero = false;  ///< --zero 1: the optimizer state split over the ranks
+  Recompute recompute = Recompute::None;  ///< --recompute
 };
 
 /// Parameters the adapters add: rank × (in + out) for each targeted linear of every layer.

@@ -11,6 +11,7 @@
 #include "lib/ops/linear_norm/linear_norm.h"
 #include "lib/ops/matmul/matmul.h"
 #include "lib/ops/norm/layer_norm.h"
+#include "lib/ops/recompute/recompute.h"
 
 namespace ft {
 
@@ -136,6 +137,11 @@ std::pair<Tensor, PendingProjection> GPTBlock::forward_block(const Tensor& resid
   return {r2.sum, {mlp_proj_.get(), fc_->forward(r2.out)}};
 }
 
+Tensor GPTBlock::forward(const Tensor& x) {
+  auto [residual, pending] = forward_block(x, {});
+  return residual + pending.proj->forward(pending.input);
+}
+
 GPT::GPT(const GPTConfig& config, uint64_t seed) : config_(config) {
   Generator gen(seed);
   wte_ = register_module("wte", std::make_shared<Embedding>(config.vocab, config.channels, gen));
@@ -151,6 +157,12 @@ Tensor GPT::hidden(const Tensor& ids) {
   const int64_t t = ids.size(1);
   FT_CHECK(t <= config_.block_size, "GPT: sequence length ", t, " exceeds block_size ", config_.block_size);
   Tensor residual = token_position_embedding(ids, wte_->weight(), wpe_->weight());
+  if (recompute_ != Recompute::None) {  // each block whole, run again in backward
+    for (const auto& block : blocks_)
+      residual = recompute([block](const Tensor& in) { return block->forward(in); }, residual, block->parameters(),
+                           recompute_);
+    return layer_norm(residual, lnf_w_, lnf_b_);
+  }
   PendingProjection pending;
   for (auto& block : blocks_) std::tie(residual, pending) = block->forward_block(residual, pending);
   if (!pending.proj) return layer_norm(residual, lnf_w_, lnf_b_);  // no blocks

@@ -50,6 +50,8 @@ class GPTBlock : public Module {
   /// Runs the block on residual + pending (the previous block's MLP projection, run here; none
   /// for the first block). Returns {new residual, this block's MLP projection, not yet run}.
   std::pair<Tensor, PendingProjection> forward_block(const Tensor& residual, const PendingProjection& pending);
+  /// The whole block on x [B, T, C], its MLP projection added: what recomputation runs.
+  Tensor forward(const Tensor& x) override;
   /// Wraps the named linears (qkv, attn_proj, fc, mlp_proj) in LoRA adapters.
   void add_lora(const LoRAConfig& config, const std::vector<std::string>& targets, Generator& gen);
 

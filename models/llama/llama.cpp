@@ -9,6 +9,7 @@
 #include "lib/ops/linear_cross_entropy/linear_cross_entropy.h"
 #include "lib/ops/matmul/matmul.h"
 #include "lib/ops/norm/rms_norm.h"
+#include "lib/ops/recompute/recompute.h"
 
 namespace ft {
 
@@ -145,6 +146,12 @@ Tensor Llama::hidden(const Tensor& ids) {
   FT_CHECK(ids.dim() == 2, "Llama: ids must be [B, T], got ", shape_str(ids.shape()));
   FT_CHECK(ids.size(1) <= config_.max_positions, "Llama: sequence length ", ids.size(1), " exceeds max_positions ",
            config_.max_positions);
+  if (recompute_ != Recompute::None) {  // each layer whole, run again in backward
+    Tensor x = embed_->forward(ids);
+    for (const auto& layer : layers_)
+      x = recompute([layer](const Tensor& in) { return layer->forward(in); }, x, layer->parameters(), recompute_);
+    return rms_norm(x, norm_, config_.rms_eps);
+  }
   // Each layer's last residual add is left to the next norm's kernel (add_rms_norm).
   LlamaDecoderLayer::Output x{embed_->forward(ids), Tensor()};
   for (auto& layer : layers_) x = layer->forward_block(x.residual, x.pending);

@@ -93,8 +93,34 @@ Tensor matmul_raw(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, 
 
 }  // namespace
 
+namespace {
+thread_local MatmulStash* active_stash = nullptr;
+}  // namespace
+
+MatmulStash::MatmulStash(Outputs& outputs, Mode mode) : outputs_(outputs), mode_(mode), previous_(active_stash) {
+  active_stash = this;
+}
+MatmulStash::~MatmulStash() { active_stash = previous_; }
+MatmulStash* MatmulStash::active() { return active_stash; }
+
+Tensor MatmulStash::take(const Shape& out_shape, const std::function<Tensor()>& compute) {
+  if (mode_ == Mode::Save) {
+    outputs_.products.push_back(compute());
+    return outputs_.products.back();
+  }
+  FT_CHECK(next_ < outputs_.products.size(), "recompute: the replay made more products than the first run's ",
+           outputs_.products.size());
+  const Tensor kept = outputs_.products[next_++];
+  FT_CHECK(kept.shape() == out_shape, "recompute: product ", next_, " of the replay is ", shape_str(out_shape),
+           ", the first run's was ", shape_str(kept.shape()));
+  return kept;
+}
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha) {
-  Tensor out = matmul_raw(a, b, trans_a, trans_b, alpha);
+  MatmulStash* const stash = b.dim() == 2 ? MatmulStash::active() : nullptr;
+  Tensor out = stash ? stash->take(check_matmul(a, b, trans_a, trans_b).out_shape,
+                                   [&] { return matmul_raw(a, b, trans_a, trans_b, alpha); })
+                     : matmul_raw(a, b, trans_a, trans_b, alpha);
   if (!needs_grad({&a, &b})) return out;
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor sa = gb ? a.detach() : Tensor();

@@ -1,6 +1,8 @@
 // Matrix product: Eigen on the CPU, cuBLASLt on CUDA.
 #pragma once
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "lib/tensor.h"
 
@@ -13,6 +15,34 @@ namespace ft {
 /// (f64 for f64); alpha scales in that precision before the one rounding to the result's dtype
 /// (cuBLAS's alpha, as attention scales its scores by 1/√HS).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false, double alpha = 1.0);
+
+/// Selective recomputation's hook (lib/ops/recompute/recompute.h): while a MatmulStash is in
+/// scope on this thread, every product of a 2-D weight (b 2-D: a linear layer's, not attention's
+/// batched ones) either appends its output to the stash (saving) or takes the stash's next output
+/// instead of computing it (replaying), recording its backward as usual. A replay must make the
+/// products of the saving run, in order, with the same shapes: a mismatch is an ft::Error.
+class MatmulStash {
+ public:
+  enum class Mode { Save, Replay };
+  /// The outputs kept between the saving run and the replay.
+  struct Outputs {
+    std::vector<Tensor> products;
+  };
+  MatmulStash(Outputs& outputs, Mode mode);
+  ~MatmulStash();
+  MatmulStash(const MatmulStash&) = delete;
+  MatmulStash& operator=(const MatmulStash&) = delete;
+  /// The stash in scope on this thread, or null.
+  static MatmulStash* active();
+  /// Saving: keeps `out`. Replaying: the next kept output, which must have out_shape.
+  Tensor take(const Shape& out_shape, const std::function<Tensor()>& compute);
+
+ private:
+  Outputs& outputs_;
+  Mode mode_;
+  size_t next_ = 0;
+  MatmulStash* previous_;
+};
 
 /// Which cuBLASLt algorithm a CUDA product runs (the matmul primitive and the fused linears):
 /// off (the default), its heuristic's first choice; on (set_gemm_autotune(true), or

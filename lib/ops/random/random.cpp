@@ -136,6 +136,13 @@ Tensor PhiloxCounter::take(uint64_t count) {
   return used;
 }
 
+Tensor PhiloxCounter::snapshot() const {
+  Tensor copy = Tensor::empty({1}, DType::I64, counter_.device());
+  copy.copy_(counter_);
+  return copy;
+}
+void PhiloxCounter::restore(const Tensor& snapshot) { counter_.copy_(snapshot); }
+
 uint64_t PhiloxCounter::value() const { return static_cast<uint64_t>(counter_.item()); }
 void PhiloxCounter::set(uint64_t value) { counter_.copy_(philox_offset(value, kCPU)); }
 

@@ -39,6 +39,11 @@ class PhiloxCounter {
   /// to 8 (philox::kDropoutCountersPerBlock: a dropout pack of 8 is then one Philox call); one
   /// tiny kernel on CUDA, no sync.
   Tensor take(uint64_t count);
+  /// A copy of the counter as it is now, and setting it back from one: device copies, no
+  /// synchronization, so a captured step may use them. recompute re-runs a forward from the
+  /// counter its first run started at, and so draws the same numbers.
+  Tensor snapshot() const;
+  void restore(const Tensor& snapshot);
   /// The current value (a synchronizing read).
   uint64_t value() const;
   void set(uint64_t value);
