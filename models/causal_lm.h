@@ -29,8 +29,9 @@ struct CausalLMShape {
 
 class CausalLM : public Module {
  public:
-  /// How the layers' activations reach backward (lib/ops/recompute/recompute.h; None unless set):
-  /// the gradients are the same bit for bit.
+  /// How the layers' activations reach backward (lib/ops/recompute/recompute.h; None unless set).
+  /// The loss is the same bit for bit; the gradients too on the CPU, and within bf16 rounding on
+  /// CUDA, where a recomputed layer's last residual add runs outside the next norm's kernel.
   void set_recompute(Recompute mode) { recompute_ = mode; }
   Recompute recompute_mode() const { return recompute_; }
   /// Next-token logits [B, T, V] for ids [B, T].

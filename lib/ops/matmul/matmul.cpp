@@ -104,16 +104,19 @@ MatmulStash::~MatmulStash() { active_stash = previous_; }
 MatmulStash* MatmulStash::active() { return active_stash; }
 
 Tensor MatmulStash::take(const Shape& out_shape, const std::function<Tensor()>& compute) {
+  // The stash holds its own handles (detach: the same memory, no history), so that a node the
+  // replay records on the tensor it returns never lands on the first run's output.
   if (mode_ == Mode::Save) {
-    outputs_.products.push_back(compute());
-    return outputs_.products.back();
+    const Tensor out = compute();
+    outputs_.products.push_back(out.detach());
+    return out;
   }
   FT_CHECK(next_ < outputs_.products.size(), "recompute: the replay made more products than the first run's ",
            outputs_.products.size());
-  const Tensor kept = outputs_.products[next_++];
+  const Tensor& kept = outputs_.products[next_++];
   FT_CHECK(kept.shape() == out_shape, "recompute: product ", next_, " of the replay is ", shape_str(out_shape),
            ", the first run's was ", shape_str(kept.shape()));
-  return kept;
+  return kept.detach();
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha) {

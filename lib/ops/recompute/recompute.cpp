@@ -48,7 +48,6 @@ Tensor recompute(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x
       if (how == Recompute::Selective) replaying.emplace(*kept, MatmulStash::Mode::Replay);
       again = fn(input);
     }
-    kept->products.clear();  // the replay's nodes hold what they need
     counter.restore(after_forward);
     if (again.requires_grad()) run_backward(again, g, /*retain_graph=*/false);
     return std::vector<Tensor>{want_x ? input.grad() : Tensor()};

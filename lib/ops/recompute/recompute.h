@@ -7,9 +7,10 @@
 //
 // Exact: the second run executes the same ops on the same x, and the Philox counter
 // (lib/ops/random/random.h) is set back to its value at the first run around it, so dropout
-// inside fn draws the same masks; the gradients equal those without recomputation bit for bit
-// (the same kernels in the same order; tests/lib/ops/recompute_test.cpp). Capturable: no host
-// synchronization.
+// inside fn draws the same masks; fn's gradients equal those without recomputation bit for bit
+// (the same kernels in the same order; tests/lib/ops/recompute_test.cpp). A model whose layers
+// become such functions may differ by rounding where its layers used to hand a pending add to
+// the next one (models/causal_lm.h). Capturable: no host synchronization.
 //
 // Selective (torchtitan's per-op policy, llm.c's -r): the products of 2-D weights (fn's linear
 // layers) are kept from the first run and taken again in the second (MatmulStash,
@@ -20,7 +21,8 @@
 //
 // Contract: fn reads x and parameters that nothing outside fn uses (a transformer block: their
 // ready hooks fire in the inner backward), and `parameters` lists the ones that may train: with
-// none training and x not needing a gradient, fn simply runs. Not for ft::gradients, which must
+// none training and x not needing a gradient, fn simply runs. fn does not itself call a
+// selective recompute (its stash would hide the outer one's). Not for ft::gradients, which must
 // not touch a leaf's gradient.
 #pragma once
 #include <functional>

@@ -119,25 +119,38 @@ TEST(GroupedAttentionFusedTest, MatchesTwinAndF64Reference) {
 }
 
 // The dQ shares of a group's heads are added in a fixed order, and each block adds its group's
-// dK and dV in one order: two runs give the same bits, at Llama-3.2-1B's heads and a T that
-// takes many waves of blocks.
+// dK and dV in one order: two runs give the same bits, on each family of kernels, at
+// Llama-3.2-1B's heads and a T that takes several waves of blocks (Hopper: 16 key tiles × 32
+// key/value heads of 4 sequences, 512 blocks a kernel, one a multiprocessor; mma.sync: 1024), so
+// that blocks wait for turns of blocks that started in an earlier wave.
 TEST(GroupedAttentionFusedTest, BackwardIsBitReproducible) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
-  KernelModeGuard fused(KernelMode::Fused);
-  const GroupedCase c{2, 32, 8, 1024, 64, true};
+  const GroupedCase c{4, 32, 8, 2048, 64, true};
   const auto inputs = grouped_inputs(c, gen);
   const Tensor upstream = random_tensor({c.batch, c.tokens, c.heads * c.head_size}, DType::F64, kCPU, gen);
   auto f = [&c](const std::vector<Tensor>& in) {
     return grouped_query_attention(in[0], in[1], in[2], c.heads, c.kv_heads, c.causal);
   };
-  const GradRun first = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
-  const GradRun second = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
-  EXPECT_EQ(first.y.to_vector(), second.y.to_vector());
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.grads[i].to_vector(), second.grads[i].to_vector()) << "input " << i;
-  KernelModeGuard unfused(KernelMode::Unfused);
-  const GradRun twin = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(first.grads[i], twin.grads[i], 0.02)) << "input " << i;
+  GradRun twin;
+  {
+    KernelModeGuard unfused(KernelMode::Unfused);
+    twin = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
+  }
+  std::vector<FlashKernels> families{FlashKernels::MmaSync};
+  if (hopper_flash_available()) families.push_back(FlashKernels::PreferHopper);
+  KernelModeGuard fused(KernelMode::Fused);
+  for (FlashKernels family : families) {
+    SCOPED_TRACE(family == FlashKernels::MmaSync ? "mma.sync" : "hopper");
+    FlashKernelsGuard kernels(family);
+    const GradRun first = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
+    const GradRun second = run_with_grads(f, inputs, DType::BF16, kCUDA, upstream);
+    EXPECT_EQ(first.y.to_vector(), second.y.to_vector());
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(first.grads[i].to_vector(), second.grads[i].to_vector()) << "input " << i;
+      EXPECT_TRUE(all_close(first.grads[i], twin.grads[i], 0.02)) << "input " << i << " against the twin";
+    }
+  }
 }
 
 }  // namespace

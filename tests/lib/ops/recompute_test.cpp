@@ -175,6 +175,29 @@ TEST(RecomputeTest, SelectiveReplayChecksItsProducts) {
   EXPECT_EQ(kept.products.size(), 1u);
 }
 
+// Selective takes the first run's product back instead of computing it again: with the weight
+// changed in place between forward and backward, block recomputation sees the new weight in
+// gelu's derivative, selective the product the plain run saved.
+TEST(RecomputeTest, SelectiveKeepsTheProductBlockRecomputesIt) {
+  Generator gen = test_generator();
+  const Tensor x = random_tensor({3, 4}, DType::F64, kCPU, gen);
+  const Tensor original = random_tensor({5, 4}, DType::F64, kCPU, gen);
+  auto weight_gradient = [&](Recompute how) {
+    const Tensor w = fresh_leaf(original, DType::F64, kCPU);
+    auto fn = [&w](const Tensor& in) { return gelu(matmul(in, w, false, true)); };
+    const Tensor y = recompute(fn, x, {w}, how);
+    {
+      NoGradGuard no_grad;
+      w.copy_(Tensor::zeros(w.shape(), DType::F64));
+    }
+    sum_all(y).backward();
+    return w.grad().to_vector();
+  };
+  const std::vector<double> plain = weight_gradient(Recompute::None);
+  EXPECT_EQ(weight_gradient(Recompute::Selective), plain);
+  EXPECT_NE(weight_gradient(Recompute::Block), plain);
+}
+
 TEST(RecomputeTest, ParsesTheModeNames) {
   EXPECT_EQ(parse_recompute("none", "t"), Recompute::None);
   EXPECT_EQ(parse_recompute("block", "t"), Recompute::Block);
