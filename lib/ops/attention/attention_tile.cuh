@@ -119,15 +119,11 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/// The block's (batch, head) pair, b·NH + h, in the chunk kernels (Δ and the dQ finish), whose
-/// grid is (chunks, B·NH); the forwards order their blocks otherwise (causal_task) and the
-/// backwards by key/value head (first_query_pair): they pass their pair to the helpers.
-__device__ __forceinline__ int head_index() { return blockIdx.y; }
+/// Where head pair bh (b·NH + h) starts in a [B, NH, T, HS] view. Kernels know their pair: the
+/// forwards from their block order (causal_task), the backwards from their key/value head
+/// (first_query_pair), the chunk kernels (Δ, the dQ finish) from blockIdx.y.
 __device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads, int bh) {
   return static_cast<int64_t>(bh / heads) * s.batch + static_cast<int64_t>(bh % heads) * s.head;
-}
-__device__ __forceinline__ int64_t head_offset(const HeadStrides& s, int heads) {
-  return head_offset(s, heads, head_index());
 }
 /// Where the key and value rows of query head pair bh (b·NH + h) start: key/value head h / group.
 __device__ __forceinline__ int64_t kv_head_offset(const Params& p, int bh) {
@@ -143,9 +139,6 @@ __device__ __forceinline__ int64_t block_kv_offset(const Params& p) { return kv_
 /// Flat index of probability (i, j) of head bh in the [B, NH, T, T] dropout draw.
 __device__ __forceinline__ uint64_t probability_index(int tokens, int bh, int i, int j) {
   return (static_cast<uint64_t>(bh) * tokens + i) * tokens + j;
-}
-__device__ __forceinline__ uint64_t probability_index(int tokens, int i, int j) {
-  return probability_index(tokens, head_index(), i, j);
 }
 
 /// Heads per group of the forwards' block order (lib/causal_order.h, causal_task on a 1-D grid)

@@ -1,4 +1,4 @@
-// grouped_query_attention: the twin against plain attention over key and value heads repeated
+// grouped_query_attention (lib/ops/attention/attention.cpp): the twin against plain attention over key and value heads repeated
 // by hand (f64, with a gradient check), its input checks, and on CUDA the flash kernels (both
 // families, both head sizes, groups of 1 to 8 query heads) against the twin and the f64
 // reference, bit-reproducible from run to run.
