@@ -1,7 +1,6 @@
 #include "layers/embedding.h"
 
-#include "lib/ops/elementwise/elementwise.h"
-#include "lib/ops/shape_ops/shape_ops.h"
+#include "lib/ops/embedding/embedding.h"
 
 namespace ft {
 
@@ -9,6 +8,6 @@ Embedding::Embedding(int64_t rows, int64_t dim, Generator& gen, double std) {
   weight_ = register_parameter("weight", Tensor::normal({rows, dim}, gen, std));
 }
 
-Tensor Embedding::forward(const Tensor& ids) { return gather_rows(weight_, ids); }
+Tensor Embedding::forward(const Tensor& ids) { return token_embedding(ids, weight_); }
 
 }  // namespace ft

@@ -36,4 +36,21 @@ Tensor token_position_embedding(const Tensor& ids, const Tensor& tokens, const T
   return token_position_embedding_composite(ids, tokens, positions);
 }
 
+Tensor token_embedding_composite(const Tensor& ids, const Tensor& tokens) { return gather_rows(tokens, ids); }
+
+Tensor token_embedding(const Tensor& ids, const Tensor& tokens) {
+  check_defined(ids, "token_embedding", "ids");
+  check_defined(tokens, "token_embedding", "tokens");
+  FT_CHECK(ids.dtype() == DType::I32 || ids.dtype() == DType::I64, "token_embedding: ids must be i32 or i64, got ",
+           dtype_name(ids.dtype()));
+  FT_CHECK(tokens.dim() == 2, "token_embedding: tokens must be [V, C], got ", shape_str(tokens.shape()));
+  FT_CHECK(ids.device() == tokens.device(), "token_embedding: ids on ", ids.device().str(), ", tokens on ",
+           tokens.device().str());
+  const bool fused = use_fused(tokens) && (tokens.dtype() == DType::F32 || tokens.dtype() == DType::BF16) &&
+                     ids.numel() > 0;
+  if constexpr (kCudaBuild)
+    if (fused) return cuda::token_embedding_fused(ids, tokens);
+  return token_embedding_composite(ids, tokens);
+}
+
 }  // namespace ft

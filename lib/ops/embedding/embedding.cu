@@ -33,11 +33,13 @@ __global__ void token_position_forward_kernel(const void* ids, bool ids64, const
     if (id < 0 || id >= vocab) {
       if (c == 0) atomicOr(error_word, kIndexOutOfRange);
     } else {
-      float token[VEC], position[VEC];
-      load_vec<T, VEC>(tokens + id * cols + c, token);
-      load_vec<T, VEC>(positions + (i % steps) * cols + c, position);
+      load_vec<T, VEC>(tokens + id * cols + c, sum);
+      if (positions) {  // uniform over the grid: token_embedding passes none
+        float position[VEC];
+        load_vec<T, VEC>(positions + (i % steps) * cols + c, position);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) sum[k] = token[k] + position[k];
+        for (int k = 0; k < VEC; ++k) sum[k] += position[k];
+      }
     }
     store_vec<T, VEC>(out + i * cols + c, sum);
   }
@@ -58,12 +60,13 @@ constexpr int kRunChunkPacks = 4;  // packs per lane per pass over a run: bounds
 /// rows in position order into that id's row.
 template <class T, int VEC>
 __global__ void token_runs_kernel(const T* grad, const int32_t* keys, const int32_t* order, int64_t n, int64_t cols,
-                                  GradSink<T> table_grad) {
+                                  int64_t vocab, GradSink<T> table_grad) {
   begin_dependent_kernel();
   const int64_t start = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   if (start >= n || (start > 0 && keys[start] == keys[start - 1])) return;
   const int lane = threadIdx.x % 32;
   const int32_t id = keys[start];
+  if (id < 0 || id >= vocab) return;  // the forward flagged it; nothing is written out of bounds
   int64_t end = start + 1;
   while (end < n && keys[end] == id) ++end;
   constexpr int64_t kChunk = 32 * VEC * kRunChunkPacks;
@@ -102,6 +105,12 @@ int key_bits(int64_t vocab) {
   return bits;
 }
 
+// A fresh gradient gets zeros where nothing reaches; a GradBuffer view already holds them (or
+// the earlier contributions it keeps), so only the reached rows are touched.
+void zero_fresh(const GradOutput& g) {
+  if (!g.view) runtime::zero_bytes(g.tensor.data_ptr(), g.tensor.device(), g.tensor.nbytes());
+}
+
 template <class F>
 void with_embedding_config(DType dtype, int64_t cols, std::initializer_list<const void*> pointers, F&& f) {
   dispatch_half_float(dtype, "token_position_embedding", [&](auto tag) {
@@ -114,14 +123,16 @@ void with_embedding_config(DType dtype, int64_t cols, std::initializer_list<cons
 }  // namespace
 
 void token_position_forward(const Tensor& ids, const Tensor& tokens, const Tensor& positions, const Tensor& out) {
-  const int64_t n = ids.numel(), steps = ids.size(1), vocab = tokens.size(0), cols = tokens.size(1);
-  with_embedding_config(tokens.dtype(), cols, {tokens.data_ptr(), positions.data_ptr(), out.data_ptr()},
+  const bool with_positions = positions.defined();
+  const int64_t n = ids.numel(), steps = with_positions ? ids.size(1) : 1, vocab = tokens.size(0), cols = tokens.size(1);
+  const void* position_rows = with_positions ? positions.data_ptr() : nullptr;
+  with_embedding_config(tokens.dtype(), cols, {tokens.data_ptr(), position_rows, out.data_ptr()},
                         [&](auto tag, auto vec) {
                           using T = decltype(tag);
                           constexpr int V = decltype(vec)::value;
                           launch_dependent(token_position_forward_kernel<T, V>,
                                            elementwise_blocks(n * (cols / V), kThreads), kThreads, 0, ids.data_ptr(),
-                                           ids.dtype() == DType::I64, tokens.data<T>(), positions.data<T>(),
+                                           ids.dtype() == DType::I64, tokens.data<T>(), static_cast<const T*>(position_rows),
                                            out.data<T>(), n, steps, vocab, cols, device_error_word());
                           FT_CUDA_CHECK_LAUNCH("token_position_forward_kernel");
                         });
@@ -129,18 +140,18 @@ void token_position_forward(const Tensor& ids, const Tensor& tokens, const Tenso
 
 void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOutput& tokens_grad,
                              const GradOutput& positions_grad) {
-  const int64_t n = ids.numel(), batch = ids.size(0), steps = ids.size(1);
-  const int64_t vocab = tokens_grad.tensor.size(0), cols = tokens_grad.tensor.size(1);
-  FT_CHECK(n < (int64_t{1} << 31), "token_position_embedding: ", n, " ids exceed the 32-bit sort");
-  // A fresh gradient gets zeros where nothing reaches; a GradBuffer view already holds them (or
-  // the earlier contributions it keeps), so only the reached rows are touched.
-  auto zero_fresh = [](const GradOutput& g) {
-    if (!g.view) runtime::zero_bytes(g.tensor.data_ptr(), g.tensor.device(), g.tensor.nbytes());
-  };
+  const int64_t batch = ids.size(0), steps = ids.size(1), cols = tokens_grad.tensor.size(1);
   // Positions: the sum over the batch for the first T rows.
   zero_fresh(positions_grad);
   column_sums(grad, batch, steps * cols, GradOutput(positions_grad.tensor.narrow(0, 0, steps), positions_grad.accumulate));
-  // Tokens: sort (id, position) pairs, then one f32 sum per run of equal ids.
+  token_rows_backward(grad, ids, tokens_grad);
+}
+
+void token_rows_backward(const Tensor& grad, const Tensor& ids, const GradOutput& tokens_grad) {
+  const int64_t n = ids.numel();
+  const int64_t vocab = tokens_grad.tensor.size(0), cols = tokens_grad.tensor.size(1);
+  FT_CHECK(n < (int64_t{1} << 31), "token embedding: ", n, " ids exceed the 32-bit sort");
+  // Sort (id, position) pairs, then one f32 sum per run of equal ids.
   zero_fresh(tokens_grad);
   Tensor sort = Tensor::empty({4 * n}, DType::I32, grad.device());
   int32_t* keys_in = sort.data<int32_t>();
@@ -159,7 +170,7 @@ void token_position_backward(const Tensor& grad, const Tensor& ids, const GradOu
     constexpr int V = decltype(vec)::value;
     constexpr int kWarps = kThreads / 32;
     launch_dependent(token_runs_kernel<T, V>, static_cast<unsigned>((n + kWarps - 1) / kWarps), kThreads, 0,
-                     grad.data<T>(), keys, order, n, cols, grad_sink<T>(tokens_grad));
+                     grad.data<T>(), keys, order, n, cols, vocab, grad_sink<T>(tokens_grad));
     FT_CUDA_CHECK_LAUNCH("token_runs_kernel");
   });
 }

@@ -23,4 +23,18 @@ Tensor token_position_embedding_fused(const Tensor& ids, const Tensor& tokens, c
                 });
 }
 
+Tensor token_embedding_fused(const Tensor& ids, const Tensor& tokens) {
+  std::vector<int64_t> shape = ids.shape();
+  shape.push_back(tokens.size(1));
+  Tensor out = Tensor::empty(shape, tokens.dtype(), tokens.device());
+  token_position_forward(ids, tokens, Tensor(), out);
+  if (!needs_grad({&tokens})) return out;
+  return record("token_embedding", out, {Tensor(), tokens},
+                [saved_ids = ids.detach(), token_shape = tokens.shape()](const Tensor& g) {
+                  const GradOutput dtokens = grad_output(1, true, token_shape, g.dtype(), g.device(), false);
+                  token_rows_backward(g, saved_ids, dtokens);
+                  return std::vector<Tensor>{Tensor(), dtokens.tensor};
+                });
+}
+
 }  // namespace ft::cuda

@@ -1,6 +1,6 @@
-// token_position_embedding: against loops in f64, gradients by central differences, the fused
-// kernel against the twin and the f64 reference (ids with many repeats, packed and odd widths),
-// a bit-reproducible backward, and bad ids.
+// token_position_embedding and token_embedding: against loops in f64, gradients by central
+// differences, the fused kernels against the twins and the f64 reference (ids with many repeats,
+// packed and odd widths), bit-reproducible backwards, and bad ids.
 #include <vector>
 
 #include "lib/kernel_mode.h"
@@ -48,6 +48,30 @@ TEST(EmbeddingTest, RejectsBadInputs) {
                   "share C");
 }
 
+TEST(TokenEmbeddingTest, MatchesLoopsAndGradCheckInF64) {
+  Generator gen = test_generator();
+  const int64_t v = 7, c = 4;
+  const Tensor ids = random_ids({2, 3, 5}, v, DType::I32, kCPU, gen);
+  const Tensor tokens = random_tensor({v, c}, DType::F64, kCPU, gen);
+  const Tensor out = token_embedding(ids, tokens);
+  EXPECT_EQ(out.shape(), (std::vector<int64_t>{2, 3, 5, c}));
+  const std::vector<double> got = out.to_vector(), vi = ids.to_vector(), vt = tokens.to_vector();
+  for (size_t i = 0; i < vi.size(); ++i)
+    for (int64_t k = 0; k < c; ++k)
+      EXPECT_EQ(got[i * c + static_cast<size_t>(k)], vt[static_cast<size_t>(static_cast<int64_t>(vi[i]) * c + k)]);
+  EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return token_embedding(ids, in[0]); },
+                        {random_tensor({v, 3}, DType::F64, kCPU, gen)}, gen));
+}
+
+TEST(TokenEmbeddingTest, RejectsBadInputs) {
+  Generator gen = test_generator();
+  const Tensor tokens = random_tensor({5, 4}, DType::F32, kCPU, gen);
+  EXPECT_FT_ERROR(token_embedding(Tensor::from_vector({0, 5}, {1, 2}, DType::I64), tokens), "out of range");
+  EXPECT_FT_ERROR(token_embedding(Tensor::from_vector({0, 1}, {2}, DType::F32), tokens), "i32 or i64");
+  EXPECT_FT_ERROR(token_embedding(Tensor::from_vector({0, 1}, {2}, DType::I64), random_tensor({20}, DType::F32, kCPU, gen)),
+                  "[V, C]");
+}
+
 class EmbeddingDeviceTest : public DeviceModeTest {};
 
 TEST_P(EmbeddingDeviceTest, MatchesF64Reference) {
@@ -61,6 +85,18 @@ TEST_P(EmbeddingDeviceTest, MatchesF64Reference) {
           [](const std::vector<Tensor>& in) { return token_position_embedding(in[0], in[1], in[2]); },
           {ids, random_tensor({11, c}, DType::F64, kCPU, gen), random_tensor({30, c}, DType::F64, kCPU, gen)}, device(),
           dtype, gen, forward_tolerance(dtype), grad_tolerance(dtype)));
+    }
+}
+
+TEST_P(EmbeddingDeviceTest, TokensAloneMatchF64Reference) {
+  Generator gen = test_generator();
+  for (DType dtype : {DType::F32, DType::BF16})
+    for (int64_t c : {768, 13}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(c));
+      const Tensor ids = random_ids({4, 24}, 11, DType::I64, kCPU, gen);
+      EXPECT_TRUE(matches_f64_reference([](const std::vector<Tensor>& in) { return token_embedding(in[0], in[1]); },
+                                        {ids, random_tensor({11, c}, DType::F64, kCPU, gen)}, device(), dtype, gen,
+                                        forward_tolerance(dtype), grad_tolerance(dtype)));
     }
 }
 
@@ -86,6 +122,25 @@ TEST(EmbeddingFusedTest, MatchesTwinAndIsReproducible) {
   }
 }
 
+// Llama's embed_tokens: the twin's atomic scatter-add gives timing-dependent bits where ids
+// repeat; the fused backward sums each id's rows in a fixed order.
+TEST(EmbeddingFusedTest, TokensAloneMatchTwinAndAreReproducible) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  for (DType dtype : fused_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::vector<Tensor> inputs{random_ids({8, 256}, 29, DType::I64, kCPU, gen),
+                                     random_tensor({29, 512}, DType::F64, kCPU, gen)};
+    auto f = [](const std::vector<Tensor>& in) { return token_embedding(in[0], in[1]); };
+    EXPECT_TRUE(fused_matches_twin(f, inputs, dtype, gen, forward_tolerance(dtype)));
+    KernelModeGuard fused(KernelMode::Fused);
+    const Tensor w = random_tensor({8, 256, 512}, DType::F64, kCPU, gen);
+    const GradRun first = run_with_grads(f, inputs, dtype, kCUDA, w), second = run_with_grads(f, inputs, dtype, kCUDA, w);
+    EXPECT_EQ(graph_size(first.y), 1u) << "the fused kernel did not run";
+    EXPECT_TRUE(all_equal(first.grads[1], second.grads[1])) << "token gradient differs between two runs";
+  }
+}
+
 TEST(EmbeddingFusedTest, IdOutOfRangeThrowsAtTheNextRead) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   KernelModeGuard fused(KernelMode::Fused);
@@ -93,6 +148,8 @@ TEST(EmbeddingFusedTest, IdOutOfRangeThrowsAtTheNextRead) {
   Tensor out;
   EXPECT_NO_THROW(out = token_position_embedding(Tensor::from_vector({0, 7, 1}, {1, 3}, DType::I64, kCUDA), tokens,
                                                  positions));
+  EXPECT_TRUE(error_mentions([] { synchronize(); }, "out of range"));
+  EXPECT_NO_THROW(out = token_embedding(Tensor::from_vector({0, -1}, {2}, DType::I64, kCUDA), tokens));
   EXPECT_TRUE(error_mentions([] { synchronize(); }, "out of range"));
 }
 
