@@ -97,6 +97,8 @@ class Optimizer {
   /// missing from older files are taken from set_step_count (call it first).
   std::map<std::string, Tensor> state() const;
   void load_state(const std::map<std::string, Tensor>& state);
+  /// state()'s "applied" and "skipped" alone: the optimizer's own one-element buffers.
+  std::map<std::string, Tensor> step_counts() const { return {{"applied", state_.applied}, {"skipped", state_.skipped}}; }
 
  protected:
   using Piece = ParameterStore::Piece;

@@ -20,6 +20,7 @@
 #include "examples/gpt2/parity_dump.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
+#include "lib/runtime.h"
 #include "optim/lr_schedule.h"
 #include "train/data/bpe_tokenizer.h"
 #include "train/data/file_list.h"
@@ -115,10 +116,12 @@ void define_flags(ft::cli::Args& args) {
   args.flag("token-cache", "/tmp/ft-gpt2-tokens", "with --tokenizer and --format text: where the encoded shards are\n"
                                                  "kept, in a folder per tokenizer and set of files");
   args.flag("arch", "", "the model family: gpt2 or llama (default: --init-from's config.json model_type, else gpt2)");
-  args.flag("model", "", "the sizes (default: d12 for gpt2, 1b for llama). gpt2: tiny (L2 C64), d6 (L6 C384)\n"
-                         "or d12 (GPT-2 small, L12 C768); llama: tiny (L2 C64, 4 heads, 2 KV heads) or 1b\n"
-                         "(Llama-3.2-1B's shape: L16 C2048, 32 heads, 8 KV heads, MLP 8192, tied). A Llama from\n"
-                         "--init-from is sized by its config.json");
+  args.flag("model", "", "the sizes (default: d12 for gpt2, 1b for llama). gpt2: tiny (L2 C64), d6 (L6 C384),\n"
+                         "d12 (GPT-2 small, L12 C768), d24 (L24 C1024), d36 (L36 C1280) or d48 (GPT-2 XL, 1.5B:\n"
+                         "L48 C1600, 25 heads); llama: tiny (L2 C64, 4 heads, 2 KV heads), 1b (Llama-3.2-1B's\n"
+                         "shape: L16 C2048, 32 heads, 8 KV heads, MLP 8192, tied) or 8b (Llama-3.1-8B's: L32\n"
+                         "C4096, 32 heads, 8 KV heads, MLP 14336, untied). A Llama from --init-from is sized by\n"
+                         "its config.json");
   args.flag("vocab", "0", "vocabulary size of the model (0: --init-from's, or the tokenizer's rounded up to 128; else\n"
                           "for shards 50304 (GPT-2's 50257 padded) or 128256 (Llama 3's) by --arch; 256 for text)");
   args.flag("tokens", "0", "token ids in the data must be below this (0: the tokenizer's vocabulary; else for shards\n"
@@ -483,12 +486,15 @@ int run(int argc, char** argv) {
                 s.model.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel");
   }
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
-  // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA).
+  // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA);
+  // tok_per_s and mfu per GPU, from wall_ms; peak_gb this rank's device memory high-water mark.
   ft::cli::print_communication_timing(dp, "ft-gpt2");
   if (dp.primary())
-    std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f\n",
+    std::printf("RESULT steps=%lld final_loss=%.4f uniform_loss=%.4f wall_ms=%.3f step_ms=%.3f tok_per_s=%.0f mfu=%.4f "
+                "peak_gb=%.2f\n",
                 static_cast<long long>(trainer.step()), summary.final_loss, std::log(static_cast<double>(s.vocab)),
-                summary.wall_ms, summary.step_ms);
+                summary.wall_ms, summary.step_ms, summary.items_per_s / dp.env.world_size, summary.mfu.value_or(0.0),
+                device.is_cuda() ? static_cast<double>(ft::peak_memory()) / 1e9 : 0.0);
   return 0;
 }
 

@@ -16,8 +16,11 @@ namespace {
 GPTConfig gpt_preset(const std::string& name, int64_t vocab) {
   if (name == "tiny") return {.vocab = vocab, .block_size = 256, .layers = 2, .heads = 4, .channels = 64};
   if (name == "d6") return {.vocab = vocab, .block_size = 1024, .layers = 6, .heads = 6, .channels = 384};
-  if (name == "d12")
-    return {.vocab = vocab, .block_size = 1024, .layers = 12, .heads = 12, .channels = 768};
+  // llm.c's sizes of the GPT-2 family: 124M, 350M, 774M and 1.5B parameters (at vocab 50304).
+  if (name == "d12") return {.vocab = vocab, .block_size = 1024, .layers = 12, .heads = 12, .channels = 768};
+  if (name == "d24") return {.vocab = vocab, .block_size = 1024, .layers = 24, .heads = 16, .channels = 1024};
+  if (name == "d36") return {.vocab = vocab, .block_size = 1024, .layers = 36, .heads = 20, .channels = 1280};
+  if (name == "d48") return {.vocab = vocab, .block_size = 1024, .layers = 48, .heads = 25, .channels = 1600};
   FT_FAIL("ft-gpt2: unknown --model '", name, "' for --arch gpt2: expected ", preset_names("gpt2"));
 }
 
@@ -26,6 +29,7 @@ LlamaConfig llama_preset(const std::string& name, int64_t vocab) {
     return {.vocab = vocab, .hidden = 64, .intermediate = 176, .layers = 2, .heads = 4, .kv_heads = 2,
             .max_positions = 256, .rms_eps = 1e-5, .rope = {.theta = 10000.0}};
   if (name == "1b") return LlamaConfig::llama_3_2_1b(vocab);
+  if (name == "8b") return LlamaConfig::llama_3_1_8b(vocab);
   FT_FAIL("ft-gpt2: unknown --model '", name, "' for --arch llama: expected ", preset_names("llama"));
 }
 
@@ -60,9 +64,10 @@ std::string arch_of(const std::string& arch_flag, const std::string& init_from) 
 }
 
 std::string preset_names(const std::string& arch) {
-  return arch == "llama" ? "tiny (L2 C64, 4 heads, 2 KV heads) or 1b (Llama-3.2-1B: L16 C2048, 32 heads, 8 KV heads, "
-                           "MLP 8192, tied)"
-                         : "tiny (L2 C64), d6 (L6 C384) or d12 (GPT-2 small, L12 C768)";
+  return arch == "llama" ? "tiny (L2 C64, 4 heads, 2 KV heads), 1b (Llama-3.2-1B: L16 C2048, 32 heads, 8 KV heads, "
+                           "MLP 8192, tied) or 8b (Llama-3.1-8B: L32 C4096, 32 heads, 8 KV heads, MLP 14336, untied)"
+                         : "tiny (L2 C64), d6 (L6 C384), d12 (GPT-2 small, L12 C768), d24 (L24 C1024), d36 (L36 "
+                           "C1280) or d48 (GPT-2 XL, L48 C1600, 1.5B)";
 }
 
 bool sized_by_folder(const std::string& arch, const std::string& init_from) {

@@ -110,6 +110,15 @@ void* allocate(size_t bytes, Device device) {
   FT_CHECK(cuda_available(), "no CUDA device is available");
   void* p = nullptr;
   cudaError_t status = cudaMallocAsync(&p, bytes, cuda::stream());
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (status == cudaErrorMemoryAllocation && cudaStreamIsCapturing(cuda::stream(), &capturing) == cudaSuccess &&
+      capturing == cudaStreamCaptureStatusNone) {
+    // The pool keeps freed blocks for reuse, and a block larger than any of them (a model's flat
+    // buffer) fails while the device's memory sits there in pieces: give them back, and try once more.
+    cudaGetLastError();
+    release_cached_memory();
+    status = cudaMallocAsync(&p, bytes, cuda::stream());
+  }
   if (status == cudaErrorMemoryAllocation)
     cuda::throw_out_of_memory(detail::concat("CUDA out of memory allocating ", gigabytes(static_cast<double>(bytes))),
                               __FILE__, __LINE__);

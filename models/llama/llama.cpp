@@ -125,6 +125,14 @@ LlamaConfig LlamaConfig::llama_3_2_1b(int64_t vocab) {
           .tie_embeddings = true};
 }
 
+LlamaConfig LlamaConfig::llama_3_1_8b(int64_t vocab) {
+  return {.vocab = vocab, .hidden = 4096, .intermediate = 14336, .layers = 32, .heads = 32, .kv_heads = 8,
+          .max_positions = 131072, .rms_eps = 1e-5,
+          .rope = {.theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                   .original_max_position = 8192},
+          .tie_embeddings = false};
+}
+
 int64_t LlamaConfig::parameter_count() const {
   const int64_t c = hidden, hs = head_size();
   // A layer: q and o (C·NH·HS each), k and v (C·NKV·HS each), gate, up and down (C·I each), two norms.

@@ -45,6 +45,9 @@ struct LlamaConfig {
   /// Llama-3.2-1B's shape: 16 layers, C 2048, 32 query and 8 KV heads, I 8192, tied, RoPE θ 500,000
   /// with Llama 3's scaling (factor 32 over 8,192 positions), context 131,072.
   static LlamaConfig llama_3_2_1b(int64_t vocab = 128256);
+  /// Llama-3.1-8B's shape: 32 layers, C 4096, 32 query and 8 KV heads, I 14,336, untied, RoPE
+  /// θ 500,000 with Llama 3's scaling (factor 8 over 8,192 positions), context 131,072.
+  static LlamaConfig llama_3_1_8b(int64_t vocab = 128256);
 };
 
 class LlamaDecoderLayer : public Module {

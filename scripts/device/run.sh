@@ -15,6 +15,8 @@
 #   sanitize   compute-sanitizer's four tools over the GPU tests
 #   multigpu   data parallelism on several GPUs (ARG: functional, scaling, sharded, tune or all)
 #   dp         data parallelism's checks on one GPU
+#   large      models larger than one GPU: gpt2 d48 with recomputation, Llama-3.1-8B's shape on every
+#              GPU against PyTorch FSDP2 (ARG: gpt2, llama or all)
 #   profile    Nsight Compute on the memory-bound ops and the optimizer step
 # Fashion-MNIST is read from data/fashion-mnist: carry it.
 set -uo pipefail

@@ -48,16 +48,17 @@ DataParallel::~DataParallel() {
 void DataParallel::broadcast_parameters(Module& model) {
   NoGradGuard no_grad;
   std::vector<std::unique_ptr<Work>> pending;
-  // The optimizer state first (master weights included; sharded, gathered whole), then every
-  // tensor of the state dict: parameters, frozen ones and buffers.
-  const std::map<std::string, Tensor> state = optimizer_.state();
+  // The optimizer state first (master weights included), then every tensor of the state dict:
+  // parameters, frozen ones and buffers; each broadcast writes the buffer it is given. Sharded
+  // (ZeRO-1), every chunk of the master weights and moments has one owner, so only the step
+  // counts are sent: gathering the chunks whole to broadcast them would be a round trip that
+  // changes nothing, and would hold the whole f32 state on every rank at once (96 GB for an 8B
+  // model).
+  const std::map<std::string, Tensor> state = optimizer_.sharded() ? optimizer_.step_counts() : optimizer_.state();
   for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
   for (const auto& [name, tensor] : model.replicated_state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
   for (auto& work : pending) work->wait();
   model_ = &model;
-  // Unsharded, the broadcast wrote the optimizer's own buffers; sharded, they were gathered
-  // copies, which each rank now takes its chunks of.
-  if (optimizer_.sharded()) optimizer_.load_state(state);
 }
 
 void DataParallel::note(std::string event) {
