@@ -43,6 +43,7 @@ const DataPartition& checked(const DataPartition& partition) {
            partition.rank, " of a data-parallel world of ", partition.world);
   FT_CHECK(partition.bucket_bytes > 0, "Optimizer: the gradient bucket size must be positive, got ",
            partition.bucket_bytes, " bytes");
+  FT_CHECK(partition.max_buckets > 0, "Optimizer: max_buckets must be positive, got ", partition.max_buckets);
   return partition;
 }
 
@@ -62,8 +63,14 @@ ParameterStore::ParameterStore(const std::vector<Tensor>& params, DataPartition 
 
 void ParameterStore::make_masters() {
   const FlatLayout& layout = grads_.layout();
-  // Buckets in elements of f32 gradient (an f64 group's hold the same count, twice the bytes).
-  buckets_ = layout.buckets(std::max<int64_t>(1, partition_.bucket_bytes / 4), partition_.world);
+  // Buckets in elements of f32 gradient (an f64 group's hold the same count, twice the bytes),
+  // grown so that there are at most max_buckets.
+  int64_t elements = 0;
+  for (const FlatLayout::Group& group : layout.groups()) elements += group.size;
+  const int64_t unit = FlatLayout::kAlign * partition_.world;  // buckets() rounds down to it
+  const int64_t fewest = (elements + partition_.max_buckets - 1) / partition_.max_buckets;
+  buckets_ = layout.buckets(std::max({int64_t{1}, partition_.bucket_bytes / 4, (fewest + unit - 1) / unit * unit}),
+                            partition_.world);
   for (size_t g = 0; g < layout.groups().size(); ++g) {
     const FlatLayout::Group& group = layout.groups()[g];
     const DType param_dtype = params_[group.members.front()].dtype();

@@ -27,6 +27,11 @@ struct DataPartition {
   /// The size of a gradient bucket (the unit of reduction, and of ZeRO-1's shards), in bytes of
   /// gradient; each is rounded down to a multiple of FlatLayout::kAlign · world elements.
   int64_t bucket_bytes = int64_t{25} << 20;
+  /// The most buckets a step reduces: where the gradients would make more, each bucket grows to
+  /// 1/max_buckets of them. Every collective has a fixed cost in a captured step (about 0.45 ms
+  /// on two H200s with NCCL's graph mixing support on): an 8B model's 1,226 buckets of 25 MB made
+  /// its step 1,083 ms, and 62 of 500 MB made it 451 ms.
+  int64_t max_buckets = 64;
   bool shard_state = false;
 };
 

@@ -25,7 +25,7 @@ inline void add_data_parallel_flags(Args& args) {
   args.flag("zero", "0", "1: ZeRO-1, each rank keeps and updates 1/N of the master weights and optimizer moments\n"
                          "(gradients reduce-scattered, parameters all-gathered)");
   args.flag("bucket-mb", "25", "size of a gradient bucket, in MB of f32 gradient: each is averaged over the ranks as\n"
-                               "soon as backward has completed it");
+                               "soon as backward has completed it (grown so that a step has at most 64 buckets)");
   args.flag("grad-reduce", "f32", "f32 or bf16: the dtype gradients cross the wire in (bf16 halves the bytes: each rank's\n"
                                   "gradients rounded to bf16 and reduced in bf16, as llm.c does)");
   args.flag("comm-timeout", "60", "seconds any collective of a data-parallel run may take before every rank stops\n"

@@ -113,6 +113,29 @@ TEST(FlatState, MasterWeightsLineUpWithTheGradientBuffer) {
   }
 }
 
+// Small buckets are grown until a step has at most max_buckets of them, each a multiple of
+// kAlign · world elements, covering every gradient element once.
+TEST(FlatState, BucketsGrowToTheirMaximumCount) {
+  Generator gen = test_generator();
+  const std::vector<Tensor> params{random_tensor({300, 70}, DType::F32, kCPU, gen).requires_grad_(true),
+                                   random_tensor({513}, DType::F32, kCPU, gen).requires_grad_(true)};
+  for (int64_t max_buckets : {1, 3, 64}) {
+    SCOPED_TRACE(max_buckets);
+    const ParameterStore store(params, DataPartition{.rank = 1, .world = 2, .bucket_bytes = 512 * 4,
+                                                     .max_buckets = max_buckets});
+    const int64_t total = store.grads().layout().groups()[0].size;
+    EXPECT_LE(static_cast<int64_t>(store.buckets().size()), max_buckets);
+    EXPECT_EQ(static_cast<int64_t>(store.buckets().size()),
+              std::min<int64_t>(max_buckets, (total + 511) / 512)) << "as small as allowed";
+    int64_t covered = 0;
+    for (const FlatLayout::Bucket& b : store.buckets()) {
+      EXPECT_EQ(b.size() % (2 * FlatLayout::kAlign), 0);
+      covered += b.size();
+    }
+    EXPECT_EQ(covered, total);
+  }
+}
+
 // Four micro-batches of B rows, each loss scaled by 1/4 and backward into the same gradients,
 // then one step: the same update as one batch of 4B rows (CPU, f64).
 TEST(GradientAccumulation, FourMicroBatchesEqualOneBatchOfFourTimesTheRows) {

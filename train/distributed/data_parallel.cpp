@@ -133,6 +133,8 @@ void DataParallel::gather(const Tensor& chunk, const Tensor& whole) { comm_.all_
 
 std::function<void(Tensor&, Tensor&, Tensor&)> DataParallel::bag_exchange() { return replicated_bag_exchange(comm_); }
 
+void DataParallel::average_over_ranks(const Tensor& value) { comm_.all_reduce(value, CommOp::Average)->wait(); }
+
 double DataParallel::mean_over_ranks(double value) {
   const Tensor t = Tensor::full({1}, value, DType::F32, optimizer_.params().front().device());
   comm_.all_reduce(t, CommOp::Average)->wait();

@@ -70,6 +70,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   void end_step() override { comm_.step_enqueued(); }
   /// Through a collective on the training device.
   double mean_over_ranks(double value) override;
+  void average_over_ranks(const Tensor& value) override;
   bool sharded() const override { return optimizer_.sharded(); }
   // ShardCollectives: what the ZeRO-1 step needs.
   void sum(const Tensor& t) override;

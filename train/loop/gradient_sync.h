@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "lib/tensor.h"
+
 namespace ft {
 
 class GradientSync {
@@ -27,6 +29,10 @@ class GradientSync {
   /// The mean over the ranks of each rank's `value` (a loss of its part of the data); every rank
   /// calls it and gets the same result.
   virtual double mean_over_ranks(double value) = 0;
+  /// value = its mean over the ranks, in place, ordered like the step's kernels (inside a captured
+  /// step too): the training step's loss, so that a logged line reads the global batch's loss
+  /// without a collective of its own.
+  virtual void average_over_ranks(const Tensor& value) = 0;
   /// Whether each rank holds only its shard of the optimizer state (ZeRO-1), so that every rank
   /// writes its part of a checkpoint, not rank 0 alone.
   virtual bool sharded() const = 0;

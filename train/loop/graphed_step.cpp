@@ -30,6 +30,9 @@ StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, Backwa
     if (sync) sync->after_backward();
     if (after_backward) after_backward(micro_batches, total);
     optimizer.step();
+    // The loss this step reports is the global batch's: a line then needs no collective of its
+    // own, and a rank whose loss is not finite stops every rank alike.
+    if (sync && sync->world_size() > 1) sync->average_over_ranks(total);
     return total;
   };
 }

@@ -38,7 +38,8 @@ using BackwardDoneFn = std::function<void(const std::vector<Batch>& micro_batche
 /// The training step: optimizer.zero_grad(); for each of the n micro-batches,
 /// (loss_fn(model, batch) · 1/n).backward(); after_backward when set; optimizer.step(). Returns
 /// the sum of the scaled losses (the mean over the micro-batches), detached. `sync`, when set,
-/// brackets each backward (data parallelism averages the gradients), before after_backward.
+/// brackets each backward (data parallelism averages the gradients), before after_backward, and
+/// the loss returned is averaged over its ranks after the optimizer step.
 StepFn training_step(Module& model, Optimizer& optimizer, LossFn loss_fn, BackwardDoneFn after_backward = {},
                      GradientSync* sync = nullptr);
 

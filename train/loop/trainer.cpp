@@ -174,9 +174,7 @@ void Trainer::log_line(Window& window, const LinePoint& point, int64_t total_ste
     m.loss = value(point.window_loss, 3) / static_cast<double>(window.losses);
     m.loss_steps = window.losses;
   }
-  // Data-parallel: the mean of every rank's loss (a collective at the logged steps, which every
-  // rank reaches alike), so that the line is the global batch's and a diverging rank stops all.
-  if (options_.data_parallel) m.loss = options_.data_parallel->mean_over_ranks(m.loss);
+  // Data-parallel: the step's loss is already the mean over the ranks (training_step).
   m.ranks = world_size();
   m.items_per_step = items_per_step_;
   const Clock::time_point now = Clock::now();
