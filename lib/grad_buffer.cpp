@@ -10,7 +10,8 @@ namespace ft {
 
 DType GradBuffer::grad_dtype(const Tensor& param) { return param.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 
-GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple) : leaves_(leaves) {
+GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple, bool storage)
+    : leaves_(leaves), storage_(storage) {
   std::vector<DType> dtypes;
   for (const Tensor& leaf : leaves_) {
     check_defined(leaf, "GradBuffer", "leaf");
@@ -19,6 +20,10 @@ GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple
     dtypes.push_back(grad_dtype(leaf));
   }
   layout_ = FlatLayout(leaves_, dtypes, group_multiple);
+  if (!storage_) {
+    for (const Tensor& leaf : leaves_) leaf.zero_grad();
+    return;
+  }
   for (size_t g = 0; g < layout_.groups().size(); ++g) flats_.push_back(layout_.allocate(g));
   for (size_t i = 0; i < leaves_.size(); ++i) {
     attach_grad_view(leaves_[i], layout_.view(flats_[layout_.slot(i).group], i));
@@ -30,10 +35,14 @@ GradBuffer::~GradBuffer() {
 }
 
 void GradBuffer::zero() {
-  for (const Tensor& leaf : leaves_) leaf.impl()->grad_zeroed = leaf.impl()->grad_stale = true;
+  for (const Tensor& leaf : leaves_) {
+    if (storage_) leaf.impl()->grad_zeroed = leaf.impl()->grad_stale = true;
+    else leaf.zero_grad();
+  }
 }
 
 void GradBuffer::materialize() const {
+  if (!storage_) return;
   for (size_t g = 0; g < flats_.size(); ++g) {
     const std::vector<size_t>& members = layout_.groups()[g].members;
     const bool all_stale = std::all_of(members.begin(), members.end(), [&](size_t i) { return leaves_[i].impl()->grad_stale; });
@@ -48,12 +57,18 @@ void GradBuffer::materialize() const {
 
 const Tensor& GradBuffer::flat(size_t g) const {
   materialize();
-  return flats_.at(g);
+  return storage(g);
 }
 
 const std::vector<Tensor>& GradBuffer::flats() const {
+  FT_CHECK(storage_, "GradBuffer: the flat gradient buffers were not allocated (ZeRO-2 keeps shards only)");
   materialize();
   return flats_;
+}
+
+const Tensor& GradBuffer::storage(size_t g) const {
+  FT_CHECK(storage_, "GradBuffer: the flat gradient buffers were not allocated (ZeRO-2 keeps shards only)");
+  return flats_.at(g);
 }
 
 }  // namespace ft

@@ -198,6 +198,7 @@ void Optimizer::step() {
   ++step_count_;
   // Parameters the backward did not reach still hold the last step's values: zero them first.
   store_.grads().materialize();
+  if (store_.shards_gradients()) (void)store_.collectives("reads its gradients from a data-parallel reduction");
   // The norm is only taken when something reads it; the update then needs no separate pass. It
   // reads the flat buffers whole (their gaps hold zeros), not one tensor per parameter; sharded,
   // this rank's reduced chunks, and the sum of squares is added up over the ranks.

@@ -44,6 +44,8 @@ const DataPartition& checked(const DataPartition& partition) {
   FT_CHECK(partition.bucket_bytes > 0, "Optimizer: the gradient bucket size must be positive, got ",
            partition.bucket_bytes, " bytes");
   FT_CHECK(partition.max_buckets > 0, "Optimizer: max_buckets must be positive, got ", partition.max_buckets);
+  FT_CHECK(!partition.shard_grads || partition.shard_state,
+           "Optimizer: ZeRO-2 (shard_grads) shards the optimizer state too: set shard_state");
   return partition;
 }
 
@@ -52,10 +54,11 @@ const DataPartition& checked(const DataPartition& partition) {
 ParameterStore::ParameterStore(const std::vector<Tensor>& params, DataPartition partition)
     : params_(trainable(params)),
       partition_(checked(partition)),
-      grads_(params_, FlatLayout::kAlign * partition_.world),
+      grads_(params_, FlatLayout::kAlign * partition_.world, /*storage=*/!partition_.shard_grads),
       state_dtype_(state_dtype_for(params_)) {
   NoGradGuard no_grad;
   make_masters();
+  if (shards_gradients()) grad_shards_ = allocate_state();
   make_pieces();
   for (const Piece& p : pieces_)
     if (sharded() && p.master.defined()) p.master.copy_(p.value);
@@ -127,7 +130,8 @@ void ParameterStore::make_pieces() {
       const int64_t lo = std::max(slot.offset, first), hi = std::min(slot.offset + slot.numel(), last);
       if (lo >= hi) continue;
       const int64_t n = hi - lo, state_offset = base + (lo - first);
-      pieces_.push_back(Piece{i, lo - slot.offset, grads_.flat(g).narrow(0, lo, n), gather_flats_[g].narrow(0, lo, n),
+      const Tensor grad = shards_gradients() ? grad_shards_[g].narrow(0, state_offset, n) : grads_.flat(g).narrow(0, lo, n);
+      pieces_.push_back(Piece{i, lo - slot.offset, grad, gather_flats_[g].narrow(0, lo, n),
                               group_owns_master_[g] ? Tensor() : master_flats_[g].narrow(0, state_offset, n), g,
                               state_offset});
     }

@@ -33,6 +33,10 @@ struct DataPartition {
   /// its step 1,083 ms, and 62 of 500 MB made it 451 ms.
   int64_t max_buckets = 64;
   bool shard_state = false;
+  /// ZeRO-2 (with shard_state): each bucket's gradients are reduce-scattered into this rank's
+  /// shard of them as backward completes the bucket, and no rank keeps a whole gradient buffer
+  /// (the parameters' own gradients, released once moved into a bucket, and two buckets' staging).
+  bool shard_grads = false;
 };
 
 /// The collectives a sharded (ZeRO-1) step runs, given by the data-parallel layer. Both are
@@ -69,8 +73,13 @@ class ParameterStore {
   /// The trainable parameters, in the order given.
   const std::vector<Tensor>& params() const { return params_; }
   const DataPartition& partition() const { return partition_; }
-  /// ZeRO-1 (at world size 1 too: the whole path, each chunk being the whole bucket).
+  /// ZeRO-1 or 2 (at world size 1 too: the whole path, each chunk being the whole bucket).
   bool sharded() const { return partition_.shard_state; }
+  /// ZeRO-2: the gradients live in this rank's shards (gradient_shards), filled by data parallelism.
+  bool shards_gradients() const { return partition_.shard_grads; }
+  /// ZeRO-2's reduced gradients, one compact buffer per group laid out like allocate_state's:
+  /// bucket [begin, end)'s chunk at begin / world.
+  const std::vector<Tensor>& gradient_shards() const { return grad_shards_; }
   /// The flat gradient storage: its layout is also the layout of every state buffer.
   GradBuffer& grads() { return grads_; }
   const GradBuffer& grads() const { return grads_; }
@@ -125,6 +134,7 @@ class ParameterStore {
   // group stays whole: the parameters live in it). Sharded, gather_flats_ holds the parameters
   // of each group, which the step gathers: the f32 master group, or a bf16 copy of the layout.
   std::vector<Tensor> master_flats_, gather_flats_;
+  std::vector<Tensor> grad_shards_;  // ZeRO-2 only
   std::vector<bool> group_owns_master_;
   ShardCollectives* collectives_ = nullptr;
 };

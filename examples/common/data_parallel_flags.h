@@ -23,7 +23,9 @@ inline void add_data_parallel_flags(Args& args) {
                                      "torchrun, srun, mpirun); on: also as a single process (the whole path at world\n"
                                      "size 1)");
   args.flag("zero", "0", "1: ZeRO-1, each rank keeps and updates 1/N of the master weights and optimizer moments\n"
-                         "(gradients reduce-scattered, parameters all-gathered)");
+                         "(gradients reduce-scattered, parameters all-gathered); 2: ZeRO-2, also 1/N of the\n"
+                         "gradients (each bucket reduce-scattered into its owner's shard as backward completes\n"
+                         "it; no whole gradient buffer)");
   args.flag("bucket-mb", "25", "size of a gradient bucket, in MB of f32 gradient: each is averaged over the ranks as\n"
                                "soon as backward has completed it (grown so that a step has at most 64 buckets)");
   args.flag("grad-reduce", "f32", "f32 or bf16: the dtype gradients cross the wire in (bf16 halves the bytes: each rank's\n"
@@ -59,7 +61,7 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   const std::string when = args.str("data-parallel");
   FT_CHECK(when == "auto" || when == "on", program, ": --data-parallel must be auto or on, got '", when, "'");
   const int64_t zero = args.integer("zero", 0);
-  FT_CHECK(zero == 0 || zero == 1, program, ": --zero must be 0 or 1, got ", zero);
+  FT_CHECK(zero >= 0 && zero <= 2, program, ": --zero must be 0, 1 or 2, got ", zero);
   const std::string reduce = args.str("grad-reduce");
   FT_CHECK(reduce == "f32" || reduce == "bf16", program, ": --grad-reduce must be f32 or bf16, got '", reduce, "'");
   const double bucket_mb = args.number("bucket-mb", 0);
@@ -69,7 +71,7 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   FT_CHECK(timeout_s > 0 && timeout_s <= 1e7, program, ": --comm-timeout must be in (0, 1e7] seconds, got ", timeout_s);
   (void)args.boolean("check-replicas");
   if (!run.env.distributed() && when != "on") {
-    FT_CHECK(zero == 0, program, ": --zero 1 needs a data-parallel run (a launcher, or --data-parallel on)");
+    FT_CHECK(zero == 0, program, ": --zero ", zero, " needs a data-parallel run (a launcher, or --data-parallel on)");
     return run;
   }
   run.comm = make_communicator(run.env, device,
@@ -78,7 +80,8 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
   run.partition = DataPartition{.rank = run.env.rank,
                                 .world = run.env.world_size,
                                 .bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20)),
-                                .shard_state = zero == 1};
+                                .shard_state = zero >= 1,
+                                .shard_grads = zero == 2};
   return run;
 }
 
@@ -95,12 +98,14 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
     std::printf("%s: data parallel over %d process%s (%s; %s variables), %zu gradient bucket%s reduced in %s%s\n",
                 program.c_str(), run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
                 run.env.launcher.c_str(), optimizer.store().buckets().size(), optimizer.store().buckets().size() == 1 ? "" : "s",
-                run.reduce_dtype ? dtype_name(*run.reduce_dtype) : "f32", optimizer.sharded() ? ", ZeRO-1" : "");
+                run.reduce_dtype ? dtype_name(*run.reduce_dtype) : "f32",
+                optimizer.store().shards_gradients() ? ", ZeRO-2" : optimizer.sharded() ? ", ZeRO-1" : "");
     // ZeRO-1's point is this figure: one rank's optimizer state against what a whole copy takes.
     const double mb = 1.0 / (1 << 20), state = static_cast<double>(optimizer.state_bytes());
     if (optimizer.sharded())
-      std::printf("%s: optimizer state %.1f MB a rank (ZeRO-1 over %d ranks; unsharded about %.1f MB)\n",
-                  program.c_str(), state * mb, run.env.world_size, state * mb * run.env.world_size);
+      std::printf("%s: optimizer state %.1f MB a rank (ZeRO-%d over %d ranks; unsharded about %.1f MB)\n",
+                  program.c_str(), state * mb, optimizer.store().shards_gradients() ? 2 : 1, run.env.world_size,
+                  state * mb * run.env.world_size);
     else
       std::printf("%s: optimizer state %.1f MB a rank (every rank holds all of it; --zero 1 shards it)\n",
                   program.c_str(), state * mb);

@@ -276,7 +276,7 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
                                          .lora_rank = args.integer("lora-rank", 0),
                                          .lora_targets = s.lora_targets,
                                          .world = world,
-                                         .zero = args.integer("zero", 0) > 0,
+                                         .zero = static_cast<int>(args.integer("zero", 0)),
                                          .recompute = ft::parse_recompute(args.str("recompute"), "ft-gpt2")});
 }
 
@@ -415,9 +415,10 @@ int run(int argc, char** argv) {
   const ft::cli::MemoryEstimate memory = memory_estimate(s, args, dtype, env.world_size);
   const std::string shrink =
       "a smaller --model, or fewer tokens a step (--batch, --seq, with --grad-accum to keep the batch)" +
-      std::string(env.world_size > 1 && args.integer("zero", 0) == 0 ? ", or the optimizer state split over the "
-                                                                       "ranks (--zero 1)"
-                                                                     : "");
+      std::string(args.str("recompute") == "none" ? ", or activations recomputed (--recompute block)" : "") +
+      std::string(env.world_size > 1 && args.integer("zero", 0) < 2
+                      ? ", or the optimizer state and gradients split over the ranks (--zero 2)"
+                      : "");
   if (args.boolean("dry-run")) {
     std::printf("ft-gpt2: memory a rank: %s\n", ft::cli::memory_plan_line(memory, device).c_str());
     ft::cli::check_memory(memory, device, "ft-gpt2", shrink);

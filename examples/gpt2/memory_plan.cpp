@@ -43,10 +43,13 @@ cli::MemoryEstimate memory_plan(const ModelChoice& model, const RunSize& run) {
   const double value = run.dtype == DType::BF16 ? 2 : 4;
   // Beside each trained parameter: its f32 gradient; its f32 master (bf16 runs) and the moments.
   const double state = cli::training_bytes_per_parameter(run.dtype, run.optimizer, run.momentum) - value - 4;
+  // ZeRO-2 keeps this rank's shard of the f32 gradients and two buckets' staging (a bucket is at
+  // least 1/64 of them: DataPartition::max_buckets).
+  const double gradients = run.zero >= 2 ? trained * 4 * (1.0 / run.world + 2.0 / 64) : trained * 4;
   cli::MemoryEstimate e;
   e.certain = {{"weights", (base + adapters) * value},
-               {"gradients", trained * 4},
-               {"optimizer state", trained * state / (run.zero ? run.world : 1)}};
+               {"gradients", gradients},
+               {"optimizer state", trained * state / (run.zero >= 1 ? run.world : 1)}};
   // Measured on a gpt2-124M step: about 12 values per token, channel and layer, and the logits.
   // Block recomputation keeps one per layer (its input) and the 12 of the one layer run again at
   // a time; selective keeps the linears' products too, about half of the 12 (an estimate).

@@ -1,6 +1,6 @@
 // What a language-model run holds on each rank, before anything is allocated: the weights, the
 // trained parameters' gradients, the optimizer state (f32 masters and moments, split over the
-// ranks by --zero 1), and an estimate of the activations. ft-gpt2 prints it at start-up and alone
+// ranks by --zero 1, and the gradients by --zero 2), and an estimate of the activations. ft-gpt2 prints it at start-up and alone
 // with --dry-run, and refuses a run whose certain parts do not fit.
 #pragma once
 #include <cstdint>
@@ -21,7 +21,7 @@ struct RunSize {
   int64_t lora_rank = 0;  ///< 0: every parameter trains
   std::vector<std::string> lora_targets;
   int world = 1;
-  bool zero = false;  ///< --zero 1: the optimizer state split over the ranks
+  int zero = 0;  ///< --zero: 1 splits the optimizer state over the ranks, 2 the gradients too
   Recompute recompute = Recompute::None;  ///< --recompute
 };
 

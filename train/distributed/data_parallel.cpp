@@ -27,6 +27,10 @@ DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options opt
   for (size_t i = 0; i < hooked_.size(); ++i)
     hook_ids_.push_back(add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); }));
   if (optimizer_.sharded()) optimizer_.store().set_shard_collectives(this);
+  if (optimizer_.store().shards_gradients()) {
+    make_staging();
+    return;
+  }
   if (options_.reduce_dtype) {
     const GradBuffer& grads = optimizer_.store().grads();
     for (size_t g = 0; g < grads.groups(); ++g) {
@@ -36,6 +40,30 @@ DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options opt
                           : Tensor::empty({flat.numel()}, *options_.reduce_dtype, flat.device()));
     }
   }
+}
+
+void DataParallel::make_staging() {
+  const ParameterStore& store = optimizer_.store();
+  const std::vector<FlatLayout::Bucket>& buckets = store.buckets();
+  const std::vector<FlatLayout::Group>& groups = store.grads().layout().groups();
+  std::vector<int64_t> largest(groups.size(), 0);
+  std::vector<std::vector<size_t>> of_group(groups.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const size_t g = buckets[b].group;
+    largest[g] = std::max(largest[g], buckets[b].size());
+    slot_index_.push_back(static_cast<int>(of_group[g].size() % kSlots));
+    previous_on_slot_.push_back(of_group[g].size() >= kSlots ? static_cast<int64_t>(of_group[g][of_group[g].size() - kSlots])
+                                                             : -1);
+    of_group[g].push_back(b);
+  }
+  slots_.resize(groups.size());
+  slot_wires_.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int k = 0; k < kSlots && largest[g] > 0; ++k) {
+      slots_[g].push_back(Tensor::zeros({largest[g]}, groups[g].dtype, groups[g].device));
+      if (options_.reduce_dtype && *options_.reduce_dtype != groups[g].dtype)
+        slot_wires_[g].push_back(Tensor::empty({largest[g]}, *options_.reduce_dtype, groups[g].device));
+    }
 }
 
 // The optimizer is not touched here: it may be gone already (a binary builds it after joining
@@ -73,19 +101,33 @@ void DataParallel::before_backward(bool last) {
   armed_ = true;
   next_bucket_ = 0;
   waiting_.clear();
-  for (const FlatLayout::Bucket& b : optimizer_.store().buckets()) waiting_.push_back(b.members.size());
+  const std::vector<FlatLayout::Bucket>& buckets = optimizer_.store().buckets();
+  for (const FlatLayout::Bucket& b : buckets) waiting_.push_back(b.members.size());
   trace_.clear();
+  if (optimizer_.store().shards_gradients()) {
+    slot_of_.assign(buckets.size(), -1);
+    waiting_copies_.assign(buckets.size(), {});
+    bucket_work_.assign(buckets.size(), nullptr);
+    parts_left_.clear();
+    for (const std::vector<size_t>& of : buckets_of_) parts_left_.push_back(of.size());
+  }
 }
 
 void DataParallel::parameter_ready(size_t param) {
   if (!armed_) return;  // an earlier micro-batch of gradient accumulation: nothing to reduce yet
+  const bool staged = optimizer_.store().shards_gradients();
   // Reached, but given no gradient (an op whose backward returns none for it): its view may
   // still hold last step's values. grad() zeroes a stale view, on the compute stream, before the
   // bucket's collective is ordered after it.
-  (void)optimizer_.store().grads().grad(param);
+  if (!staged) (void)optimizer_.store().grads().grad(param);
   if (options_.trace) note("ready " + std::to_string(param));
   size_t ready_end = next_bucket_;
-  for (size_t b : buckets_of_[param]) --waiting_[b];
+  for (size_t b : buckets_of_[param]) {
+    --waiting_[b];
+    if (!staged) continue;
+    if (slot_of_[b] >= 0 || take_slot(b)) stage(param, b);
+    else waiting_copies_[b].push_back(param);
+  }
   while (ready_end < waiting_.size() && waiting_[ready_end] == 0) ++ready_end;
   start_buckets(ready_end);
 }
@@ -95,9 +137,18 @@ void DataParallel::start_buckets(size_t end) {
   const GradBuffer& grads = optimizer_.store().grads();
   for (; next_bucket_ < end; ++next_bucket_) {
     const FlatLayout::Bucket& b = buckets[next_bucket_];
+    if (options_.trace) note("start " + std::to_string(next_bucket_));
+    if (optimizer_.store().shards_gradients()) {
+      pending_.push_back(reduce_staged(next_bucket_));
+      bucket_work_[next_bucket_] = pending_.back().get();
+      // The slot this frees (once its collective is done) may have gradients waiting for it:
+      // moved now, their memory goes back before the bucket starts.
+      for (size_t later = next_bucket_ + 1; later < buckets.size(); ++later)
+        if (slot_of_[later] < 0 && !waiting_copies_[later].empty()) (void)take_slot(later);
+      continue;
+    }
     const Tensor& flat = grads.storage(b.group);
     const Tensor bucket = flat.narrow(0, b.begin, b.size());
-    if (options_.trace) note("start " + std::to_string(next_bucket_));
     const Tensor wire = b.group < wire_.size() && wire_[b.group].defined()
                             ? wire_[b.group].narrow(0, b.begin, b.size())
                             : Tensor();
@@ -113,11 +164,68 @@ void DataParallel::start_buckets(size_t end) {
   }
 }
 
+bool DataParallel::take_slot(size_t b) {
+  const FlatLayout::Bucket& bucket = optimizer_.store().buckets()[b];
+  if (const int64_t before = previous_on_slot_[b]; before >= 0) {
+    // The bucket before it on this slot, and then its collective, must have used it first.
+    Work* reading = bucket_work_[static_cast<size_t>(before)];
+    if (!reading) return false;
+    reading->wait();
+  }
+  slot_of_[b] = slot_index_[b];
+  // Zeros where no gradient lands: the layout's gaps, and parameters the backward does not reach.
+  slots_[bucket.group][static_cast<size_t>(slot_of_[b])].narrow(0, 0, bucket.size()).fill_(0.0);
+  for (size_t p : waiting_copies_[b]) stage(p, b);
+  waiting_copies_[b].clear();
+  return true;
+}
+
+void DataParallel::stage(size_t p, size_t b) {
+  NoGradGuard no_grad;
+  const ParameterStore& store = optimizer_.store();
+  const FlatLayout::Bucket& bucket = store.buckets()[b];
+  const FlatLayout::Slot& slot = store.grads().layout().slot(p);
+  const Tensor& param = store.params()[p];
+  const Tensor grad = param.grad();
+  if (grad.defined()) {  // reached without a gradient: its part stays zero
+    const int64_t lo = std::max(slot.offset, bucket.begin), hi = std::min(slot.offset + slot.numel(), bucket.end);
+    slots_[bucket.group][static_cast<size_t>(slot_of_[b])]
+        .narrow(0, lo - bucket.begin, hi - lo)
+        .copy_(grad.reshape({grad.numel()}).narrow(0, lo - slot.offset, hi - lo));
+  }
+  if (--parts_left_[p] == 0) param.zero_grad();  // released: the bucket holds it now
+}
+
+std::unique_ptr<Work> DataParallel::reduce_staged(size_t b) {
+  const ParameterStore& store = optimizer_.store();
+  const FlatLayout::Bucket& bucket = store.buckets()[b];
+  if (slot_of_[b] < 0) FT_CHECK(take_slot(b), "DataParallel: ZeRO-2 bucket ", b, " found its slot in use");
+  for (size_t p : waiting_copies_[b]) stage(p, b);
+  waiting_copies_[b].clear();
+  const size_t k = static_cast<size_t>(slot_of_[b]);
+  const Tensor input = slots_[bucket.group][k].narrow(0, 0, bucket.size());
+  const Tensor shard = store.gradient_shards()[bucket.group].narrow(0, bucket.begin / world_size(),
+                                                                   bucket.size() / world_size());
+  std::unique_ptr<Work> work =
+      slot_wires_[bucket.group].empty()
+          ? comm_.reduce_scatter(input, shard, CommOp::Average)
+          : comm_.reduce_scatter_via(input, slot_wires_[bucket.group][k].narrow(0, 0, bucket.size()), shard,
+                                     CommOp::Average);
+  return work;
+}
+
 void DataParallel::after_backward() {
   FT_CHECK(armed_, "DataParallel: after_backward without before_backward(last = true)");
   note("backward done");
   comm_.mark_computation_done();
   armed_ = false;
+  if (optimizer_.store().shards_gradients()) {
+    // A parameter this backward did not reach may hold gradients of earlier micro-batches: they
+    // join its buckets, which cannot have started without it.
+    for (size_t p = 0; p < parts_left_.size(); ++p)
+      if (parts_left_[p] == buckets_of_[p].size() && optimizer_.params()[p].grad().defined())
+        for (size_t b : buckets_of_[p]) waiting_copies_[b].push_back(p);
+  }
   // The buckets not started hold parameters this backward did not reach, whose views may still
   // be stale (last step's values): they become zeros first.
   optimizer_.store().grads().materialize();

@@ -15,6 +15,15 @@
 // ZeRO-1 (an optimizer built with DataPartition::shard_state): each bucket is reduce-scattered
 // instead of all-reduced, so a rank receives the average of its chunk only; the optimizer updates
 // that chunk and gathers the parameters (DataParallel gives it the collectives).
+//
+// ZeRO-2 (DataPartition::shard_grads): there is no flat gradient buffer. Backward leaves each
+// parameter a gradient of its own; when it is complete it is copied into its bucket's staging
+// slot (two a group, each the size of the largest bucket, used in turn) and released, and the
+// bucket is reduce-scattered from the slot into the store's gradient shards. A slot is taken
+// over by the bucket after next once the collective that read it is done (the compute stream
+// waits for it); a gradient completed before its bucket's slot is free waits, unreleased, until
+// its bucket starts. The local gradients of earlier micro-batches accumulate in the parameters'
+// own gradients, as without ZeRO.
 #pragma once
 #include <functional>
 #include <memory>
@@ -86,6 +95,15 @@ class DataParallel : public GradientSync, public ShardCollectives {
   void parameter_ready(size_t param);
   /// Starts every bucket from the next one up to (not including) `end`, in order.
   void start_buckets(size_t end);
+  /// ZeRO-2: the staging slots (and their wire copies), and which slot each bucket uses.
+  void make_staging();
+  /// ZeRO-2: the bucket's collective, from its staging slot into the gradient shards.
+  std::unique_ptr<Work> reduce_staged(size_t bucket);
+  /// ZeRO-2: takes bucket b's staging slot (zeroed) if the bucket that used it before is
+  /// started, and copies the gradients waiting for it; false when the slot is still in use.
+  bool take_slot(size_t b);
+  /// ZeRO-2: parameter p's part of bucket b into b's slot; releases p's gradient after its last part.
+  void stage(size_t p, size_t b);
   void note(std::string event);
 
   Communicator& comm_;
@@ -100,6 +118,16 @@ class DataParallel : public GradientSync, public ShardCollectives {
   std::vector<std::unique_ptr<Work>> pending_;
   std::vector<std::string> trace_;
   std::vector<Tensor> wire_;  // per gradient group, with a reduce_dtype of its own: the narrow copies sent
+  // ZeRO-2's staging: per group two slots (and their narrow wire copies); per bucket its slot this
+  // step (-1 before it takes one), the gradients waiting for it, and its collective (in pending_).
+  static constexpr int kSlots = 2;
+  std::vector<std::vector<Tensor>> slots_, slot_wires_;
+  std::vector<int> slot_index_;                   // bucket → its group's slot (alternating)
+  std::vector<int> slot_of_;
+  std::vector<int64_t> previous_on_slot_;         // bucket → the bucket before it on its slot (-1: none)
+  std::vector<std::vector<size_t>> waiting_copies_;  // bucket → parameters ready before its slot
+  std::vector<size_t> parts_left_;                // parameter → buckets its gradient is still to reach
+  std::vector<Work*> bucket_work_;
   Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
 };
 
