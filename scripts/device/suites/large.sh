@@ -3,9 +3,10 @@
 #   each --recompute mode, against the 124M step (d12) of the same call: tok/s, MFU, peak memory.
 # llama: Llama-3.1-8B's shape with random weights (32 layers, width 4096, 32 query and 8 KV
 #   heads, MLP 14,336, vocabulary 128,256), B 1 a GPU, T $LARGE_SEQ (8192), on every GPU of the
-#   machine through scripts/launch.sh, with ZeRO-1 and recomputation; then PyTorch FSDP2
+#   machine through scripts/launch.sh, with ZeRO-2 and selective recomputation; then PyTorch FSDP2
 #   (bench/peers/fsdp_llama.py: fully_shard, torch.compile, SDPA, torchtitan's selective
-#   activation checkpointing) under torchrun on the same GPUs: tok/s a GPU and the ratio.
+#   activation checkpointing) under torchrun on the same GPUs: tok/s a GPU and the ratio; then
+#   ours with ZeRO-1 (every rank holding the whole f32 gradients).
 suite=${SUITE_ARG:-all}
 N=$(gpu_count)
 G=$B/examples/ft-gpt2
@@ -45,17 +46,17 @@ llama_ours() {
 
 llama_large() {
   phase "llama 8b, ours"
-  llama_ours zero1-selective --zero 1 --recompute selective
+  llama_ours zero2-selective --zero 2 --recompute selective
   phase "llama 8b, FSDP2 peer"
   (cd bench/peers && timeout 420 torchrun --standalone --nproc_per_node $N fsdp_llama.py --seq $seq --ac selective) \
     >"$logs/fsdp-llama.log" 2>&1 || tail -20 "$logs/fsdp-llama.log"
   row "PyTorch FSDP2 + compile + selective AC: $(grep -o 'RESULT.*' "$logs/fsdp-llama.log" || echo 'no result (see fsdp-llama.log)')"
   local a b
-  a=$(result_value tok_per_s "$logs/llama8b-zero1-selective.log")
+  a=$(result_value tok_per_s "$logs/llama8b-zero2-selective.log")
   b=$(grep -o 'tok_per_s_per_gpu=[0-9]*' "$logs/fsdp-llama.log" | cut -d= -f2)
-  row "llama 8b, ours (ZeRO-1, selective) against FSDP2: $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?" }')"
-  phase "llama 8b, ours with block recomputation"
-  llama_ours zero1-block --zero 1 --recompute block
+  row "llama 8b, ours (ZeRO-2, selective) against FSDP2: $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?" }')"
+  phase "llama 8b, ours with ZeRO-1"
+  llama_ours zero1-selective --zero 1 --recompute selective
 }
 
 case $suite in

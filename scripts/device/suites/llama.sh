@@ -6,7 +6,8 @@
 #   tokenizer's parity with the tokenizers package.
 # bench: ft-bench llama (Llama-3.2-1B's shape, B 4, T 2048), the full step in both kernel modes
 #   and the LoRA r 16 step, against transformers' LlamaForCausalLM with torch.compile, SDPA and
-#   fused AdamW (PEFT's adapters for LoRA) in the same call.
+#   fused AdamW (PEFT's adapters for LoRA) in the same call, and the unfused mode against the
+#   same model run eagerly.
 checks() {
   # f32 in unfused mode first: the model's arithmetic against transformers' at 1e-4, with no
   # rounding to blame.
@@ -49,11 +50,18 @@ bench() {
     (cd bench/peers && timeout 400 python3 llama_torch.py --mode compile --lora $lora) \
       >"$logs/llama-torch-lora$lora.log" 2>&1 || tail -5 "$logs/llama-torch-lora$lora.log"
   done
+  # Eager PyTorch: the peer the unfused mode (each op a primitive) should be about as fast as.
+  (cd bench/peers && timeout 300 python3 llama_torch.py --mode eager --lora 0) >"$logs/llama-torch-eager.log" 2>&1 ||
+    tail -5 "$logs/llama-torch-eager.log"
   {
   echo
   echo "== fusedtrain Llama-3.2-1B shape, B 4, T 2048 ($(date -u +%F), $(gpu_name)) =="
   grep -h '^RESULT' "$logs/ft-llama.log" "$logs/ft-llama-lora.log" "$logs/llama-torch-lora0.log" \
-    "$logs/llama-torch-lora1.log"
+    "$logs/llama-torch-lora1.log" "$logs/llama-torch-eager.log"
+  unfused=$(sed -n "s/^RESULT llama kernels=unfused graph=[01] ms=\([0-9.]*\).*/\1/p" "$logs/ft-llama.log")
+  eager=$(sed -n "s/^RESULT llama torch=eager ms=\([0-9.]*\).*/\1/p" "$logs/llama-torch-eager.log")
+  [ -n "$unfused" ] && [ -n "$eager" ] &&
+    awk -v o="$unfused" -v p="$eager" 'BEGIN { printf "llama unfused: PyTorch eager %.1f ms, ours unfused %.1f ms: %.2fx\n", p, o, p / o }'
   for pair in "llama:ft-llama.log:llama-torch-lora0.log" "lora-llama:ft-llama-lora.log:llama-torch-lora1.log"; do
     IFS=: read -r name ours_log peer_log <<<"$pair"
     ours=$(sed -n "s/^RESULT $name kernels=fused graph=[01] ms=\([0-9.]*\).*/\1/p" "$logs/$ours_log")

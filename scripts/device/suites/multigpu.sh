@@ -185,7 +185,7 @@ scaling() {
   w1=$(grep -o 'wall_ms=[0-9.]*' "$logs/gpt2-1.log" | cut -d= -f2)
   m1=$(late_windows "$logs/gpt2-1.log")
   row "gpt2-124M B16 T1024, 1 GPU: wall ${w1:-?} ms/step, $(awk -v w="${w1:-0}" 'BEGIN { if (w > 0) printf "%.0f", 16384 / w * 1000 }') tok/s; windows after step 100: median ${m1:-?} ms"
-  for variant in "f32:" "bf16:--grad-reduce bf16" "zero1:--zero 1" "zero1-bf16:--zero 1 --grad-reduce bf16"; do
+  for variant in "f32:" "bf16:--grad-reduce bf16" "zero1:--zero 1" "zero1-bf16:--zero 1 --grad-reduce bf16" "zero2:--zero 2"; do
     local name=${variant%%:*} extra=${variant#*:}
     FT_RUN_ID=scale-$name MASTER_PORT=$(next_port) scripts/launch.sh $N $G $gpt $extra >"$logs/gpt2-$N-$name.log" 2>&1
     local w m
