@@ -21,7 +21,11 @@ GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple
   }
   layout_ = FlatLayout(leaves_, dtypes, group_multiple);
   if (!storage_) {
-    for (const Tensor& leaf : leaves_) leaf.zero_grad();
+    for (const Tensor& leaf : leaves_) {
+      FT_CHECK(!leaf.impl()->grad_is_view, "GradBuffer: the tensor already has a gradient view (one GradBuffer, "
+               "i.e. one optimizer, per parameter)");
+      leaf.zero_grad();
+    }
     return;
   }
   for (size_t g = 0; g < layout_.groups().size(); ++g) flats_.push_back(layout_.allocate(g));

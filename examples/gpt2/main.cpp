@@ -236,6 +236,8 @@ Settings check_flags(const ft::cli::Args& args) {
   FT_CHECK(args.number("min-lr-frac") <= 1, "ft-gpt2: --min-lr-frac is the floor as a fraction of the peak, at most 1, got ",
            args.number("min-lr-frac"));
   FT_CHECK(!args.str("train").empty() || args.boolean("dry-run"), "ft-gpt2: --train is required (see --help)");
+  FT_CHECK(args.str("dump-dir").empty() || args.integer("zero", 0) < 2, "ft-gpt2: --dump-dir writes every parameter's ",
+           "gradient, which --zero 2 keeps only as this rank's shard: use --zero 0 or 1");
   for (const char* name : {"shuffle", "lora-rslora", "dry-run"}) (void)args.boolean(name);
   (void)ft::parse_recompute(args.str("recompute"), "ft-gpt2");
   if (args.integer("lora-rank", 0) == 0)
@@ -277,6 +279,8 @@ ft::cli::MemoryEstimate memory_estimate(const Settings& s, const ft::cli::Args& 
                                          .lora_targets = s.lora_targets,
                                          .world = world,
                                          .zero = static_cast<int>(args.integer("zero", 0)),
+                                         .accum = s.accum,
+                                         .bucket_mb = args.number("bucket-mb", 0),
                                          .recompute = ft::parse_recompute(args.str("recompute"), "ft-gpt2")});
 }
 

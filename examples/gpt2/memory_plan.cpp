@@ -1,5 +1,6 @@
 #include "examples/gpt2/memory_plan.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -43,9 +44,12 @@ cli::MemoryEstimate memory_plan(const ModelChoice& model, const RunSize& run) {
   const double value = run.dtype == DType::BF16 ? 2 : 4;
   // Beside each trained parameter: its f32 gradient; its f32 master (bf16 runs) and the moments.
   const double state = cli::training_bytes_per_parameter(run.dtype, run.optimizer, run.momentum) - value - 4;
-  // ZeRO-2 keeps this rank's shard of the f32 gradients and two buckets' staging (a bucket is at
-  // least 1/64 of them: DataPartition::max_buckets).
-  const double gradients = run.zero >= 2 ? trained * 4 * (1.0 / run.world + 2.0 / 64) : trained * 4;
+  // ZeRO-2 keeps this rank's shard of the f32 gradients and two buckets' staging (a bucket is
+  // --bucket-mb, or 1/64 of them when larger: DataPartition::max_buckets); with --grad-accum the
+  // parameters' own gradients (their dtype) stay between micro-batches.
+  const double bucket = std::max(run.bucket_mb * (1 << 20), trained * 4 / 64);
+  const double gradients = run.zero >= 2 ? trained * 4 / run.world + 2 * bucket + (run.accum > 1 ? trained * value : 0)
+                                         : trained * 4;
   cli::MemoryEstimate e;
   e.certain = {{"weights", (base + adapters) * value},
                {"gradients", gradients},

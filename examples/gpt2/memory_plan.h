@@ -22,6 +22,8 @@ struct RunSize {
   std::vector<std::string> lora_targets;
   int world = 1;
   int zero = 0;  ///< --zero: 1 splits the optimizer state over the ranks, 2 the gradients too
+  int64_t accum = 1;       ///< --grad-accum
+  double bucket_mb = 25;   ///< --bucket-mb: ZeRO-2's two staging slots are buckets
   Recompute recompute = Recompute::None;  ///< --recompute
 };
 

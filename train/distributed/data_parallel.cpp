@@ -110,6 +110,7 @@ void DataParallel::before_backward(bool last) {
     bucket_work_.assign(buckets.size(), nullptr);
     parts_left_.clear();
     for (const std::vector<size_t>& of : buckets_of_) parts_left_.push_back(of.size());
+    reached_.assign(buckets_of_.size(), false);
   }
 }
 
@@ -120,6 +121,7 @@ void DataParallel::parameter_ready(size_t param) {
   // still hold last step's values. grad() zeroes a stale view, on the compute stream, before the
   // bucket's collective is ordered after it.
   if (!staged) (void)optimizer_.store().grads().grad(param);
+  else reached_[param] = true;
   if (options_.trace) note("ready " + std::to_string(param));
   size_t ready_end = next_bucket_;
   for (size_t b : buckets_of_[param]) {
@@ -141,10 +143,6 @@ void DataParallel::start_buckets(size_t end) {
     if (optimizer_.store().shards_gradients()) {
       pending_.push_back(reduce_staged(next_bucket_));
       bucket_work_[next_bucket_] = pending_.back().get();
-      // The slot this frees (once its collective is done) may have gradients waiting for it:
-      // moved now, their memory goes back before the bucket starts.
-      for (size_t later = next_bucket_ + 1; later < buckets.size(); ++later)
-        if (slot_of_[later] < 0 && !waiting_copies_[later].empty()) (void)take_slot(later);
       continue;
     }
     const Tensor& flat = grads.storage(b.group);
@@ -193,6 +191,7 @@ void DataParallel::stage(size_t p, size_t b) {
         .narrow(0, lo - bucket.begin, hi - lo)
         .copy_(grad.reshape({grad.numel()}).narrow(0, lo - slot.offset, hi - lo));
   }
+  FT_CHECK(parts_left_[p] > 0, "DataParallel: ZeRO-2 staged parameter ", p, " more often than it has buckets");
   if (--parts_left_[p] == 0) param.zero_grad();  // released: the bucket holds it now
 }
 
@@ -222,8 +221,8 @@ void DataParallel::after_backward() {
   if (optimizer_.store().shards_gradients()) {
     // A parameter this backward did not reach may hold gradients of earlier micro-batches: they
     // join its buckets, which cannot have started without it.
-    for (size_t p = 0; p < parts_left_.size(); ++p)
-      if (parts_left_[p] == buckets_of_[p].size() && optimizer_.params()[p].grad().defined())
+    for (size_t p = 0; p < reached_.size(); ++p)
+      if (!reached_[p] && optimizer_.params()[p].grad().defined())
         for (size_t b : buckets_of_[p]) waiting_copies_[b].push_back(p);
   }
   // The buckets not started hold parameters this backward did not reach, whose views may still

@@ -127,6 +127,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   std::vector<int64_t> previous_on_slot_;         // bucket → the bucket before it on its slot (-1: none)
   std::vector<std::vector<size_t>> waiting_copies_;  // bucket → parameters ready before its slot
   std::vector<size_t> parts_left_;                // parameter → buckets its gradient is still to reach
+  std::vector<bool> reached_;                     // parameter → its ready hook ran in this backward
   std::vector<Work*> bucket_work_;
   Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
 };

@@ -229,18 +229,30 @@ TEST_P(DataParallelTest, WithoutClippingZeroOneIsBitIdentical) {
 // ZeRO-2 in one rank: each gradient moves into its bucket's staging slot as it completes and the
 // buckets reduce into the gradient shards, so no flat gradient buffer exists and each parameter's
 // own gradient is released after the step's backward. Two micro-batches (the first one's
-// gradients accumulate in the parameters' own) in every step: the same update as the plain run,
-// bit for bit on the CPU in f32; on CUDA the own gradients are bf16 (the flat buffer's are f32).
+// gradients accumulate in the parameters' own) in every step, and a parameter the loss never
+// reads in the middle of the layout: its buckets complete only after backward, so the buckets
+// after them wait for their slots with gradients queued. The same update as the plain run, bit
+// for bit on the CPU in f32; on CUDA the parameters' own gradients are bf16 where the flat
+// buffer's views are f32, so the f32 masters agree within 2e-3 of their scale.
 TEST_P(DataParallelTest, ZeroTwoMatchesThePlainStepWithoutAGradientBuffer) {
   const Device device = GetParam();
   Generator gen = test_generator(4);
   ThreeLayers plain_model(gen, dtype(), device), zero_model = plain_model.copy();
-  AdamW plain(plain_model.weights, AdamW::Options{.lr = 1e-2});
-  AdamW zero(zero_model.weights, AdamW::Options{.lr = 1e-2, .partition = DataPartition{.bucket_bytes = 3000,
-                                                                                        .shard_state = true,
-                                                                                        .shard_grads = true}});
+  const Tensor unused_values = (random_tensor({64, 64}, DType::F32, kCPU, gen) * 0.2).to(dtype());
+  auto with_unused = [&](const ThreeLayers& m) {
+    Tensor unused = Tensor::empty(unused_values.shape(), unused_values.dtype(), device);
+    unused.copy_(unused_values);
+    unused.requires_grad_(true);
+    std::vector<Tensor> params = m.weights;
+    params.insert(params.begin() + 2, unused);
+    return params;
+  };
+  AdamW plain(with_unused(plain_model), AdamW::Options{.lr = 1e-2});
+  AdamW zero(with_unused(zero_model), AdamW::Options{.lr = 1e-2, .partition = DataPartition{.bucket_bytes = 3000,
+                                                                                            .shard_state = true,
+                                                                                            .shard_grads = true}});
   ASSERT_FALSE(zero.store().grads().has_storage());
-  ASSERT_GE(zero.store().buckets().size(), 3u);
+  ASSERT_GE(zero.store().buckets().size(), 6u);
   OneRank rank(device);
   DataParallel dp(*rank.comm, zero, DataParallel::Options{.trace = true});
   for (int step = 0; step < 3; ++step) {
@@ -256,21 +268,25 @@ TEST_P(DataParallelTest, ZeroTwoMatchesThePlainStepWithoutAGradientBuffer) {
       if (sync) sync->after_backward();
       optimizer->step();
     }
-    for (const Tensor& w : zero_model.weights) EXPECT_FALSE(w.grad().defined()) << "a gradient was kept";
+    for (const Tensor& w : zero.params()) EXPECT_FALSE(w.grad().defined()) << "a gradient was kept";
   }
   const std::vector<std::string>& trace = dp.trace();
   EXPECT_LT(std::find(trace.begin(), trace.end(), "start 0") - trace.begin(),
             std::find(trace.begin(), trace.end(), "backward done") - trace.begin());
-  for (size_t i = 0; i < plain_model.weights.size(); ++i) {
-    const std::vector<double> x = plain_model.weights[i].to(kCPU).to_vector();
-    const std::vector<double> y = zero_model.weights[i].to(kCPU).to_vector();
+  const std::map<std::string, Tensor> a = plain.state(), b = zero.state();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, tensor] : a) {
+    const std::vector<double> x = tensor.to(kCPU).to_vector(), y = b.at(name).to(kCPU).to_vector();
     if (!device.is_cuda()) {
-      EXPECT_EQ(x, y) << "weight " << i;
+      EXPECT_EQ(x, y) << name;
       continue;
     }
-    double worst = 0;
-    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]));
-    EXPECT_LE(worst, 1e-2 * 0.05) << "weight " << i;
+    double worst = 0, scale = 1e-30;
+    for (size_t k = 0; k < x.size(); ++k) {
+      worst = std::max(worst, std::abs(x[k] - y[k]));
+      scale = std::max(scale, std::abs(x[k]));
+    }
+    if (name.find("master") != std::string::npos) EXPECT_LE(worst / scale, 2e-3) << name;
   }
 }
 
