@@ -151,8 +151,13 @@ std::map<std::string, Tensor> Optimizer::state() const {
   const FlatLayout& layout = store_.grads().layout();
   std::map<std::string, Tensor> out;
   auto add = [&](const std::string& name, const std::vector<Tensor>& whole) {
-    for (size_t i = 0; i < params().size(); ++i)
-      out[std::to_string(i) + "." + name] = layout.view(whole[layout.slot(i).group], i);
+    for (size_t i = 0; i < params().size(); ++i) {
+      const Tensor view = layout.view(whole[layout.slot(i).group], i);
+      // Sharded, each gathered buffer is a whole copy on every rank: its values go to the host
+      // before the next is gathered, so that one buffer at a time is on the device (an 8B
+      // model's masters and two moments are 96 GB of f32). Unsharded, the buffers' own views.
+      out[std::to_string(i) + "." + name] = sharded() ? view.to(kCPU) : view;
+    }
   };
   // Sharded, gathered from every rank: an f32 group's masters are the parameters, whole on every
   // rank; a bf16 group's, and the moments, are chunks.
