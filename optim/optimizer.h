@@ -92,9 +92,10 @@ class Optimizer {
   /// The optimizer state as named tensors, for checkpoints: "<i>.master" and "<i>.<moment>" for
   /// parameter i (AdamW's "m" and "v", SGD's "momentum"), and the "applied" and "skipped" step
   /// counts; sharded, the whole state gathered from every rank (a collective: every rank calls
-  /// it) into host memory, one buffer at a time through the device. load_state restores it, and a sharded optimizer takes its chunks (so a run resumes on
-  /// any world size): shapes must match and every per-parameter name must be present; counts
-  /// missing from older files are taken from set_step_count (call it first).
+  /// it) into host memory, one buffer at a time through the device. load_state restores it, and
+  /// a sharded optimizer takes its chunks (so a run resumes on any world size): shapes must match
+  /// and every per-parameter name must be present; counts missing from older files are taken
+  /// from set_step_count (call it first).
   std::map<std::string, Tensor> state() const;
   void load_state(const std::map<std::string, Tensor>& state);
   /// state()'s "applied" and "skipped" alone: the optimizer's own one-element buffers.

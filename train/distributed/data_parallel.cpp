@@ -105,7 +105,7 @@ void DataParallel::before_backward(bool last) {
   for (const FlatLayout::Bucket& b : buckets) waiting_.push_back(b.members.size());
   trace_.clear();
   if (optimizer_.store().shards_gradients()) {
-    slot_of_.assign(buckets.size(), -1);
+    slot_taken_.assign(buckets.size(), false);
     waiting_copies_.assign(buckets.size(), {});
     bucket_work_.assign(buckets.size(), nullptr);
     parts_left_.clear();
@@ -127,7 +127,7 @@ void DataParallel::parameter_ready(size_t param) {
   for (size_t b : buckets_of_[param]) {
     --waiting_[b];
     if (!staged) continue;
-    if (slot_of_[b] >= 0 || take_slot(b)) stage(param, b);
+    if (slot_taken_[b] || take_slot(b)) stage(param, b);
     else waiting_copies_[b].push_back(param);
   }
   while (ready_end < waiting_.size() && waiting_[ready_end] == 0) ++ready_end;
@@ -162,17 +162,21 @@ void DataParallel::start_buckets(size_t end) {
   }
 }
 
-bool DataParallel::take_slot(size_t b) {
+Tensor DataParallel::staging(size_t b) const {
   const FlatLayout::Bucket& bucket = optimizer_.store().buckets()[b];
+  return slots_[bucket.group][static_cast<size_t>(slot_index_[b])].narrow(0, 0, bucket.size());
+}
+
+bool DataParallel::take_slot(size_t b) {
   if (const int64_t before = previous_on_slot_[b]; before >= 0) {
     // The bucket before it on this slot, and then its collective, must have used it first.
     Work* reading = bucket_work_[static_cast<size_t>(before)];
     if (!reading) return false;
     reading->wait();
   }
-  slot_of_[b] = slot_index_[b];
+  slot_taken_[b] = true;
   // Zeros where no gradient lands: the layout's gaps, and parameters the backward does not reach.
-  slots_[bucket.group][static_cast<size_t>(slot_of_[b])].narrow(0, 0, bucket.size()).fill_(0.0);
+  staging(b).fill_(0.0);
   for (size_t p : waiting_copies_[b]) stage(p, b);
   waiting_copies_[b].clear();
   return true;
@@ -187,9 +191,7 @@ void DataParallel::stage(size_t p, size_t b) {
   const Tensor grad = param.grad();
   if (grad.defined()) {  // reached without a gradient: its part stays zero
     const int64_t lo = std::max(slot.offset, bucket.begin), hi = std::min(slot.offset + slot.numel(), bucket.end);
-    slots_[bucket.group][static_cast<size_t>(slot_of_[b])]
-        .narrow(0, lo - bucket.begin, hi - lo)
-        .copy_(grad.reshape({grad.numel()}).narrow(0, lo - slot.offset, hi - lo));
+    staging(b).narrow(0, lo - bucket.begin, hi - lo).copy_(grad.reshape({grad.numel()}).narrow(0, lo - slot.offset, hi - lo));
   }
   FT_CHECK(parts_left_[p] > 0, "DataParallel: ZeRO-2 staged parameter ", p, " more often than it has buckets");
   if (--parts_left_[p] == 0) param.zero_grad();  // released: the bucket holds it now
@@ -198,19 +200,15 @@ void DataParallel::stage(size_t p, size_t b) {
 std::unique_ptr<Work> DataParallel::reduce_staged(size_t b) {
   const ParameterStore& store = optimizer_.store();
   const FlatLayout::Bucket& bucket = store.buckets()[b];
-  if (slot_of_[b] < 0) FT_CHECK(take_slot(b), "DataParallel: ZeRO-2 bucket ", b, " found its slot in use");
+  if (!slot_taken_[b]) FT_CHECK(take_slot(b), "DataParallel: ZeRO-2 bucket ", b, " found its slot in use");
   for (size_t p : waiting_copies_[b]) stage(p, b);
   waiting_copies_[b].clear();
-  const size_t k = static_cast<size_t>(slot_of_[b]);
-  const Tensor input = slots_[bucket.group][k].narrow(0, 0, bucket.size());
+  const Tensor input = staging(b);
   const Tensor shard = store.gradient_shards()[bucket.group].narrow(0, bucket.begin / world_size(),
                                                                    bucket.size() / world_size());
-  std::unique_ptr<Work> work =
-      slot_wires_[bucket.group].empty()
-          ? comm_.reduce_scatter(input, shard, CommOp::Average)
-          : comm_.reduce_scatter_via(input, slot_wires_[bucket.group][k].narrow(0, 0, bucket.size()), shard,
-                                     CommOp::Average);
-  return work;
+  if (slot_wires_[bucket.group].empty()) return comm_.reduce_scatter(input, shard, CommOp::Average);
+  const Tensor wire = slot_wires_[bucket.group][static_cast<size_t>(slot_index_[b])].narrow(0, 0, bucket.size());
+  return comm_.reduce_scatter_via(input, wire, shard, CommOp::Average);
 }
 
 void DataParallel::after_backward() {

@@ -97,6 +97,8 @@ class DataParallel : public GradientSync, public ShardCollectives {
   void start_buckets(size_t end);
   /// ZeRO-2: the staging slots (and their wire copies), and which slot each bucket uses.
   void make_staging();
+  /// ZeRO-2: bucket b's part of its slot (its size, from the start).
+  Tensor staging(size_t b) const;
   /// ZeRO-2: the bucket's collective, from its staging slot into the gradient shards.
   std::unique_ptr<Work> reduce_staged(size_t bucket);
   /// ZeRO-2: takes bucket b's staging slot (zeroed) if the bucket that used it before is
@@ -119,11 +121,11 @@ class DataParallel : public GradientSync, public ShardCollectives {
   std::vector<std::string> trace_;
   std::vector<Tensor> wire_;  // per gradient group, with a reduce_dtype of its own: the narrow copies sent
   // ZeRO-2's staging: per group two slots (and their narrow wire copies); per bucket its slot this
-  // step (-1 before it takes one), the gradients waiting for it, and its collective (in pending_).
+  // step, the gradients waiting for it, and its collective (in pending_).
   static constexpr int kSlots = 2;
   std::vector<std::vector<Tensor>> slots_, slot_wires_;
   std::vector<int> slot_index_;                   // bucket → its group's slot (alternating)
-  std::vector<int> slot_of_;
+  std::vector<bool> slot_taken_;                  // bucket → it holds its slot this step
   std::vector<int64_t> previous_on_slot_;         // bucket → the bucket before it on its slot (-1: none)
   std::vector<std::vector<size_t>> waiting_copies_;  // bucket → parameters ready before its slot
   std::vector<size_t> parts_left_;                // parameter → buckets its gradient is still to reach

@@ -1,6 +1,8 @@
 // token_position_embedding and token_embedding: against loops in f64, gradients by central
 // differences, the fused kernels against the twins and the f64 reference (ids with many repeats,
 // packed and odd widths), bit-reproducible backwards, and bad ids.
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "lib/kernel_mode.h"
@@ -74,52 +76,64 @@ TEST(TokenEmbeddingTest, RejectsBadInputs) {
 
 class EmbeddingDeviceTest : public DeviceModeTest {};
 
-TEST_P(EmbeddingDeviceTest, MatchesF64Reference) {
-  Generator gen = test_generator();
+// Against the f64 reference in both dtypes, at a packed and an odd width C; `tables(c)` draws
+// the tables after the ids, 96 of them from 11 rows: every row repeats, so the sorted runs are long.
+void expect_matches_f64_reference(const TensorFn& f, const std::function<std::vector<Tensor>(int64_t c)>& tables,
+                                  Device device, Generator& gen) {
   for (DType dtype : {DType::F32, DType::BF16})
     for (int64_t c : {768, 13}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(c));
-      // 96 ids from 11 rows: every row repeats, so the sorted runs are long.
-      const Tensor ids = random_ids({4, 24}, 11, DType::I64, kCPU, gen);
-      EXPECT_TRUE(matches_f64_reference(
-          [](const std::vector<Tensor>& in) { return token_position_embedding(in[0], in[1], in[2]); },
-          {ids, random_tensor({11, c}, DType::F64, kCPU, gen), random_tensor({30, c}, DType::F64, kCPU, gen)}, device(),
-          dtype, gen, forward_tolerance(dtype), grad_tolerance(dtype)));
+      std::vector<Tensor> inputs{random_ids({4, 24}, 11, DType::I64, kCPU, gen)};
+      for (const Tensor& t : tables(c)) inputs.push_back(t);
+      EXPECT_TRUE(matches_f64_reference(f, inputs, device, dtype, gen, forward_tolerance(dtype), grad_tolerance(dtype)));
     }
+}
+
+TEST_P(EmbeddingDeviceTest, MatchesF64Reference) {
+  Generator gen = test_generator();
+  expect_matches_f64_reference(
+      [](const std::vector<Tensor>& in) { return token_position_embedding(in[0], in[1], in[2]); },
+      [&](int64_t c) {
+        return std::vector<Tensor>{random_tensor({11, c}, DType::F64, kCPU, gen),
+                                   random_tensor({30, c}, DType::F64, kCPU, gen)};
+      },
+      device(), gen);
 }
 
 TEST_P(EmbeddingDeviceTest, TokensAloneMatchF64Reference) {
   Generator gen = test_generator();
-  for (DType dtype : {DType::F32, DType::BF16})
-    for (int64_t c : {768, 13}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " C " + std::to_string(c));
-      const Tensor ids = random_ids({4, 24}, 11, DType::I64, kCPU, gen);
-      EXPECT_TRUE(matches_f64_reference([](const std::vector<Tensor>& in) { return token_embedding(in[0], in[1]); },
-                                        {ids, random_tensor({11, c}, DType::F64, kCPU, gen)}, device(), dtype, gen,
-                                        forward_tolerance(dtype), grad_tolerance(dtype)));
-    }
+  expect_matches_f64_reference([](const std::vector<Tensor>& in) { return token_embedding(in[0], in[1]); },
+                               [&](int64_t c) { return std::vector<Tensor>{random_tensor({11, c}, DType::F64, kCPU, gen)}; },
+                               device(), gen);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, EmbeddingDeviceTest, ::testing::ValuesIn(device_modes()),
                          [](const auto& info) { return device_mode_name(info.param); });
 
+// The fused kernel against its twin in each fused dtype, run alone (one node), and every table's
+// gradient bit for bit the same in two runs; `inputs` are the ids and the tables, out_shape f's.
+void expect_fused_matches_twin_reproducibly(const TensorFn& f, const std::vector<Tensor>& inputs, const Shape& out_shape,
+                                            Generator& gen) {
+  for (DType dtype : fused_dtypes()) {
+    SCOPED_TRACE(dtype_name(dtype));
+    EXPECT_TRUE(fused_matches_twin(f, inputs, dtype, gen, forward_tolerance(dtype)));
+    KernelModeGuard fused(KernelMode::Fused);
+    const Tensor w = random_tensor(out_shape, DType::F64, kCPU, gen);
+    const GradRun first = run_with_grads(f, inputs, dtype, kCUDA, w), second = run_with_grads(f, inputs, dtype, kCUDA, w);
+    EXPECT_EQ(graph_size(first.y), 1u) << "the fused kernel did not run";
+    for (size_t i = 1; i < inputs.size(); ++i)
+      EXPECT_TRUE(all_equal(first.grads[i], second.grads[i])) << "table " << i << "'s gradient differs between two runs";
+  }
+}
+
 TEST(EmbeddingFusedTest, MatchesTwinAndIsReproducible) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
-  for (DType dtype : fused_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const Tensor ids = random_ids({8, 64}, 50, DType::I32, kCPU, gen);
-    const std::vector<Tensor> inputs{ids, random_tensor({50, 768}, DType::F64, kCPU, gen),
-                                     random_tensor({64, 768}, DType::F64, kCPU, gen)};
-    auto f = [](const std::vector<Tensor>& in) { return token_position_embedding(in[0], in[1], in[2]); };
-    EXPECT_TRUE(fused_matches_twin(f, inputs, dtype, gen, forward_tolerance(dtype)));
-    KernelModeGuard fused(KernelMode::Fused);
-    const Tensor w = random_tensor({8, 64, 768}, DType::F64, kCPU, gen);
-    const GradRun first = run_with_grads(f, inputs, dtype, kCUDA, w), second = run_with_grads(f, inputs, dtype, kCUDA, w);
-    EXPECT_EQ(graph_size(first.y), 1u) << "the fused kernel did not run";
-    EXPECT_TRUE(all_equal(first.grads[1], second.grads[1])) << "token gradient differs between two runs";
-    EXPECT_TRUE(all_equal(first.grads[2], second.grads[2])) << "position gradient differs between two runs";
-  }
+  expect_fused_matches_twin_reproducibly(
+      [](const std::vector<Tensor>& in) { return token_position_embedding(in[0], in[1], in[2]); },
+      {random_ids({8, 64}, 50, DType::I32, kCPU, gen), random_tensor({50, 768}, DType::F64, kCPU, gen),
+       random_tensor({64, 768}, DType::F64, kCPU, gen)},
+      {8, 64, 768}, gen);
 }
 
 // Llama's embed_tokens: the twin's atomic scatter-add gives timing-dependent bits where ids
@@ -127,18 +141,10 @@ TEST(EmbeddingFusedTest, MatchesTwinAndIsReproducible) {
 TEST(EmbeddingFusedTest, TokensAloneMatchTwinAndAreReproducible) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
-  for (DType dtype : fused_dtypes()) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const std::vector<Tensor> inputs{random_ids({8, 256}, 29, DType::I64, kCPU, gen),
-                                     random_tensor({29, 512}, DType::F64, kCPU, gen)};
-    auto f = [](const std::vector<Tensor>& in) { return token_embedding(in[0], in[1]); };
-    EXPECT_TRUE(fused_matches_twin(f, inputs, dtype, gen, forward_tolerance(dtype)));
-    KernelModeGuard fused(KernelMode::Fused);
-    const Tensor w = random_tensor({8, 256, 512}, DType::F64, kCPU, gen);
-    const GradRun first = run_with_grads(f, inputs, dtype, kCUDA, w), second = run_with_grads(f, inputs, dtype, kCUDA, w);
-    EXPECT_EQ(graph_size(first.y), 1u) << "the fused kernel did not run";
-    EXPECT_TRUE(all_equal(first.grads[1], second.grads[1])) << "token gradient differs between two runs";
-  }
+  expect_fused_matches_twin_reproducibly([](const std::vector<Tensor>& in) { return token_embedding(in[0], in[1]); },
+                                         {random_ids({8, 256}, 29, DType::I64, kCPU, gen),
+                                          random_tensor({29, 512}, DType::F64, kCPU, gen)},
+                                         {8, 256, 512}, gen);
 }
 
 TEST(EmbeddingFusedTest, IdOutOfRangeThrowsAtTheNextRead) {

@@ -286,7 +286,9 @@ TEST_P(DataParallelTest, ZeroTwoMatchesThePlainStepWithoutAGradientBuffer) {
       worst = std::max(worst, std::abs(x[k] - y[k]));
       scale = std::max(scale, std::abs(x[k]));
     }
-    if (name.find("master") != std::string::npos) EXPECT_LE(worst / scale, 2e-3) << name;
+    if (name.find("master") != std::string::npos) {
+      EXPECT_LE(worst / scale, 2e-3) << name;
+    }
   }
 }
 
