@@ -4,7 +4,6 @@
 // gives exactly the plain step's parameters and state. The 2- and 4-process equivalences are
 // the dp_* ctests (tests/train/distributed/dp_equivalence_check.sh).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -19,12 +18,13 @@
 #include "lib/ops/reduce/reduce.h"
 #include "optim/adamw.h"
 #include "tests/lib/test_util.h"
-#include "tests/train/temp_dir.h"
+#include "tests/train/distributed/one_rank.h"
 #include "train/distributed/data_parallel.h"
 
 namespace ft {
 namespace {
 
+using test::OneRank;
 using test::random_tensor;
 using test::test_generator;
 
@@ -58,18 +58,6 @@ struct ThreeLayers {
       if (i + 1 < weights.size()) h = relu(h);
     }
     return sum_all(cast(h * h, DType::F32)) * (1.0 / static_cast<double>(h.numel()));
-  }
-};
-
-struct OneRank {
-  test::TempDir store{"ft_dp_test"};
-  std::unique_ptr<Communicator> comm;
-  explicit OneRank(Device device) {
-    LaunchEnv env;
-    env.launcher = "torchrun";
-    env.run_id = "dp-test-" + std::to_string(::getpid()) + "-" + store.path().filename().string();
-    env.master_port = 20000 + static_cast<int>(::getpid() % 20000);
-    comm = make_communicator(env, device, {.store_dir = store.path().string()});
   }
 };
 
@@ -226,69 +214,86 @@ TEST_P(DataParallelTest, WithoutClippingZeroOneIsBitIdentical) {
   for (const auto& [name, tensor] : a) EXPECT_EQ(tensor.to(kCPU).to_vector(), b.at(name).to(kCPU).to_vector()) << name;
 }
 
+// max |a - b| over max |a|, on the host.
+double relative_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to(kCPU).to_vector(), y = b.to(kCPU).to_vector();
+  double worst = 0, scale = 1e-30;
+  for (size_t k = 0; k < x.size(); ++k) {
+    worst = std::max(worst, std::abs(x[k] - y[k]));
+    scale = std::max(scale, std::abs(x[k]));
+  }
+  return worst / scale;
+}
+
 // ZeRO-2 in one rank: each gradient moves into its bucket's staging slot as it completes and the
 // buckets reduce into the gradient shards, so no flat gradient buffer exists and each parameter's
-// own gradient is released after the step's backward. Two micro-batches (the first one's
-// gradients accumulate in the parameters' own) in every step, and a parameter the loss never
-// reads in the middle of the layout: its buckets complete only after backward, so the buckets
-// after them wait for their slots with gradients queued. The same update as the plain run, bit
-// for bit on the CPU in f32; on CUDA the parameters' own gradients are bf16 where the flat
-// buffer's views are f32, so the f32 masters agree within 2e-3 of their scale.
+// own gradient is released after the step's backward. A parameter the loss never reads sits in
+// the middle of the layout: its buckets complete only after backward, so the buckets after them
+// wait for their slots with gradients queued. On the CPU the reduced gradients and the update
+// equal the plain run's bit for bit, with one micro-batch a step and with two (the first one's
+// gradients accumulating in the parameters' own). On CUDA backward leaves the parameters' own
+// gradients in their dtype, bf16, where the plain step's matmuls write theirs into the f32
+// buffer's views unrounded (as FSDP2's are bf16 with bf16 parameters): there the gradients
+// agree within bf16 rounding, 8e-3 of their scale, and Adam's steps, which sign flips of tiny
+// gradients swing by a whole step, are left unchecked.
 TEST_P(DataParallelTest, ZeroTwoMatchesThePlainStepWithoutAGradientBuffer) {
   const Device device = GetParam();
-  Generator gen = test_generator(4);
-  ThreeLayers plain_model(gen, dtype(), device), zero_model = plain_model.copy();
-  const Tensor unused_values = (random_tensor({64, 64}, DType::F32, kCPU, gen) * 0.2).to(dtype());
-  auto with_unused = [&](const ThreeLayers& m) {
-    Tensor unused = Tensor::empty(unused_values.shape(), unused_values.dtype(), device);
-    unused.copy_(unused_values);
-    unused.requires_grad_(true);
-    std::vector<Tensor> params = m.weights;
-    params.insert(params.begin() + 2, unused);
-    return params;
-  };
-  AdamW plain(with_unused(plain_model), AdamW::Options{.lr = 1e-2});
-  AdamW zero(with_unused(zero_model), AdamW::Options{.lr = 1e-2, .partition = DataPartition{.bucket_bytes = 3000,
-                                                                                            .shard_state = true,
-                                                                                            .shard_grads = true}});
-  ASSERT_FALSE(zero.store().grads().has_storage());
-  ASSERT_GE(zero.store().buckets().size(), 6u);
-  OneRank rank(device);
-  DataParallel dp(*rank.comm, zero, DataParallel::Options{.trace = true});
-  for (int step = 0; step < 3; ++step) {
-    const Tensor x = random_tensor({32, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
-    for (auto [model, optimizer, sync] : {std::tuple<ThreeLayers*, Optimizer*, DataParallel*>{&plain_model, &plain, nullptr},
-                                          {&zero_model, &zero, &dp}}) {
-      optimizer->zero_grad();
-      for (int micro = 0; micro < 2; ++micro) {
-        const Tensor loss = model->loss(x.narrow(0, 16 * micro, 16)) * 0.5;
-        if (sync) sync->before_backward(micro == 1);
-        loss.backward();
+  for (const int micro_batches : {1, 2}) {
+    SCOPED_TRACE(std::to_string(micro_batches) + " micro-batches");
+    const bool exact = !device.is_cuda();
+    Generator gen = test_generator(4);
+    ThreeLayers plain_model(gen, dtype(), device), zero_model = plain_model.copy();
+    const Tensor unused_values = (random_tensor({64, 64}, DType::F32, kCPU, gen) * 0.2).to(dtype());
+    auto with_unused = [&](const ThreeLayers& m) {
+      Tensor unused = Tensor::empty(unused_values.shape(), unused_values.dtype(), device);
+      unused.copy_(unused_values);
+      unused.requires_grad_(true);
+      std::vector<Tensor> params = m.weights;
+      params.insert(params.begin() + 2, unused);
+      return params;
+    };
+    AdamW plain(with_unused(plain_model), AdamW::Options{.lr = 1e-2});
+    AdamW zero(with_unused(zero_model), AdamW::Options{.lr = 1e-2, .partition = DataPartition{.bucket_bytes = 3000,
+                                                                                              .shard_state = true,
+                                                                                              .shard_grads = true}});
+    ASSERT_FALSE(zero.store().grads().has_storage());
+    ASSERT_GE(zero.store().buckets().size(), 6u);
+    OneRank rank(device);
+    DataParallel dp(*rank.comm, zero, DataParallel::Options{.trace = true});
+    for (int step = 0; step < 3; ++step) {
+      const Tensor x = random_tensor({32, 32}, DType::F32, kCPU, gen).to(dtype()).to(device);
+      for (auto [model, optimizer, sync] : {std::tuple<ThreeLayers*, Optimizer*, DataParallel*>{&plain_model, &plain, nullptr},
+                                            {&zero_model, &zero, &dp}}) {
+        optimizer->zero_grad();
+        const int64_t rows = 32 / micro_batches;
+        for (int micro = 0; micro < micro_batches; ++micro) {
+          const Tensor loss = model->loss(x.narrow(0, rows * micro, rows)) * (1.0 / micro_batches);
+          if (sync) sync->before_backward(micro == micro_batches - 1);
+          loss.backward();
+        }
+        if (sync) sync->after_backward();
       }
-      if (sync) sync->after_backward();
-      optimizer->step();
+      // At world size 1 a shard is its whole group, in the flat buffer's layout.
+      for (size_t g = 0; g < plain.store().grads().groups(); ++g) {
+        const Tensor& whole = plain.store().grads().flat(g);
+        const Tensor& shard = zero.store().gradient_shards().at(g);
+        if (exact) {
+          EXPECT_EQ(whole.to(kCPU).to_vector(), shard.to(kCPU).to_vector()) << "step " << step << " group " << g;
+        } else if (step == 0) {
+          EXPECT_LE(relative_difference(whole, shard), 8e-3) << "group " << g;
+        }
+      }
+      plain.step();
+      zero.step();
+      for (const Tensor& w : zero.params()) EXPECT_FALSE(w.grad().defined()) << "a gradient was kept";
     }
-    for (const Tensor& w : zero.params()) EXPECT_FALSE(w.grad().defined()) << "a gradient was kept";
-  }
-  const std::vector<std::string>& trace = dp.trace();
-  EXPECT_LT(std::find(trace.begin(), trace.end(), "start 0") - trace.begin(),
-            std::find(trace.begin(), trace.end(), "backward done") - trace.begin());
-  const std::map<std::string, Tensor> a = plain.state(), b = zero.state();
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, tensor] : a) {
-    const std::vector<double> x = tensor.to(kCPU).to_vector(), y = b.at(name).to(kCPU).to_vector();
-    if (!device.is_cuda()) {
-      EXPECT_EQ(x, y) << name;
-      continue;
-    }
-    double worst = 0, scale = 1e-30;
-    for (size_t k = 0; k < x.size(); ++k) {
-      worst = std::max(worst, std::abs(x[k] - y[k]));
-      scale = std::max(scale, std::abs(x[k]));
-    }
-    if (name.find("master") != std::string::npos) {
-      EXPECT_LE(worst / scale, 2e-3) << name;
-    }
+    const std::vector<std::string>& trace = dp.trace();
+    EXPECT_LT(std::find(trace.begin(), trace.end(), "start 0") - trace.begin(),
+              std::find(trace.begin(), trace.end(), "backward done") - trace.begin());
+    if (!exact) continue;
+    const std::map<std::string, Tensor> a = plain.state(), b = zero.state();
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, tensor] : a) EXPECT_EQ(tensor.to(kCPU).to_vector(), b.at(name).to(kCPU).to_vector()) << name;
   }
 }
 
