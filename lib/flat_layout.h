@@ -35,6 +35,7 @@ class FlatLayout {
     size_t group = 0;
     int64_t offset = 0;
     Shape shape;
+    int unit = -1;  // the gathering unit it belongs to (ZeRO-3's layers), or -1
     int64_t numel() const { return shape_numel(shape); }
   };
 
@@ -44,6 +45,7 @@ class FlatLayout {
     size_t group = 0;
     int64_t begin = 0, end = 0;
     std::vector<size_t> members;
+    int unit = -1;  // the unit of its members: a bucket never spans two units
     int64_t size() const { return end - begin; }
     /// Rank `rank`'s equal part of it, [first, second) (ZeRO-1's shard of the bucket).
     std::pair<int64_t, int64_t> chunk(int rank, int world) const;
@@ -54,7 +56,11 @@ class FlatLayout {
   /// appearance, and tensors within a group by their index. Each group's size is rounded up to a
   /// multiple of `group_multiple` (a multiple of kAlign): kAlign times the data-parallel world
   /// size, so that every bucket splits into equal parts (the padding is zeros, never written).
-  FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes, int64_t group_multiple = kAlign);
+  /// `units` (empty, or one a tensor: -1 for none) groups tensors into units that buckets never
+  /// mix: where a group's tensors change unit, the next one starts at a multiple of
+  /// group_multiple, so that a bucket boundary can fall there.
+  FlatLayout(const std::vector<Tensor>& tensors, const std::vector<DType>& dtypes, int64_t group_multiple = kAlign,
+             const std::vector<int>& units = {});
 
   size_t size() const { return slots_.size(); }
   const std::vector<Group>& groups() const { return groups_; }
@@ -69,7 +75,7 @@ class FlatLayout {
   /// multiple of kAlign · world elements (the group sizes must be: see group_multiple), in the
   /// order backward produces gradients: each group from its end to its beginning (the last
   /// parameters' gradients come first). A bucket boundary may fall inside a tensor: that
-  /// tensor is a member of both buckets.
+  /// tensor is a member of both buckets. A bucket holds tensors of one unit only.
   std::vector<Bucket> buckets(int64_t max_elements, int world) const;
 
  private:

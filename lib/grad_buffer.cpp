@@ -10,7 +10,8 @@ namespace ft {
 
 DType GradBuffer::grad_dtype(const Tensor& param) { return param.dtype() == DType::F64 ? DType::F64 : DType::F32; }
 
-GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple, bool storage)
+GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple, bool storage,
+                       const std::vector<int>& units)
     : leaves_(leaves), storage_(storage) {
   std::vector<DType> dtypes;
   for (const Tensor& leaf : leaves_) {
@@ -19,7 +20,7 @@ GradBuffer::GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple
     FT_CHECK(is_floating(leaf.dtype()), "GradBuffer: a leaf of dtype ", dtype_name(leaf.dtype()));
     dtypes.push_back(grad_dtype(leaf));
   }
-  layout_ = FlatLayout(leaves_, dtypes, group_multiple);
+  layout_ = FlatLayout(leaves_, dtypes, group_multiple, units);
   if (!storage_) {
     for (const Tensor& leaf : leaves_) {
       FT_CHECK(!leaf.impl()->grad_is_view, "GradBuffer: the tensor already has a gradient view (one GradBuffer, "

@@ -21,9 +21,10 @@ class GradBuffer {
   /// gradient a leaf held before is dropped. Each buffer is padded to a multiple of
   /// `group_multiple` elements (FlatLayout). Without `storage` (ZeRO-2: data parallelism moves
   /// each gradient into a bucket as it completes and keeps only this rank's shard) there is only
-  /// the layout: the leaves keep gradients of their own, which zero() releases.
+  /// the layout: the leaves keep gradients of their own, which zero() releases. `units`: the
+  /// layout's (FlatLayout), one a leaf or empty.
   explicit GradBuffer(const std::vector<Tensor>& leaves, int64_t group_multiple = FlatLayout::kAlign,
-                      bool storage = true);
+                      bool storage = true, const std::vector<int>& units = {});
   ~GradBuffer();
   GradBuffer(const GradBuffer&) = delete;
   GradBuffer& operator=(const GradBuffer&) = delete;

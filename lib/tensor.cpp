@@ -28,7 +28,9 @@ int64_t shape_numel(const Shape& shape) {
 Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_) {
   data = runtime::allocate(bytes, device);
 }
-Storage::~Storage() { runtime::release(data, device); }
+Storage::~Storage() {
+  if (owned) runtime::release(data, device);
+}
 
 void check_defined(const Tensor& t, const char* op, const char* name) {
   FT_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
@@ -107,6 +109,9 @@ Device Tensor::device() const {
 }
 void* Tensor::data_ptr() const {
   FT_CHECK(impl_, "data of an undefined tensor");
+  // Lent storage without data: a ZeRO-3 parameter read while its layer is not gathered.
+  FT_CHECK(impl_->storage->data || impl_->storage->bytes == 0, "data of a tensor whose storage is not there: a ZeRO-3 ",
+           "parameter outside its layer's gathering (read the model inside DataParallel::whole_parameters())");
   return static_cast<char*>(impl_->storage->data) + impl_->byte_offset;
 }
 bool Tensor::shares_storage(const Tensor& other) const {

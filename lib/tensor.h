@@ -23,7 +23,11 @@ struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   Device device;
+  bool owned = true;
   Storage(size_t bytes, Device device);
+  /// Lent memory, never released here: `data` (null until then) is pointed at memory its lender
+  /// keeps alive, and moved by it (ZeRO-3's parameters live in whichever buffer holds them gathered).
+  Storage(size_t bytes, Device device, void* lent) : data(lent), bytes(bytes), device(device), owned(false) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "layers/layer_gather.h"
 #include "layers/lora.h"
 #include "layers/module.h"
 #include "lib/ops/recompute/recompute.h"
@@ -46,9 +47,23 @@ class CausalLM : public Module {
   /// The names add_lora takes, in layer order.
   virtual std::vector<std::string> lora_target_names() const = 0;
   virtual CausalLMShape shape() const = 0;
+  /// Each layer's parameters, in layer order (ZeRO-3's units: DataPartition::units).
+  virtual std::vector<std::vector<Tensor>> layer_parameters() const = 0;
+  /// Called around every layer's forward from now on (ZeRO-3's ParameterGather; null: nothing).
+  /// It must outlive the model's forwards.
+  void set_layer_gather(LayerGather* gather) { gather_ = gather; }
 
  protected:
+  /// The layer loop's calls to the LayerGather, if any.
+  void enter_layer(size_t layer) {
+    if (gather_) gather_->before_layer(layer);
+  }
+  Tensor leave_layer(size_t layer, const Tensor& output) {
+    return gather_ && output.defined() ? gather_->after_layer(layer, output) : output;
+  }
+
   Recompute recompute_ = Recompute::None;
+  LayerGather* gather_ = nullptr;
 };
 
 }  // namespace ft

@@ -9,6 +9,7 @@
 // Frozen parameters (requires_grad false) are left out: no gradient, no master. Build it (the
 // optimizer builds it) after freezing and after Module::to, which replace what it points at.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "lib/grad_buffer.h"
@@ -37,6 +38,15 @@ struct DataPartition {
   /// shard of them as backward completes the bucket, and no rank keeps a whole gradient buffer
   /// (the parameters' own gradients, released once moved into a bucket, and two buckets' staging).
   bool shard_grads = false;
+  /// ZeRO-3 (with shard_grads): the parameters too. A rank keeps its chunk of every bucket's
+  /// values; each unit's parameters live in a buffer that data parallelism gathers them into
+  /// around their layer's forward and backward (train/distributed/parameter_gather.h), the
+  /// others (the root: embeddings, final norm, head) in buffers of their own, gathered after
+  /// each step as ZeRO-1 gathers all.
+  bool shard_params = false;
+  /// ZeRO-3's units, in layer order: each a layer's parameters (CausalLM::layer_parameters());
+  /// buckets never mix units, so a unit is a contiguous run of whole buckets.
+  std::vector<std::vector<Tensor>> units = {};
 };
 
 /// The collectives a sharded (ZeRO-1) step runs, given by the data-parallel layer. Both are
@@ -52,6 +62,20 @@ class ShardCollectives {
 
 class ParameterStore {
  public:
+  /// ZeRO-3: where a contiguous stretch of buckets of one unit (a layer: one run; the root: one
+  /// at each end of the layout) keeps its parameters whole. Its parameters view `storage` (at
+  /// their offsets from `begin`): lent (data null until gathered) for a layer, the root's own
+  /// buffer `home` otherwise.
+  struct Run {
+    size_t group = 0;
+    int64_t begin = 0, end = 0;
+    int unit = -1;
+    std::vector<size_t> buckets;
+    std::shared_ptr<Storage> storage;
+    Tensor home;
+    int64_t size() const { return end - begin; }
+  };
+
   /// What an update covers: a parameter, or (sharded) the part of one in a chunk this rank owns.
   /// Unsharded, the views have the parameter's shape; sharded they are 1-D.
   struct Piece {
@@ -77,6 +101,25 @@ class ParameterStore {
   bool sharded() const { return partition_.shard_state; }
   /// ZeRO-2: the gradients live in this rank's shards (gradient_shards), filled by data parallelism.
   bool shards_gradients() const { return partition_.shard_grads; }
+  /// ZeRO-3: the parameters live in this rank's shards; runs() say where they are gathered.
+  bool shards_parameters() const { return partition_.shard_params; }
+  const std::vector<Run>& runs() const { return runs_; }
+  /// ZeRO-3: the run of unit u (a layer).
+  size_t run_of_unit(size_t u) const { return unit_runs_.at(u); }
+  size_t unit_count() const { return unit_runs_.size(); }
+  /// ZeRO-3: this rank's chunk of bucket b's parameter values (an all-gather's input).
+  Tensor value_chunk(size_t b) const;
+  /// ZeRO-3: run r's parameters now live in `whole` ([run size] of their dtype; undefined: nowhere).
+  void place_run(size_t r, const Tensor& whole) const;
+  /// Counts the updates of the parameters' values (each step, a load): a gathered copy made
+  /// before the count last changed is stale.
+  uint64_t generation() const { return generation_; }
+  /// ZeRO-3, for reading or writing the model whole (checkpoints, export): every run's parameters
+  /// gathered into a buffer of its own (a collective), or left as zeros when `gather` is false (a
+  /// load that writes every parameter); release_whole copies this rank's chunks of what the
+  /// parameters hold back into the shards and leaves the layers ungathered.
+  std::vector<Tensor> gather_whole(bool gather);
+  void release_whole(const std::vector<Tensor>& wholes);
   /// ZeRO-2's reduced gradients, one compact buffer per group laid out like allocate_state's:
   /// bucket [begin, end)'s chunk at begin / world.
   const std::vector<Tensor>& gradient_shards() const { return grad_shards_; }
@@ -120,6 +163,9 @@ class ParameterStore {
  private:
   void make_masters();
   void make_pieces();
+  /// ZeRO-3: fills the value shards and masters from the parameters, then moves each parameter
+  /// into its run.
+  void make_runs();
   /// Every bucket's chunks of `whole` (a buffer per group; undefined: skipped) gathered from
   /// every rank, in place.
   void gather_chunks(const std::vector<Tensor>& whole, const char* what) const;
@@ -135,8 +181,27 @@ class ParameterStore {
   // of each group, which the step gathers: the f32 master group, or a bf16 copy of the layout.
   std::vector<Tensor> master_flats_, gather_flats_;
   std::vector<Tensor> grad_shards_;  // ZeRO-2 only
+  std::vector<Run> runs_;             // ZeRO-3 only
+  std::vector<size_t> unit_runs_;     // unit → its run
+  uint64_t generation_ = 0;
   std::vector<bool> group_owns_master_;
   ShardCollectives* collectives_ = nullptr;
+};
+
+/// ZeRO-3: the model's parameters whole while it lives, to read or write the model as a whole
+/// (checkpoints, export; a collective: every rank makes one), written back into this rank's
+/// shards when it ends. `gather` false skips gathering, for a load that writes every parameter.
+/// Without ZeRO-3 it does nothing.
+class WholeParameters {
+ public:
+  explicit WholeParameters(ParameterStore& store, bool gather = true);
+  ~WholeParameters();
+  WholeParameters(const WholeParameters&) = delete;
+  WholeParameters& operator=(const WholeParameters&) = delete;
+
+ private:
+  ParameterStore& store_;
+  std::vector<Tensor> wholes_;
 };
 
 }  // namespace ft

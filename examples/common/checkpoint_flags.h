@@ -103,7 +103,7 @@ inline void check_resumed_batch(const Args& args, const Resumed& resumed, int64_
 /// optimizer state (ZeRO-1 shards it) and rank 0 writes. With `rank_state` writing, every rank
 /// first writes its own file into the checkpoint's staging folder.
 inline void wire_checkpoints(const Args& args, Trainer::Options& options, const Module& model,
-                             const Optimizer& optimizer,
+                             Optimizer& optimizer,
                              std::function<void(DataPosition&)> describe = {},
                              std::function<void(const std::string&)> after_save = {},
                              std::optional<RankState> rank_state = std::nullopt) {
@@ -119,6 +119,7 @@ inline void wire_checkpoints(const Args& args, Trainer::Options& options, const 
   options.checkpoint = [&args, &model, &optimizer, describe, after_save, primary, keep_last, every_rank, rank_state](
                            int64_t step, const DataPosition& position) {
     if (!primary && !every_rank) return;
+    const WholeParameters whole(optimizer.store());  // ZeRO-3: the layers gathered (every rank: sharded)
     const std::map<std::string, Tensor> optimizer_state = optimizer.state();
     CheckpointShards shards;
     if (rank_state && rank_state->write) {

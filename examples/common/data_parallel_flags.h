@@ -25,7 +25,9 @@ inline void add_data_parallel_flags(Args& args) {
   args.flag("zero", "0", "1: ZeRO-1, each rank keeps and updates 1/N of the master weights and optimizer moments\n"
                          "(gradients reduce-scattered, parameters all-gathered); 2: ZeRO-2, also 1/N of the\n"
                          "gradients (each bucket reduce-scattered into its owner's shard as backward completes\n"
-                         "it; no whole gradient buffer)");
+                         "it; no whole gradient buffer); 3 (ft-gpt2): ZeRO-3, also 1/N of the parameters (each\n"
+                         "layer's gathered before its forward and again before its backward, the next one\n"
+                         "prefetched meanwhile)");
   args.flag("bucket-mb", "25", "size of a gradient bucket, in MB of f32 gradient: each is averaged over the ranks as\n"
                                "soon as backward has completed it (grown so that a step has at most 64 buckets)");
   args.flag("grad-reduce", "f32", "f32 or bf16: the dtype gradients cross the wire in (bf16 halves the bytes: each rank's\n"
@@ -54,14 +56,16 @@ struct DataParallelRun {
 /// Joins the run `env` describes (launch_env()) when it has several processes (or with
 /// --data-parallel on): the communicator and the optimizer's partition. Call before building the
 /// optimizer. A single process gets an empty DataParallelRun with the default partition.
+/// `max_zero`: 3 where the model gathers its layers (ft-gpt2: CausalLM::set_layer_gather), else 2.
 inline DataParallelRun join_data_parallel(const Args& args, const std::string& program, const LaunchEnv& env,
-                                          Device device) {
+                                          Device device, int max_zero = 2) {
   DataParallelRun run;
   run.env = env;
   const std::string when = args.str("data-parallel");
   FT_CHECK(when == "auto" || when == "on", program, ": --data-parallel must be auto or on, got '", when, "'");
   const int64_t zero = args.integer("zero", 0);
-  FT_CHECK(zero >= 0 && zero <= 2, program, ": --zero must be 0, 1 or 2, got ", zero);
+  FT_CHECK(zero >= 0 && zero <= max_zero, program, ": --zero must be ", max_zero == 3 ? "0, 1, 2 or 3" : "0, 1 or 2",
+           ", got ", zero, max_zero == 3 ? "" : " (ZeRO-3 gathers a language model's layers one at a time: ft-gpt2)");
   const std::string reduce = args.str("grad-reduce");
   FT_CHECK(reduce == "f32" || reduce == "bf16", program, ": --grad-reduce must be f32 or bf16, got '", reduce, "'");
   const double bucket_mb = args.number("bucket-mb", 0);
@@ -81,8 +85,27 @@ inline DataParallelRun join_data_parallel(const Args& args, const std::string& p
                                 .world = run.env.world_size,
                                 .bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20)),
                                 .shard_state = zero >= 1,
-                                .shard_grads = zero == 2};
+                                .shard_grads = zero >= 2,
+                                .shard_params = zero == 3};
   return run;
+}
+
+/// 0 to 3: how much of the training state `store` shards over the ranks.
+inline int zero_level(const ParameterStore& store) {
+  return store.shards_parameters() ? 3 : store.shards_gradients() ? 2 : store.sharded() ? 1 : 0;
+}
+inline const char* zero_name(const ParameterStore& store) {
+  static const char* const names[] = {"", ", ZeRO-1", ", ZeRO-2", ", ZeRO-3"};
+  return names[zero_level(store)];
+}
+
+/// ZeRO-3, before building the optimizer (which keeps only this rank's chunk of each parameter):
+/// every rank takes rank 0's model, which DataParallel::broadcast_parameters cannot send later.
+inline void broadcast_model(const DataParallelRun& run, Module& model) {
+  if (!run.comm) return;
+  std::vector<std::unique_ptr<Work>> pending;
+  for (const auto& [name, tensor] : model.replicated_state_dict()) pending.push_back(run.comm->broadcast(tensor, 0));
+  for (auto& work : pending) work->wait();
 }
 
 /// After the optimizer (built with run.partition) and any checkpoint are loaded: the run's
@@ -99,12 +122,12 @@ inline void start_data_parallel(DataParallelRun& run, const Args& args, const st
                 program.c_str(), run.env.world_size, run.env.world_size == 1 ? "" : "es", run.comm->backend().c_str(),
                 run.env.launcher.c_str(), optimizer.store().buckets().size(), optimizer.store().buckets().size() == 1 ? "" : "s",
                 run.reduce_dtype ? dtype_name(*run.reduce_dtype) : "f32",
-                optimizer.store().shards_gradients() ? ", ZeRO-2" : optimizer.sharded() ? ", ZeRO-1" : "");
+                zero_name(optimizer.store()));
     // ZeRO-1's point is this figure: one rank's optimizer state against what a whole copy takes.
     const double mb = 1.0 / (1 << 20), state = static_cast<double>(optimizer.state_bytes());
     if (optimizer.sharded())
       std::printf("%s: optimizer state %.1f MB a rank (ZeRO-%d over %d ranks; unsharded about %.1f MB)\n",
-                  program.c_str(), state * mb, optimizer.store().shards_gradients() ? 2 : 1, run.env.world_size,
+                  program.c_str(), state * mb, zero_level(optimizer.store()), run.env.world_size,
                   state * mb * run.env.world_size);
     else
       std::printf("%s: optimizer state %.1f MB a rank (every rank holds all of it; --zero 1 shards it)\n",

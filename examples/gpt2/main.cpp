@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -237,7 +238,9 @@ Settings check_flags(const ft::cli::Args& args) {
            args.number("min-lr-frac"));
   FT_CHECK(!args.str("train").empty() || args.boolean("dry-run"), "ft-gpt2: --train is required (see --help)");
   FT_CHECK(args.str("dump-dir").empty() || args.integer("zero", 0) < 2, "ft-gpt2: --dump-dir writes every parameter's ",
-           "gradient, which --zero 2 keeps only as this rank's shard: use --zero 0 or 1");
+           "gradient, which --zero 2 and 3 keep only as this rank's shard: use --zero 0 or 1");
+  FT_CHECK(args.integer("zero", 0) < 3 || args.integer("sample-every", 0) == 0, "ft-gpt2: --sample-every samples on ",
+           "rank 0 alone, and --zero 3 gathers every layer on every rank: sample from the model --export-hf writes");
   for (const char* name : {"shuffle", "lora-rslora", "dry-run"}) (void)args.boolean(name);
   (void)ft::parse_recompute(args.str("recompute"), "ft-gpt2");
   if (args.integer("lora-rank", 0) == 0)
@@ -420,8 +423,8 @@ int run(int argc, char** argv) {
   const std::string shrink =
       "a smaller --model, or fewer tokens a step (--batch, --seq, with --grad-accum to keep the batch)" +
       std::string(args.str("recompute") == "none" ? ", or activations recomputed (--recompute block)" : "") +
-      std::string(env.world_size > 1 && args.integer("zero", 0) < 2
-                      ? ", or the optimizer state and gradients split over the ranks (--zero 2)"
+      std::string(env.world_size > 1 && args.integer("zero", 0) < 3
+                      ? ", or the optimizer state, gradients and weights split over the ranks (--zero 3)"
                       : "");
   if (args.boolean("dry-run")) {
     std::printf("ft-gpt2: memory a rank: %s\n", ft::cli::memory_plan_line(memory, device).c_str());
@@ -430,7 +433,7 @@ int run(int argc, char** argv) {
   }
   // Joined before the data (each rank reads its part of every global batch) and the optimizer
   // (its buffers are laid out for the run's world size).
-  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", env, device);
+  ft::cli::DataParallelRun dp = ft::cli::join_data_parallel(args, "ft-gpt2", env, device, /*max_zero=*/3);
   const Data data = open_data(args, s, dp.shard());
   ft::mark_startup("data");
   ft::cli::check_memory(memory, device, "ft-gpt2", shrink);
@@ -439,18 +442,28 @@ int run(int argc, char** argv) {
   ft::CausalLM& model = *built;
   model.set_recompute(ft::parse_recompute(args.str("recompute"), "ft-gpt2"));
   const ft::PeftLoraConfig adapter = prepare_model(model, s, args, device, dtype);
+  if (dp.partition.shard_params) {  // ZeRO-3: the optimizer keeps this rank's chunk of each layer
+    dp.partition.units = model.layer_parameters();
+    ft::cli::broadcast_model(dp, model);
+  }
   ft::mark_startup("model");
   // Clipping and the non-finite check run inside the optimizer step, on the device.
   const std::unique_ptr<ft::Optimizer> optimizer = ft::cli::make_optimizer(
       args, "ft-gpt2", model.parameters(), dp.partition,
       {.policy = {.max_grad_norm = std::max(0.0, args.number("clip", 0))}, .beta2 = 0.95});
-  const ft::cli::Resumed resumed = ft::cli::resume_from_flag(args, model, *optimizer, {"epoch", "shard", "offset"});
+  const ft::cli::Resumed resumed = [&] {
+    // ZeRO-3: the checkpoint's weights go into the whole model, then into this rank's shards.
+    std::optional<ft::WholeParameters> whole;
+    if (!args.str("resume").empty()) whole.emplace(optimizer->store(), /*gather=*/false);
+    return ft::cli::resume_from_flag(args, model, *optimizer, {"epoch", "shard", "offset"});
+  }();
   const int64_t global_batch = s.batch * dp.env.world_size * s.accum;
   ft::cli::check_resumed_batch(args, resumed, global_batch,
                                "--batch " + std::to_string(s.batch) + " x " + std::to_string(dp.env.world_size) +
                                    " processes x --grad-accum " + std::to_string(s.accum) + ", sequences",
                                "ft-gpt2");
   ft::cli::start_data_parallel(dp, args, "ft-gpt2", model, *optimizer);
+  if (dp.get()) model.set_layer_gather(dp.get()->layer_gather());
   ft::mark_startup("optimizer");
   if (dp.primary()) {
     print_banner(model, s, device, dtype, dp.env.world_size);
@@ -485,10 +498,13 @@ int run(int argc, char** argv) {
   }
   const ft::FitSummary summary = trainer.fit(s.steps);
   if (dump) dump->finish();
-  if (!args.str("export-hf").empty() && dp.primary()) {
-    ft::gpt2::export_hf(model, args.str("export-hf"), dtype);
-    std::printf("ft-gpt2: wrote the model to %s (a Hugging Face %s folder)\n", args.str("export-hf").c_str(),
-                s.model.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+  if (!args.str("export-hf").empty()) {
+    const ft::WholeParameters whole(optimizer->store());  // every rank: ZeRO-3 gathers the layers
+    if (dp.primary()) {
+      ft::gpt2::export_hf(model, args.str("export-hf"), dtype);
+      std::printf("ft-gpt2: wrote the model to %s (a Hugging Face %s folder)\n", args.str("export-hf").c_str(),
+                  s.model.arch == "llama" ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+    }
   }
   // final_loss: the mean loss of the last logging window (one step's loss alone is too noisy to
   // judge a run by); wall_ms the wall clock per step, step_ms the steps alone (GPU events on CUDA);

@@ -22,6 +22,16 @@ std::map<std::string, std::pair<int64_t, int64_t>> linear_sizes(const ModelChoic
   return {{"qkv", {c, 3 * c}}, {"attn_proj", {c, c}}, {"fc", {c, 4 * c}}, {"mlp_proj", {4 * c, c}}};
 }
 
+/// Parameters outside the layers: embeddings, final norm, head (ZeRO-3's root, kept whole).
+double root_parameters(const ModelChoice& m) {
+  if (m.arch == "llama") {
+    const LlamaConfig& c = m.llama;
+    return static_cast<double>(c.vocab * c.hidden * (c.tie_embeddings ? 1 : 2) + c.hidden);
+  }
+  const GPTConfig& c = m.gpt;
+  return static_cast<double>((c.vocab + c.block_size + 2) * c.channels);
+}
+
 }  // namespace
 
 int64_t lora_parameter_count(const ModelChoice& model, const std::vector<std::string>& targets, int64_t rank) {
@@ -50,8 +60,14 @@ cli::MemoryEstimate memory_plan(const ModelChoice& model, const RunSize& run) {
   const double bucket = std::max(run.bucket_mb * (1 << 20), trained * 4 / 64);
   const double gradients = run.zero >= 2 ? trained * 4 / run.world + 2 * bucket + (run.accum > 1 ? trained * value : 0)
                                          : trained * 4;
+  // ZeRO-3 keeps 1/N of the layers' weights, the root whole, and two layers gathered at a time.
+  double weights = (base + adapters) * value;
+  if (run.zero == 3 && run.lora_rank == 0) {
+    const double root = root_parameters(model), layer = (base - root) / static_cast<double>(shape.layers);
+    weights = value * (root + (base - root) / run.world + 2 * layer);
+  }
   cli::MemoryEstimate e;
-  e.certain = {{"weights", (base + adapters) * value},
+  e.certain = {{"weights", weights},
                {"gradients", gradients},
                {"optimizer state", trained * state / (run.zero >= 1 ? run.world : 1)}};
   // Measured on a gpt2-124M step: about 12 values per token, channel and layer, and the logits.

@@ -1,7 +1,8 @@
 // What a language-model run holds on each rank, before anything is allocated: the weights, the
 // trained parameters' gradients, the optimizer state (f32 masters and moments, split over the
-// ranks by --zero 1, and the gradients by --zero 2), and an estimate of the activations. ft-gpt2 prints it at start-up and alone
-// with --dry-run, and refuses a run whose certain parts do not fit.
+// ranks by --zero 1, the gradients by --zero 2, the layers' weights by --zero 3), and an estimate
+// of the activations. ft-gpt2 prints it at start-up and alone with --dry-run, and refuses a run
+// whose certain parts do not fit.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,7 +22,7 @@ struct RunSize {
   int64_t lora_rank = 0;  ///< 0: every parameter trains
   std::vector<std::string> lora_targets;
   int world = 1;
-  int zero = 0;  ///< --zero: 1 splits the optimizer state over the ranks, 2 the gradients too
+  int zero = 0;  ///< --zero: 1 splits the optimizer state over the ranks, 2 the gradients too, 3 the weights
   int64_t accum = 1;       ///< --grad-accum
   double bucket_mb = 25;   ///< --bucket-mb: ZeRO-2's two staging slots are buckets
   Recompute recompute = Recompute::None;  ///< --recompute

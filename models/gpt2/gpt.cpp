@@ -117,6 +117,12 @@ int64_t GPTConfig::parameter_count() const {
 
 CausalLMShape GPT::shape() const { return shape_of(config_); }
 
+std::vector<std::vector<Tensor>> GPT::layer_parameters() const {
+  std::vector<std::vector<Tensor>> out;
+  for (const auto& block : blocks_) out.push_back(block->parameters());
+  return out;
+}
+
 CausalLMShape GPT::shape_of(const GPTConfig& c) {
   return {.family = "gpt2", .layers = c.layers, .width = c.channels, .heads = c.heads, .kv_heads = c.heads,
           .attention_width = c.channels, .vocab = c.vocab, .max_seq = c.block_size,
@@ -157,10 +163,18 @@ Tensor GPT::hidden(const Tensor& ids) {
   const int64_t t = ids.size(1);
   FT_CHECK(t <= config_.block_size, "GPT: sequence length ", t, " exceeds block_size ", config_.block_size);
   Tensor residual = token_position_embedding(ids, wte_->weight(), wpe_->weight());
-  if (recompute_ != Recompute::None) {  // each block whole, run again in backward
-    for (const auto& block : blocks_)
-      residual = recompute([block](const Tensor& in) { return block->forward(in); }, residual, block->parameters(),
-                           recompute_);
+  // Each block whole: run again in backward, or (ZeRO-3) using no parameter of another block,
+  // whose parameters may be gone by then: the MLP projection is not left to the next block.
+  if (recompute_ != Recompute::None || gather_) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const auto& block = blocks_[i];
+      enter_layer(i);
+      residual = recompute_ == Recompute::None
+                     ? block->forward(residual)
+                     : recompute([block](const Tensor& in) { return block->forward(in); }, residual,
+                                 block->parameters(), recompute_);
+      residual = leave_layer(i, residual);
+    }
     return layer_norm(residual, lnf_w_, lnf_b_);
   }
   PendingProjection pending;

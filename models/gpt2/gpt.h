@@ -81,6 +81,7 @@ class GPT : public CausalLM {
   std::map<std::string, Tensor> lora_state_dict() const override;
   std::vector<std::string> lora_target_names() const override;
   CausalLMShape shape() const override;
+  std::vector<std::vector<Tensor>> layer_parameters() const override;
   /// The shape of a GPT of these sizes, without building one.
   static CausalLMShape shape_of(const GPTConfig& config);
   /// The target names add_lora takes, and the module path each wraps.

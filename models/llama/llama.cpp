@@ -142,6 +142,12 @@ int64_t LlamaConfig::parameter_count() const {
 
 CausalLMShape Llama::shape() const { return shape_of(config_); }
 
+std::vector<std::vector<Tensor>> Llama::layer_parameters() const {
+  std::vector<std::vector<Tensor>> out;
+  for (const auto& layer : layers_) out.push_back(layer->parameters());
+  return out;
+}
+
 CausalLMShape Llama::shape_of(const LlamaConfig& c) {
   return {.family = "llama", .layers = c.layers, .width = c.hidden, .heads = c.heads, .kv_heads = c.kv_heads,
           .attention_width = c.heads * c.head_size(), .vocab = c.vocab, .max_seq = c.max_positions,
@@ -156,13 +162,21 @@ Tensor Llama::hidden(const Tensor& ids) {
            config_.max_positions);
   if (recompute_ != Recompute::None) {  // each layer whole, run again in backward
     Tensor x = embed_->forward(ids);
-    for (const auto& layer : layers_)
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const auto& layer = layers_[i];
+      enter_layer(i);
       x = recompute([layer](const Tensor& in) { return layer->forward(in); }, x, layer->parameters(), recompute_);
+      x = leave_layer(i, x);
+    }
     return rms_norm(x, norm_, config_.rms_eps);
   }
   // Each layer's last residual add is left to the next norm's kernel (add_rms_norm).
   LlamaDecoderLayer::Output x{embed_->forward(ids), Tensor()};
-  for (auto& layer : layers_) x = layer->forward_block(x.residual, x.pending);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    enter_layer(i);
+    x = layers_[i]->forward_block(x.residual, x.pending);
+    x = {leave_layer(i, x.residual), leave_layer(i, x.pending)};
+  }
   return x.pending.defined() ? add_rms_norm(x.pending, x.residual, norm_, config_.rms_eps).out
                              : rms_norm(x.residual, norm_, config_.rms_eps);
 }

@@ -98,6 +98,7 @@ class Llama : public CausalLM {
   std::map<std::string, Tensor> lora_state_dict() const override;
   std::vector<std::string> lora_target_names() const override { return lora_targets(); }
   CausalLMShape shape() const override;
+  std::vector<std::vector<Tensor>> layer_parameters() const override;
   /// The shape of a Llama of these sizes, without building one.
   static CausalLMShape shape_of(const LlamaConfig& config);
   /// The target names add_lora takes, in layer order.

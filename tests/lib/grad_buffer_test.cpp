@@ -100,6 +100,34 @@ TEST(FlatLayoutTest, BucketsTileEachGroupBackwardsInEqualChunks) {
   EXPECT_FT_ERROR(static_cast<void>(unpadded.buckets(1024, 3)), "not a multiple");
 }
 
+// ZeRO-3's units (a layer each; -1 the rest): a unit's first tensor starts at a multiple of the
+// group multiple, and no bucket holds tensors of two units, whatever the bucket size.
+TEST(FlatLayoutTest, BucketsNeverMixUnits) {
+  Generator gen = test_generator();
+  std::vector<Tensor> tensors;
+  for (int64_t n : {1000, 3, 777, 64, 129, 300, 5}) tensors.push_back(random_tensor({n}, DType::F32, kCPU, gen));
+  const std::vector<int> units = {-1, 0, 0, 1, 1, 1, -1};
+  for (int world : {1, 2, 3, 4}) {
+    const int64_t unit = FlatLayout::kAlign * world;
+    const FlatLayout layout(tensors, std::vector<DType>(tensors.size(), DType::F32), unit, units);
+    for (size_t i : {size_t{1}, size_t{3}, size_t{6}}) EXPECT_EQ(layout.slot(i).offset % unit, 0) << "tensor " << i;
+    for (size_t i = 0; i < tensors.size(); ++i) EXPECT_EQ(layout.slot(i).unit, units[i]);
+    for (int64_t max_elements : {int64_t{1}, int64_t{300}, int64_t{1} << 20}) {
+      int64_t expected_end = layout.groups()[0].size;
+      for (const FlatLayout::Bucket& b : layout.buckets(max_elements, world)) {
+        EXPECT_EQ(b.end, expected_end);
+        EXPECT_EQ(b.size() % unit, 0);
+        ASSERT_FALSE(b.members.empty());
+        for (size_t i : b.members) EXPECT_EQ(units[i], b.unit) << "world " << world << ", bucket at " << b.begin;
+        expected_end = b.begin;
+      }
+      EXPECT_EQ(expected_end, 0);
+    }
+  }
+  EXPECT_FT_ERROR(FlatLayout(tensors, std::vector<DType>(tensors.size(), DType::F32), FlatLayout::kAlign, {0, 1}),
+                  "units");
+}
+
 // loss = Σ (x·W)∘(z·W) + Σ b∘(x·W): W is used by two products (a tied weight), b once.
 Tensor tied_loss(const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b) {
   const Tensor xw = matmul(x, w);

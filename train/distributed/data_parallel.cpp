@@ -27,6 +27,7 @@ DataParallel::DataParallel(Communicator& comm, Optimizer& optimizer, Options opt
   for (size_t i = 0; i < hooked_.size(); ++i)
     hook_ids_.push_back(add_grad_ready_hook(hooked_[i], [this, i] { parameter_ready(i); }));
   if (optimizer_.sharded()) optimizer_.store().set_shard_collectives(this);
+  if (optimizer_.store().shards_parameters()) gather_ = std::make_unique<ParameterGather>(comm_, optimizer_.store());
   if (optimizer_.store().shards_gradients()) {
     make_staging();
     return;
@@ -84,7 +85,10 @@ void DataParallel::broadcast_parameters(Module& model) {
   // model).
   const std::map<std::string, Tensor> state = optimizer_.sharded() ? optimizer_.step_counts() : optimizer_.state();
   for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
-  for (const auto& [name, tensor] : model.replicated_state_dict()) pending.push_back(comm_.broadcast(tensor, 0));
+  // ZeRO-3's layers exist only as shards, each rank's chunk of what it was built with: a binary
+  // broadcasts the model before building the optimizer (ft::cli::broadcast_model).
+  for (const auto& [name, tensor] : model.replicated_state_dict())
+    if (tensor.impl()->storage->owned) pending.push_back(comm_.broadcast(tensor, 0));
   for (auto& work : pending) work->wait();
   model_ = &model;
 }
@@ -94,6 +98,11 @@ void DataParallel::note(std::string event) {
 }
 
 void DataParallel::before_forward() { comm_.begin_timed_region(); }
+
+void DataParallel::end_step() {
+  if (gather_) gather_->reset();
+  comm_.step_enqueued();
+}
 
 void DataParallel::before_backward(bool last) {
   if (!last) return;
@@ -267,12 +276,20 @@ void check_same_as_rank0(Communicator& comm, const Tensor& mine_device, const st
 
 void DataParallel::check_replicas() {
   NoGradGuard no_grad;
-  const std::vector<Tensor>& replicas = optimizer_.store().replica_buffers();
-  for (size_t g = 0; g < replicas.size(); ++g)
-    check_same_as_rank0(comm_, replicas[g], "weights (group " + std::to_string(g) + ")");
-  // The model's own tensors too: tables trained outside the optimizer, buffers.
+  const ParameterStore& store = optimizer_.store();
+  if (store.shards_parameters()) {  // ZeRO-3: what every rank holds whole, the root's parameters
+    for (const ParameterStore::Run& run : store.runs())
+      if (run.unit < 0) check_same_as_rank0(comm_, run.home, "weights (outside the layers)");
+  } else {
+    const std::vector<Tensor>& replicas = store.replica_buffers();
+    for (size_t g = 0; g < replicas.size(); ++g)
+      check_same_as_rank0(comm_, replicas[g], "weights (group " + std::to_string(g) + ")");
+  }
+  // The model's own tensors too: tables trained outside the optimizer, buffers (not ZeRO-3's
+  // layers, each rank's only as a shard).
   if (model_)
-    for (const auto& [name, tensor] : model_->replicated_state_dict()) check_same_as_rank0(comm_, tensor, name);
+    for (const auto& [name, tensor] : model_->replicated_state_dict())
+      if (tensor.impl()->storage->owned) check_same_as_rank0(comm_, tensor, name);
 }
 
 }  // namespace ft

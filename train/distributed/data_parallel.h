@@ -24,6 +24,10 @@
 // waits for it); a gradient completed before its bucket's slot is free waits, unreleased, until
 // its bucket starts. The local gradients of earlier micro-batches accumulate in the parameters'
 // own gradients, as without ZeRO.
+//
+// ZeRO-3 (DataPartition::shard_params): the parameters too; each layer's are gathered around its
+// forward and backward by a ParameterGather (train/distributed/parameter_gather.h), which the
+// model calls (CausalLM::set_layer_gather(layer_gather())).
 #pragma once
 #include <functional>
 #include <memory>
@@ -34,6 +38,7 @@
 #include "layers/module.h"
 #include "optim/optimizer.h"
 #include "train/distributed/communicator.h"
+#include "train/distributed/parameter_gather.h"
 #include "train/loop/gradient_sync.h"
 
 namespace ft {
@@ -64,7 +69,8 @@ class DataParallel : public GradientSync, public ShardCollectives {
   void broadcast_parameters(Module& model);
   /// Every rank's weights (the optimizer's, and after broadcast_parameters every tensor of the
   /// model's replicated state dict: tables trained outside the optimizer, buffers) equal rank 0's, bit for
-  /// bit, or an ft::Error names the first element that differs.
+  /// bit, or an ft::Error names the first element that differs. (ZeRO-3: what the ranks hold
+  /// whole, the parameters outside the layers and the buffers.)
   void check_replicas();
   /// The tables' exchange for data parallelism with one id per bag (SparseRowUpdate::exchange):
   /// replicated_bag_exchange over this run's communicator (train/distributed/sharded_tables.h).
@@ -76,7 +82,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   int rank() const override { return comm_.rank(); }
   int world_size() const override { return comm_.world_size(); }
   void begin_step(int64_t step) override { comm_.set_step(step); }
-  void end_step() override { comm_.step_enqueued(); }
+  void end_step() override;
   /// Through a collective on the training device.
   double mean_over_ranks(double value) override;
   void average_over_ranks(const Tensor& value) override;
@@ -86,6 +92,8 @@ class DataParallel : public GradientSync, public ShardCollectives {
   void gather(const Tensor& chunk, const Tensor& whole) override;
 
   Communicator& comm() { return comm_; }
+  /// ZeRO-3: what the model calls around its layers (CausalLM::set_layer_gather); null otherwise.
+  LayerGather* layer_gather() { return gather_.get(); }
   /// With Options::trace: the last reducing backward's events in order: "ready <param>" when a
   /// parameter's gradient is complete, "start <bucket>" when a bucket's reduction starts,
   /// "backward done" when backward has returned.
@@ -132,6 +140,7 @@ class DataParallel : public GradientSync, public ShardCollectives {
   std::vector<bool> reached_;                     // parameter → its ready hook ran in this backward
   std::vector<Work*> bucket_work_;
   Module* model_ = nullptr;  // broadcast_parameters' model, which check_replicas compares too
+  std::unique_ptr<ParameterGather> gather_;  // ZeRO-3 only
 };
 
 }  // namespace ft

@@ -3,10 +3,10 @@
 #   each --recompute mode, against the 124M step (d12) of the same call: tok/s, MFU, peak memory.
 # llama: Llama-3.1-8B's shape with random weights (32 layers, width 4096, 32 query and 8 KV
 #   heads, MLP 14,336, vocabulary 128,256), B 1 a GPU, T $LARGE_SEQ (8192), on every GPU of the
-#   machine through scripts/launch.sh, with ZeRO-2 and selective recomputation; then PyTorch FSDP2
-#   (bench/peers/fsdp_llama.py: fully_shard, torch.compile, SDPA, torchtitan's selective
-#   activation checkpointing) under torchrun on the same GPUs: tok/s a GPU and the ratio; then
-#   ours with ZeRO-1 (every rank holding the whole f32 gradients).
+#   machine through scripts/launch.sh, with ZeRO-3, with selective recomputation and without;
+#   then PyTorch FSDP2 (bench/peers/fsdp_llama.py: fully_shard, torch.compile, SDPA) under
+#   torchrun on the same GPUs, with torchtitan's selective activation checkpointing and
+#   without: tok/s a GPU and the ratios.
 suite=${SUITE_ARG:-all}
 N=$(gpu_count)
 G=$B/examples/ft-gpt2
@@ -41,22 +41,35 @@ llama_ours() {
   FT_RUN_ID=large-$name MASTER_PORT=$port timeout 300 scripts/launch.sh $N $G --arch llama --model 8b \
     --train /tmp/shard.bin --batch 1 --seq $seq --log-every 1 --steps 12 "$@" >"$logs/llama8b-$name.log" 2>&1
   row "llama 8b on $N GPUs, B1 T$seq, $name: $(ours "$logs/llama8b-$name.log")"
-  grep -h 'memory a rank\|start-up' "$logs/llama8b-$name.log" | head -2 | sed 's/^/  /' >>"$summary"
+  grep -h 'memory a rank\|start-up\|in the last step' "$logs/llama8b-$name.log" | head -4 | sed 's/^/  /' >>"$summary"
+}
+
+# One run of the FSDP2 peer: name, then fsdp_llama.py's --ac.
+fsdp_peer() {
+  local name=$1 ac=$2
+  (cd bench/peers && timeout 420 torchrun --standalone --nproc_per_node $N fsdp_llama.py --seq $seq --ac $ac) \
+    >"$logs/fsdp-llama-$name.log" 2>&1 || tail -20 "$logs/fsdp-llama-$name.log"
+  row "PyTorch FSDP2 + compile, $name: $(grep -o 'RESULT.*' "$logs/fsdp-llama-$name.log" || echo "no result (see fsdp-llama-$name.log)")"
+}
+
+# "ours against the peer": tok/s a GPU of an ft-gpt2 log over a peer log's.
+ratio() {
+  local a b
+  a=$(result_value tok_per_s "$logs/llama8b-$1.log")
+  b=$(grep -o 'tok_per_s_per_gpu=[0-9]*' "$logs/fsdp-llama-$2.log" | cut -d= -f2)
+  row "llama 8b, ours ($1) against FSDP2 ($2): $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?" }')"
 }
 
 llama_large() {
   phase "llama 8b, ours"
-  llama_ours zero2-selective --zero 2 --recompute selective
+  llama_ours zero3-selective --zero 3 --recompute selective
+  llama_ours zero3-none --zero 3 --recompute none
   phase "llama 8b, FSDP2 peer"
-  (cd bench/peers && timeout 420 torchrun --standalone --nproc_per_node $N fsdp_llama.py --seq $seq --ac selective) \
-    >"$logs/fsdp-llama.log" 2>&1 || tail -20 "$logs/fsdp-llama.log"
-  row "PyTorch FSDP2 + compile + selective AC: $(grep -o 'RESULT.*' "$logs/fsdp-llama.log" || echo 'no result (see fsdp-llama.log)')"
-  local a b
-  a=$(result_value tok_per_s "$logs/llama8b-zero2-selective.log")
-  b=$(grep -o 'tok_per_s_per_gpu=[0-9]*' "$logs/fsdp-llama.log" | cut -d= -f2)
-  row "llama 8b, ours (ZeRO-2, selective) against FSDP2: $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "?" }')"
-  phase "llama 8b, ours with ZeRO-1"
-  llama_ours zero1-selective --zero 1 --recompute selective
+  fsdp_peer selective-ac selective
+  fsdp_peer no-ac none
+  ratio zero3-selective selective-ac
+  ratio zero3-none no-ac
+  ratio zero3-none selective-ac
 }
 
 case $suite in
