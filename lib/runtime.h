@@ -47,6 +47,11 @@ void reset_peak_memory();
 /// gives the memory the pools keep cached (the default pool's and CUDA graphs') back to the device,
 /// so that what runs next can use it.
 void release_cached_memory();
+/// Before capturing a CUDA graph (once per step shape): the default pool's cached blocks (the
+/// eager steps' freed activations) go back to the device, where the graph's own pool can take
+/// them, and the peak so far is set aside, so that peak_memory() counts the eager steps' peak or
+/// the replayed ones', whichever is larger, not both.
+void release_cached_memory_for_capture();
 /// The most device memory in use since the last reset_peak_memory() (or the start): the
 /// library's pool plus the memory CUDA graphs own (a replayed step's activations and gradients).
 size_t peak_memory();

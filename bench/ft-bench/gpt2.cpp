@@ -50,7 +50,8 @@ const char* dp_name(DpMode m) { return m == DpMode::None ? "" : m == DpMode::Pla
 /// The bench's model: gpt2-124M's shape, or Llama-3.2-1B's, with `layers` layers.
 std::unique_ptr<CausalLM> make_model(const Gpt2BenchOptions& o) {
   if (o.family == "llama") {
-    LlamaConfig config = LlamaConfig::llama_3_2_1b();
+    FT_CHECK(o.shape == "1b" || o.shape == "8b", "ft-bench llama: --shape must be 1b or 8b, got '", o.shape, "'");
+    LlamaConfig config = o.shape == "8b" ? LlamaConfig::llama_3_1_8b() : LlamaConfig::llama_3_2_1b();
     config.layers = o.layers;
     return std::make_unique<Llama>(config, 1234);
   }
@@ -113,13 +114,13 @@ Gpt2Result measure(const Gpt2BenchOptions& o, KernelMode mode, DpMode dp_mode = 
 /// the peers (bench/peers/gpt2_torch.py, lora_torch.py, llama_torch.py) name theirs.
 std::string plain_workload_name(const Gpt2BenchOptions& o) {
   const bool llama = o.family == "llama";
-  const std::string base = llama ? "llama-1b" : "gpt2-124M";
-  const bool own_shape = llama ? (o.batch == 4 && o.seq == 2048 && o.layers == 16)
+  const std::string base = llama ? "llama-" + o.shape : "gpt2-124M";
+  const bool own_shape = llama ? (o.shape == "1b" && o.batch == 4 && o.seq == 2048 && o.layers == 16)
                                : (o.batch == 16 && o.seq == 1024 && o.layers == 12);
   char shapes[96];
   std::snprintf(shapes, sizeof shapes, " B%lld T%lld L%lld", static_cast<long long>(o.batch),
                 static_cast<long long>(o.seq), static_cast<long long>(o.layers));
-  if (!o.lora) return own_shape ? base : (llama ? "llama-1b" : "gpt2") + std::string(shapes);
+  if (!o.lora) return own_shape ? base : (llama ? base : "gpt2") + std::string(shapes);
   const std::string lora_base = llama ? "lora-llama-1b" : "lora-gpt2";
   if (own_shape && o.lora->rank == 16 && o.lora->dropout == 0) return lora_base;
   std::string out = lora_base + shapes + " r" + std::to_string(o.lora->rank);
@@ -139,8 +140,9 @@ std::string workload_name(const Gpt2BenchOptions& o) {
 }  // namespace
 
 int run_gpt2_bench(const Gpt2BenchOptions& o, BenchReport& report) {
-  const char* const model_text = o.family == "llama" ? "Llama-3.2-1B shape, C=2048 NH=32 NKV=8 I=8192 V=128256 tied"
-                                                    : "C=768 NH=12 V=50304";
+  const char* const model_text = o.family != "llama" ? "C=768 NH=12 V=50304"
+                                 : o.shape == "8b"    ? "Llama-3.1-8B shape, C=4096 NH=32 NKV=8 I=14336 V=128256 untied"
+                                                      : "Llama-3.2-1B shape, C=2048 NH=32 NKV=8 I=8192 V=128256 tied";
   // RESULT lines: gpt2, lora (gpt2's LoRA, as before llama came), llama, lora-llama.
   const std::string result_name = o.lora ? (o.family == "llama" ? "lora-llama" : "lora") : o.family;
   std::printf("ft-bench %s: L=%lld %s, B=%lld T=%lld, bf16, AdamW + clip, %d steps after %d warm-up, on %s\n",

@@ -26,6 +26,9 @@ struct Gpt2BenchOptions {
   /// plain and ZeRO-1, against the same step without data parallelism.
   bool data_parallel = false;
   std::string recompute = "none";  // none, block or selective (lib/ops/recompute/recompute.h)
+  /// Llama only: "1b" (Llama-3.2-1B's widths) or "8b" (Llama-3.1-8B's: C 4096, MLP 14,336, untied),
+  /// each with `layers` layers.
+  std::string shape = "1b";
 };
 
 /// Adds each variant that ran ("fused", "unfused", "fused+dp", ...) under the workload's name:

@@ -175,6 +175,8 @@ int run_llama(int argc, char** argv) {
   args.flag("batch", "4", "sequences per step (B)");
   args.flag("seq", "2048", "tokens per sequence (T)");
   args.flag("layers", "16", "decoder layers (16 is Llama-3.2-1B)");
+  args.flag("shape", "1b", "1b: Llama-3.2-1B's widths; 8b: Llama-3.1-8B's (C 4096, MLP 14,336, untied head), with\n"
+                           "--layers of them (a one-GPU look at the 8B model's layers)");
   add_step_flags(args, "10", "3", "both", "0");
   args.flag("lora", "0", "1: LoRA fine-tuning steps (lora-llama-1b) instead of full training (llama-1b)");
   args.flag("recompute", "none", "none, block or selective: the layers' activations recomputed in backward (ft-gpt2's\n"
@@ -187,7 +189,8 @@ int run_llama(int argc, char** argv) {
   ft::bench::Gpt2BenchOptions options{.family = "llama", .batch = args.integer("batch", 1),
                                       .seq = args.integer("seq", 1), .layers = args.integer("layers", 1),
                                       .warmup = step.warmup, .steps = step.steps, .kernels = step.kernels,
-                                      .graph = step.graph, .recompute = args.str("recompute")};
+                                      .graph = step.graph, .recompute = args.str("recompute"),
+                                      .shape = args.str("shape")};
   if (args.integer("lora", 0) != 0) {
     options.lora = ft::LoRAConfig{.rank = args.integer("rank", 1), .alpha = args.number("alpha", 0)};
     options.lora->check();

@@ -26,6 +26,7 @@ bool capturing() { return false; }
 size_t device_memory_in_use() { return 0; }
 void reset_peak_memory() {}
 void release_cached_memory() {}
+void release_cached_memory_for_capture() {}
 size_t device_memory_total() { return 0; }
 size_t device_memory_free() { return 0; }
 size_t peak_memory() { return 0; }

@@ -2,6 +2,7 @@
 // statistics, page-locked host memory and copies between devices.
 #include "lib/cuda/runtime.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -31,7 +32,8 @@ size_t pool_attribute(cudaMemPoolAttr attr) {
 size_t device_memory_in_use() { return pool_attribute(cudaMemPoolAttrUsedMemCurrent); }
 namespace {
 // Memory that CUDA graphs allocate (GraphedStep's activations and gradients) comes from the
-// device's graph memory pool, not the default pool: the peak adds the two high-water marks.
+// device's graph memory pool, not the default pool: a replayed step's peak adds the two
+// high-water marks.
 size_t graph_memory_high() {
   int device = 0;
   FT_CUDA_CHECK(cudaGetDevice(&device));
@@ -39,14 +41,17 @@ size_t graph_memory_high() {
   FT_CUDA_CHECK(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh, &bytes));
   return static_cast<size_t>(bytes);
 }
+// The default pool's high-water mark before the last capture, which reset it (the eager steps').
+size_t peak_before_capture = 0;
 }  // namespace
 
 size_t peak_memory() {
   if (!cuda_available()) return 0;
-  return pool_attribute(cudaMemPoolAttrUsedMemHigh) + graph_memory_high();
+  return std::max(peak_before_capture, pool_attribute(cudaMemPoolAttrUsedMemHigh) + graph_memory_high());
 }
 void reset_peak_memory() {
   if (!cuda_available()) return;
+  peak_before_capture = 0;
   FT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));  // frees still queued count until they run
   uint64_t zero = 0;  // the driver resets the high-water mark to the current use
   FT_CUDA_CHECK(cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
@@ -79,6 +84,14 @@ void release_cached_memory() {
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGraphMemTrim(device);
   cudaMemPoolTrimTo(default_pool(), 0);
   cudaGetLastError();
+}
+
+void release_cached_memory_for_capture() {
+  if (!cuda_available()) return;
+  release_cached_memory();
+  peak_before_capture = std::max(peak_before_capture, pool_attribute(cudaMemPoolAttrUsedMemHigh));
+  uint64_t zero = 0;  // restarts at the current use
+  FT_CUDA_CHECK(cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
 }
 
 namespace cuda {

@@ -4,6 +4,7 @@
 
 #include "lib/error.h"
 #include "lib/ops/elementwise/elementwise.h"
+#include "lib/runtime.h"
 #include "optim/optimizer.h"
 
 namespace ft {
@@ -96,6 +97,7 @@ Tensor GraphedStep::run(const std::vector<Batch>& micro_batches, const std::vect
     return eager(fixed_, inputs);
   }
   if (!graph_) {
+    release_cached_memory_for_capture();
     try {
       graph_ = std::make_unique<CapturedGraph>([&] { loss_.copy_(step_(fixed_).detach()); }, &inputs);
     } catch (const Error& e) {
