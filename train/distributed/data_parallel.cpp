@@ -97,7 +97,13 @@ void DataParallel::note(std::string event) {
   if (options_.trace) trace_.push_back(std::move(event));
 }
 
-void DataParallel::before_forward() { comm_.begin_timed_region(); }
+void DataParallel::before_forward() {
+  // ZeRO-3: every step starts with no layer held, whatever ran between steps (an evaluation
+  // leaves layers in the slots): a captured step then gathers every layer it reads, and its
+  // replays never read a layer an earlier replay's update made stale.
+  if (gather_) gather_->reset();
+  comm_.begin_timed_region();
+}
 
 void DataParallel::end_step() {
   if (gather_) gather_->reset();

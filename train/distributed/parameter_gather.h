@@ -9,12 +9,12 @@
 // compute stream's work so far). Backward: an identity on each of layer i's outputs runs before
 // any of the layer's backward, waits for its gather and issues layer i - 1's. A slot's layer is
 // gathered again only when the slot held another or the parameters changed (ParameterStore's
-// generation, and every step's end: a replayed graph updates them unseen by the host), so the
-// last layer of a forward goes straight into its backward, and the first two layers of a
-// backward into the next micro-batch's forward.
+// generation, and every step's start and end: a replayed graph updates them unseen by the
+// host), so the last layer of a forward goes straight into its backward, and the first two
+// layers of a backward into the next micro-batch's forward.
 //
-// The host logic is the same every step, so the step stays capturable: the graph replays the
-// same collectives into the same slots. Recomputation (--recompute) needs nothing more: a layer
+// Every step starts with no layer held, so the host logic is the same every step and the step
+// stays capturable: the graph replays the same collectives into the same slots. Recomputation (--recompute) needs nothing more: a layer
 // is recomputed inside its backward, after the identity has gathered it.
 #pragma once
 #include <array>
@@ -37,7 +37,8 @@ class ParameterGather : public LayerGather {
   void before_layer(size_t layer) override;
   Tensor after_layer(size_t layer, const Tensor& output) override;
   /// Forget what the slots hold (their layers are gathered again when next used): at every
-  /// step's end, since a replayed step updates the parameters without the host seeing it.
+  /// step's start (DataParallel::before_forward) and end, since a replayed step updates the
+  /// parameters without the host seeing it.
   void reset();
   /// Bytes of the two slots.
   int64_t slot_bytes() const;

@@ -5,8 +5,8 @@
 // mode, two micro-batches a step and an evaluation (no-grad forward) between steps. (ZeRO-2 is
 // the reference because both leave backward's gradients in the parameters' dtype, bf16 on CUDA,
 // where the plain step's land in f32: DataParallelTest.ZeroTwoMatchesThePlainStep... compares
-// those.) The whole model reads back and loads through WholeParameters. The 2- and 4-process
-// equivalences are the dp_*_zero3 ctests.
+// those.) The whole model reads back and loads through WholeParameters; a captured step after an
+// evaluation gathers every layer. The 2- and 4-process equivalences are the dp_*_zero3 ctests.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -21,6 +21,7 @@
 #include "tests/lib/test_util.h"
 #include "tests/train/distributed/one_rank.h"
 #include "train/distributed/data_parallel.h"
+#include "train/loop/graphed_step.h"
 
 namespace ft {
 namespace {
@@ -136,6 +137,57 @@ TEST_P(ZeroThreeTest, TrainsLikeZeroTwoWithEachLayerGatheredInTurn) {
   const Tokens probe = random_tokens(rng, device());
   NoGradGuard no_grad;
   EXPECT_EQ(other.loss(probe.ids, probe.targets).item(), sharded.loss(probe.ids, probe.targets).item());
+}
+
+// A captured step (GraphedStep: two eager steps, then the capture, then replays) after an
+// evaluation, on two layers: the evaluation leaves both layers in the slots, and a capture that
+// took them as gathered would replay them stale after each update. Losses and evaluations equal
+// ZeRO-2's, graphed the same way, bit for bit.
+TEST(ZeroThreeGraphTest, CapturedStepsAfterAnEvaluationGatherEveryLayer) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  LlamaConfig config = four_layers();
+  config.layers = 2;
+  Llama reference(config, 7), sharded(config, 7);
+  for (Llama* m : {&reference, &sharded}) m->to(kCUDA, DType::BF16);
+  AdamW reference_optimizer(reference.parameters(),
+                            AdamW::Options{.lr = 1e-2, .partition = DataPartition{.shard_state = true,
+                                                                                  .shard_grads = true}});
+  AdamW zero_optimizer(sharded.parameters(),
+                       AdamW::Options{.lr = 1e-2, .partition = DataPartition{.shard_state = true,
+                                                                            .shard_grads = true,
+                                                                            .shard_params = true,
+                                                                            .units = sharded.layer_parameters()}});
+  OneRank rank(kCUDA), reference_rank(kCUDA);
+  DataParallel dp(*rank.comm, zero_optimizer, DataParallel::Options{});
+  DataParallel reference_dp(*reference_rank.comm, reference_optimizer, DataParallel::Options{});
+  sharded.set_layer_gather(dp.layer_gather());
+  const LossFn loss = [](Module& m, const Batch& b) {
+    return dynamic_cast<Llama&>(m).loss(b.at("inputs"), b.at("targets"));
+  };
+  GraphedStep reference_step(training_step(reference, reference_optimizer, loss, {}, &reference_dp));
+  GraphedStep zero_step(training_step(sharded, zero_optimizer, loss, {}, &dp));
+  std::mt19937 rng(5);
+  for (int step = 1; step <= 5; ++step) {
+    const Tokens t = random_tokens(rng, kCUDA), held_out = random_tokens(rng, kCUDA);
+    Batch batch;
+    batch.set("inputs", t.ids);
+    batch.set("targets", t.targets);
+    double losses[2], evaluations[2];
+    int k = 0;
+    for (auto [model, graphed, sync] : {std::tuple<Llama*, GraphedStep*, DataParallel*>{&reference, &reference_step, &reference_dp},
+                                        {&sharded, &zero_step, &dp}}) {
+      sync->begin_step(step);
+      losses[k] = graphed->run({batch}).item();
+      sync->end_step();
+      // Evaluated before the capture and at the end only: an evaluation between two replays
+      // would gather the layers afresh into the slots the graph reads.
+      NoGradGuard no_grad;
+      evaluations[k++] = step == 2 || step == 5 ? model->loss(held_out.ids, held_out.targets).item() : 0.0;
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "step " << step;
+    EXPECT_EQ(evaluations[0], evaluations[1]) << "after step " << step;
+  }
+  EXPECT_TRUE(zero_step.replaying());
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<Device, Recompute>>& info) {
