@@ -18,15 +18,15 @@ ParameterGather::ParameterGather(Communicator& comm, ParameterStore& store) : co
   generation_ = store.generation();
 }
 
-int64_t ParameterGather::slot_bytes() const { return static_cast<int64_t>(slots_[0].nbytes() * slots_.size()); }
+void ParameterGather::empty_slot(size_t s) {
+  for (auto& work : in_flight_[s]) work->wait();  // a gathering never used: done before the slot is refilled
+  in_flight_[s].clear();
+  if (holder_[s] >= 0) store_.place_run(store_.run_of_unit(static_cast<size_t>(holder_[s])), Tensor());
+  holder_[s] = -1;
+}
 
 void ParameterGather::reset() {
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    for (auto& work : in_flight_[s]) work->wait();
-    in_flight_[s].clear();
-    if (holder_[s] >= 0) store_.place_run(store_.run_of_unit(static_cast<size_t>(holder_[s])), Tensor());
-    holder_[s] = -1;
-  }
+  for (size_t s = 0; s < slots_.size(); ++s) empty_slot(s);
 }
 
 void ParameterGather::prefetch(size_t layer) {
@@ -36,9 +36,7 @@ void ParameterGather::prefetch(size_t layer) {
   }
   const size_t s = layer % slots_.size();
   if (holder_[s] == static_cast<int64_t>(layer)) return;
-  for (auto& work : in_flight_[s]) work->wait();  // a gathering never used: done before the slot is refilled
-  in_flight_[s].clear();
-  if (holder_[s] >= 0) store_.place_run(store_.run_of_unit(static_cast<size_t>(holder_[s])), Tensor());
+  empty_slot(s);
   const size_t r = store_.run_of_unit(layer);
   const ParameterStore::Run& run = store_.runs()[r];
   const Tensor region = slots_[s].narrow(0, 0, run.size());

@@ -40,10 +40,10 @@ class ParameterGather : public LayerGather {
   /// step's start (DataParallel::before_forward) and end, since a replayed step updates the
   /// parameters without the host seeing it.
   void reset();
-  /// Bytes of the two slots.
-  int64_t slot_bytes() const;
 
  private:
+  /// Slot s holds nothing: its gathering waited for, its layer's parameters pointed nowhere.
+  void empty_slot(size_t s);
   /// Layer `layer` gathered in its slot, with the compute stream ordered after the gathering.
   void ensure(size_t layer);
   /// Layer `layer`'s gathering issued (not waited for), unless its slot holds it already.
