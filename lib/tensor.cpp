@@ -111,7 +111,7 @@ void* Tensor::data_ptr() const {
   FT_CHECK(impl_, "data of an undefined tensor");
   // Lent storage without data: a ZeRO-3 parameter read while its layer is not gathered.
   FT_CHECK(impl_->storage->data || impl_->storage->bytes == 0, "data of a tensor whose storage is not there: a ZeRO-3 ",
-           "parameter outside its layer's gathering (read the model inside DataParallel::whole_parameters())");
+           "parameter outside its layer's gathering (read the whole model inside a WholeParameters scope)");
   return static_cast<char*>(impl_->storage->data) + impl_->byte_offset;
 }
 bool Tensor::shares_storage(const Tensor& other) const {

@@ -240,10 +240,7 @@ std::vector<Tensor> ParameterStore::gather_whole(bool gather) {
     const Run& run = runs_[r];
     if (run.unit < 0) continue;
     wholes[r] = Tensor::zeros({run.size()}, value_chunk(run.buckets.front()).dtype(), run.storage->device);
-    if (gather)
-      for (size_t b : run.buckets)
-        collectives("gathers the parameters").gather(value_chunk(b), wholes[r].narrow(0, buckets_[b].begin - run.begin,
-                                                                                        buckets_[b].size()));
+    if (gather) gather_run(run, wholes[r]);
     place_run(r, wholes[r]);
   }
   return wholes;
@@ -325,12 +322,17 @@ void ParameterStore::gather_parameters() {
     return;
   }
   // ZeRO-3: the root's runs only; each layer is gathered where it is used.
-  for (const Run& run : runs_) {
-    if (run.unit >= 0) continue;
-    for (size_t b : run.buckets)
-      collectives("gathers the parameters")
-          .gather(value_chunk(b), run.home.narrow(0, buckets_[b].begin - run.begin, buckets_[b].size()));
-  }
+  for (const Run& run : runs_)
+    if (run.unit < 0) gather_run(run, run.home);
+}
+
+Tensor ParameterStore::bucket_in_run(size_t b, const Run& run, const Tensor& whole) const {
+  const FlatLayout::Bucket& bucket = buckets_.at(b);
+  return whole.narrow(0, bucket.begin - run.begin, bucket.size());
+}
+
+void ParameterStore::gather_run(const Run& run, const Tensor& whole) const {
+  for (size_t b : run.buckets) collectives("gathers the parameters").gather(value_chunk(b), bucket_in_run(b, run, whole));
 }
 
 void ParameterStore::load_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const {

@@ -111,6 +111,9 @@ class ParameterStore {
   Tensor value_chunk(size_t b) const;
   /// ZeRO-3: run r's parameters now live in `whole` ([run size] of their dtype; undefined: nowhere).
   void place_run(size_t r, const Tensor& whole) const;
+  /// ZeRO-3: bucket b's part of `whole`, a buffer holding its run (b one of run.buckets): where
+  /// the bucket's all-gather writes.
+  Tensor bucket_in_run(size_t b, const Run& run, const Tensor& whole) const;
   /// Counts the updates of the parameters' values (each step, a load): a gathered copy made
   /// before the count last changed is stale.
   uint64_t generation() const { return generation_; }
@@ -166,6 +169,8 @@ class ParameterStore {
   /// ZeRO-3: fills the value shards and masters from the parameters, then moves each parameter
   /// into its run.
   void make_runs();
+  /// ZeRO-3: every bucket of `run` gathered into `whole`, in stream order (a collective).
+  void gather_run(const Run& run, const Tensor& whole) const;
   /// Every bucket's chunks of `whole` (a buffer per group; undefined: skipped) gathered from
   /// every rank, in place.
   void gather_chunks(const std::vector<Tensor>& whole, const char* what) const;

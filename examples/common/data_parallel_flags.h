@@ -102,10 +102,7 @@ inline const char* zero_name(const ParameterStore& store) {
 /// ZeRO-3, before building the optimizer (which keeps only this rank's chunk of each parameter):
 /// every rank takes rank 0's model, which DataParallel::broadcast_parameters cannot send later.
 inline void broadcast_model(const DataParallelRun& run, Module& model) {
-  if (!run.comm) return;
-  std::vector<std::unique_ptr<Work>> pending;
-  for (const auto& [name, tensor] : model.replicated_state_dict()) pending.push_back(run.comm->broadcast(tensor, 0));
-  for (auto& work : pending) work->wait();
+  if (run.comm) ft::broadcast_model(*run.comm, model);
 }
 
 /// After the optimizer (built with run.partition) and any checkpoint are loaded: the run's

@@ -85,12 +85,17 @@ void DataParallel::broadcast_parameters(Module& model) {
   // model).
   const std::map<std::string, Tensor> state = optimizer_.sharded() ? optimizer_.step_counts() : optimizer_.state();
   for (const auto& [name, tensor] : state) pending.push_back(comm_.broadcast(tensor, 0));
-  // ZeRO-3's layers exist only as shards, each rank's chunk of what it was built with: a binary
-  // broadcasts the model before building the optimizer (ft::cli::broadcast_model).
-  for (const auto& [name, tensor] : model.replicated_state_dict())
-    if (tensor.impl()->storage->owned) pending.push_back(comm_.broadcast(tensor, 0));
   for (auto& work : pending) work->wait();
+  broadcast_model(comm_, model);
   model_ = &model;
+}
+
+void broadcast_model(Communicator& comm, const Module& model) {
+  NoGradGuard no_grad;
+  std::vector<std::unique_ptr<Work>> pending;
+  for (const auto& [name, tensor] : model.replicated_state_dict())
+    if (tensor.impl()->storage->owned) pending.push_back(comm.broadcast(tensor, 0));
+  for (auto& work : pending) work->wait();
 }
 
 void DataParallel::note(std::string event) {

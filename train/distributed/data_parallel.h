@@ -43,6 +43,12 @@
 
 namespace ft {
 
+/// Every rank takes rank 0's values of the model's replicated tensors (Module::replicated_state_dict:
+/// parameters, frozen ones, buffers), except ZeRO-3's layer parameters, which exist only as each
+/// rank's shard (lent storage): a ZeRO-3 run calls it before building its optimizer, while the
+/// model is whole.
+void broadcast_model(Communicator& comm, const Module& model);
+
 class DataParallel : public GradientSync, public ShardCollectives {
  public:
   struct Options {

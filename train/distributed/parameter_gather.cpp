@@ -41,11 +41,8 @@ void ParameterGather::prefetch(size_t layer) {
   const ParameterStore::Run& run = store_.runs()[r];
   const Tensor region = slots_[s].narrow(0, 0, run.size());
   const Communicator::TimingLabel label(comm_, "ZeRO-3 parameter gathering");
-  for (size_t b : run.buckets) {
-    const FlatLayout::Bucket& bucket = store_.buckets()[b];
-    const Tensor into = region.narrow(0, bucket.begin - run.begin, bucket.size());
-    in_flight_[s].push_back(comm_.all_gather(store_.value_chunk(b), into));
-  }
+  for (size_t b : run.buckets)
+    in_flight_[s].push_back(comm_.all_gather(store_.value_chunk(b), store_.bucket_in_run(b, run, region)));
   store_.place_run(r, region);
   holder_[s] = static_cast<int64_t>(layer);
 }
