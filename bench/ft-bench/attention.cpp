@@ -1,12 +1,14 @@
 #include "bench/ft-bench/attention.h"
 
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "bench/ft-bench/graph_timer.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/attention/attention.h"
+#include "lib/ops/rope/rope.h"
 
 namespace ft::bench {
 
@@ -92,6 +94,53 @@ void attention_table(const OpsBenchOptions& options, BenchReport& report) {
     for (size_t i = 0; i < variants.size(); ++i)
       report.add("attention HS" + std::to_string(c.head_size), variants[i].report, total_ms[i],
                  {{"graph", 1}, {"forward_ms", fwd_ms[i]}});
+    std::fflush(stdout);
+  }
+}
+
+void grouped_rope_table(const OpsBenchOptions& options, BenchReport& report) {
+  struct Case {
+    int64_t batch, heads, kv_heads, tokens, head_size;
+  };
+  const Case cases[] = {{4, 32, 8, 2048, 64}, {1, 32, 8, 4096, 128}};
+  const RopeConfig llama3{.theta = 500000.0, .factor = 8.0};
+  KernelModeGuard fused(KernelMode::Fused);
+  std::printf("\n%-30s %-18s %9s %9s %9s\n", "gqa+rope, fused (graph ms)", "variant", "fwd", "fwd+bwd", "bwd");
+  for (const Case& c : cases) {
+    Generator gen(9);
+    auto leaf = [&](int64_t heads) {
+      Tensor t = Tensor::randn({c.batch, c.tokens, heads * c.head_size}, gen, DType::BF16, kCUDA);
+      t.requires_grad_();
+      return t;
+    };
+    const Tensor q = leaf(c.heads), k = leaf(c.kv_heads), v = leaf(c.kv_heads);
+    const Tensor dy = Tensor::randn(q.shape(), gen, DType::BF16, kCUDA);
+    struct Variant {
+      const char* name;
+      std::optional<RopeConfig> rope;
+    };
+    const Variant variants[] = {{"rope", llama3}, {"no rope", std::nullopt}};
+    rope(q.detach().reshape({c.batch, c.tokens, c.heads, c.head_size}), llama3);  // the tables, before a capture
+    char name[64];
+    std::snprintf(name, sizeof name, "B%lld T%lld NH%lld/%lld HS%lld", static_cast<long long>(c.batch),
+                  static_cast<long long>(c.tokens), static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads),
+                  static_cast<long long>(c.head_size));
+    for (const Variant& variant : variants) {
+      auto run = [&] { return grouped_query_attention(q, k, v, c.heads, c.kv_heads, true, variant.rope); };
+      const Timing fwd = time_device_work(
+          [&] {
+            NoGradGuard no_grad;
+            run();
+          },
+          options.warmup, options.iterations);
+      const Timing total = time_device_work([&] { gradients(run(), dy, {q, k, v}); }, options.warmup, options.iterations);
+      std::printf("%-30s %-18s %9.3f %9.3f %9.3f\n", &variant == variants ? name : "", variant.name, fwd.graph_ms,
+                  total.graph_ms, total.graph_ms - fwd.graph_ms);
+      std::printf("RESULT gqa_rope=HS%lld variant=%s fwd_ms=%.4f total_ms=%.4f\n", static_cast<long long>(c.head_size),
+                  variant.name, fwd.graph_ms, total.graph_ms);
+      report.add("gqa+rope HS" + std::to_string(c.head_size), variant.name, total.graph_ms,
+                 {{"graph", 1}, {"forward_ms", fwd.graph_ms}});
+    }
     std::fflush(stdout);
   }
 }

@@ -10,4 +10,10 @@ namespace ft::bench {
 /// Each head size's forward+backward medians go to `report` as "attention HS<n>".
 void attention_table(const OpsBenchOptions& options, BenchReport& report);
 
+/// Grouped-query attention at Llama's shapes (Llama-3.2-1B's B 4, T 2048, 32/8 heads of 64; the
+/// 8B's 32/8 heads of 128 at B 1, T 4096), fused, forward and forward+backward, with RoPE (the
+/// rope kernel on Q and K first) and without: what RoPE costs the attention. Each variant's
+/// forward+backward median goes to `report` as "gqa+rope HS<n>".
+void grouped_rope_table(const OpsBenchOptions& options, BenchReport& report);
+
 }  // namespace ft::bench

@@ -7,10 +7,6 @@
 
 namespace ft::bench {
 
-/// The memory ceiling every "% of peak" is taken against: the measured device-to-device copy
-/// bandwidth of the H100, 3.0 TB/s (docs/history/performance-log.md); an H200 copies faster (issue 52).
-constexpr double kCeilingBytesPerS = 3.0e12;
-
 struct Timing {
   double eager_ms = 0;  // median over iterations
   double graph_ms = 0;  // median over replays; 0 when capture failed

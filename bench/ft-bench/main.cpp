@@ -90,7 +90,8 @@ std::optional<ft::bench::BenchReport> parse_and_open(ft::cli::Args& args, int ar
 
 int run_ops(int argc, char** argv) {
   ft::cli::Args args("ft-bench ops", "Times each memory-bound fused op (forward + backward) on GPT-2 shapes in both\n"
-                                     "kernel modes, and prints bandwidth against the 3.0 TB/s ceiling.");
+                                     "kernel modes, and prints bandwidth against the device's copy bandwidth, measured first\n"
+                                     "(a device-to-device copy of 1 GiB, read and write counted).");
   args.flag("rows", "16384", "rows N (B·T)");
   args.flag("channels", "768", "channels C");
   args.flag("vocab", "50304", "vocabulary V for cross-entropy");
@@ -99,7 +100,8 @@ int run_ops(int argc, char** argv) {
   args.flag("batched", "10", "also time each fused op as this many calls in one graph, per call: its cost inside a\n"
                              "training step's graph, without one replay's launch and ramps (1: not)");
   args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention',\n"
-                        "'lora' or 'dlrm' (the embedding bag and interaction at dlrm-kaggle shapes) for that table alone");
+                        "'gqa' (grouped-query attention with RoPE at Llama's shapes), 'lora' or 'dlrm' (the embedding\n"
+                        "bag and interaction at dlrm-kaggle shapes) for that table alone");
   ft::cli::add_gemm_tuning_flag(args);  // the linear, LoRA and DLRM tables run products
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
   if (!report) return 0;

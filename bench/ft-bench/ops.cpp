@@ -1,7 +1,7 @@
 // ft-bench ops: each memory-bound fused op, forward + backward, on the GPT-2 shapes of
 // docs/workloads.md, in both kernel modes. Prints the median time, the achieved bandwidth on the
-// fewest bytes the measured work must move, its share of the 3.0 TB/s ceiling, and the
-// fused/unfused ratio. Gradients are taken as torch.autograd.grad takes them (ft::gradients),
+// fewest bytes the measured work must move, its share of the device's measured copy bandwidth
+// (bandwidth.h, printed first), and the fused/unfused ratio. Gradients are taken as torch.autograd.grad takes them (ft::gradients),
 // so the time is the op's own: no copy of a gradient into a leaf's .grad().
 #include "bench/ft-bench/ops.h"
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/ft-bench/attention.h"
+#include "bench/ft-bench/bandwidth.h"
 #include "bench/ft-bench/dlrm.h"
 #include "bench/ft-bench/graph_timer.h"
 #include "bench/ft-bench/lora_ops.h"
@@ -136,6 +137,10 @@ int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
   std::printf("ft-bench ops: N=%lld rows, C=%lld, V=%lld, bf16, forward+backward, %d iterations after %d warm-up\n",
               static_cast<long long>(options.rows), static_cast<long long>(options.channels),
               static_cast<long long>(options.vocab), options.iterations, options.warmup);
+  // The ceiling of every "% peak" below (and of the adamw and dlrm tables).
+  std::printf("memory ceiling: a device-to-device copy of 1 GiB runs at %.0f GB/s (read and write counted)\n",
+              copy_bandwidth() / 1e9);
+  std::printf("RESULT copy_bandwidth_gbps=%.1f\n", copy_bandwidth() / 1e9);
   struct Row {
     std::string name, note;
     double bytes;
@@ -161,7 +166,7 @@ int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
     const double fused_ms = r.t[1].graph_ms, unfused_ms = r.t[0].graph_ms;
     const double gbps = fused_ms > 0 ? r.bytes / (fused_ms * 1e-3) / 1e9 : 0.0;
     std::printf("%-24s %10.1f %10.3f %10.3f %10.3f %9.0f %7.1f%% %8.2fx\n", r.name.c_str(), r.bytes / 1e6, unfused_ms,
-                fused_ms, r.t[1].eager_ms, gbps, 100.0 * gbps * 1e9 / kCeilingBytesPerS,
+                fused_ms, r.t[1].eager_ms, gbps, percent_of_copy(gbps * 1e9),
                 fused_ms > 0 ? unfused_ms / fused_ms : 0.0);
   }
   if (options.batched > 1) {
@@ -172,7 +177,7 @@ int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
     for (const Row& r : rows) {
       const double ms = r.t[1].batched_graph_ms;
       const double gbps = ms > 0 ? r.bytes / (ms * 1e-3) / 1e9 : 0.0;
-      std::printf("%-24s %12.4f %9.0f %7.1f%%\n", r.name.c_str(), ms, gbps, 100.0 * gbps * 1e9 / kCeilingBytesPerS);
+      std::printf("%-24s %12.4f %9.0f %7.1f%%\n", r.name.c_str(), ms, gbps, percent_of_copy(gbps * 1e9));
     }
   }
   std::printf("\nbytes counted:\n");
@@ -181,6 +186,8 @@ int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
     linear_strategy_table(options);
   if (options.only.empty() || std::string("attention").find(options.only) != std::string::npos)
     attention_table(options, report);
+  if (options.only.empty() || std::string("gqa rope").find(options.only) != std::string::npos)
+    grouped_rope_table(options, report);
   if (options.only.empty() || std::string("lora").find(options.only) != std::string::npos) lora_table(options);
   if (options.only.empty() || std::string("embedding_bag dlrm").find(options.only) != std::string::npos)
     dlrm_ops_table({.warmup = options.warmup, .steps = options.iterations});

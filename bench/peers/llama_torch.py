@@ -9,6 +9,9 @@ vocabulary 128,256, tied, RoPE theta 500,000 with Llama 3's scaling) on random t
   AdamW after clipping at 1.0; the forward under bf16 autocast.
 
 The model's forward and the mean cross-entropy run torch.compile'd (--mode compile) or eager.
+--attention sdpa (the default) runs transformers' SDPA attention, one flash kernel; --attention
+eager its matmul, softmax and matmul, the same ops as ft's unfused mode runs, which is the peer
+that mode is measured against.
 Each step is timed with CUDA events after a warm-up; prints a RESULT line with the median ms,
 tok/s, MFU (ft's count: 4 FLOPs a parameter a token, 2 more a trainable one, and the attention's
 6·L·NH·HS·T) and the peak memory of the timed steps; --json writes them for ft-bench --peers.
@@ -28,14 +31,14 @@ from timing import time_steps
 VOCAB = 128256
 
 
-def llama_1b_config(layers):
+def llama_1b_config(layers, attention="sdpa"):
     from transformers import LlamaConfig
     return LlamaConfig(vocab_size=VOCAB, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
                        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072,
                        rms_norm_eps=1e-5, rope_theta=500000.0,
                        rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                          original_max_position_embeddings=8192),
-                       tie_word_embeddings=True, attn_implementation="sdpa", use_cache=False)
+                       tie_word_embeddings=True, attn_implementation=attention, use_cache=False)
 
 
 def workload(a):
@@ -49,7 +52,7 @@ def workload(a):
 def build(a):
     from transformers import LlamaForCausalLM
     torch.manual_seed(0)
-    model = LlamaForCausalLM(llama_1b_config(a.layers))
+    model = LlamaForCausalLM(llama_1b_config(a.layers, a.attention))
     if not a.lora:
         model = model.cuda()
         decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -75,6 +78,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps (torch.compile compiles in the first)")
     ap.add_argument("--mode", default="compile", choices=["compile", "eager"])
+    ap.add_argument("--attention", default="sdpa", choices=["sdpa", "eager"],
+                    help="transformers' attention: SDPA, or eager (matmul, softmax, matmul: the ops ft's unfused "
+                         "mode runs)")
     ap.add_argument("--lora", type=int, default=0, help="1: LoRA fine-tuning through PEFT (lora-llama-1b)")
     ap.add_argument("--rank", type=int, default=16)
     add_json_argument(ap)
@@ -111,10 +117,11 @@ def main():
     mfu = flops * tok_per_s / 989e12
     peak_gb = torch.cuda.max_memory_allocated() / 1e9
     name = "lora-llama" if a.lora else "llama"
-    print(f"RESULT {name} torch={a.mode} ms={ms:.3f} tok_per_s={tok_per_s:.0f} mfu={mfu:.4f} "
+    torch_run = a.mode + ("" if a.attention == "sdpa" else "-attention-eager")
+    print(f"RESULT {name} torch={torch_run} ms={ms:.3f} tok_per_s={tok_per_s:.0f} mfu={mfu:.4f} "
           f"peak_gb={peak_gb:.3f} loss={loss.item():.4f} params={n} trained={trained}", flush=True)
     if a.json:
-        write_results(a.json, device_name(), [{"workload": workload(a), "variant": f"torch {a.mode}" +
+        write_results(a.json, device_name(), [{"workload": workload(a), "variant": f"torch {torch_run}" +
                                                (" peft" if a.lora else ""), "ms": ms, "tok_per_s": tok_per_s,
                                                "peak_gb": peak_gb}])
 

@@ -71,12 +71,9 @@ void LlamaDecoderLayer::add_lora(const LoRAConfig& config, const std::vector<std
 }
 
 Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
-  const int64_t b = normed.size(0), t = normed.size(1), hs = config_.head_size();
-  auto rotated = [&](const std::shared_ptr<Module>& proj, int64_t heads) {
-    return rope(proj->forward(normed).reshape({b, t, heads, hs}), config_.rope).reshape({b, t, heads * hs});
-  };
-  return grouped_query_attention(rotated(q_proj_, config_.heads), rotated(k_proj_, config_.kv_heads),
-                                 v_proj_->forward(normed), config_.heads, config_.kv_heads, /*causal=*/true);
+  // The attention op turns q and k by RoPE first.
+  return grouped_query_attention(q_proj_->forward(normed), k_proj_->forward(normed), v_proj_->forward(normed),
+                                 config_.heads, config_.kv_heads, /*causal=*/true, config_.rope);
 }
 
 LlamaDecoderLayer::Output LlamaDecoderLayer::forward_block(const Tensor& residual, const Tensor& pending) {

@@ -6,7 +6,7 @@
 //
 // The residual adds run inside the RMSNorms' kernels (add_rms_norm); the attention reads the
 // projections' outputs in place, each key/value head once for its query group
-// (grouped_query_attention). RoPE is still its own op over Q and K (docs/design-notes.md).
+// (grouped_query_attention), which turns Q and K by RoPE first (the rope op's kernel).
 //
 // B: batch, T: tokens, C: hidden size, NH: query heads, NKV: key/value heads, HS: head size,
 // I: the MLP's width, V: vocabulary.

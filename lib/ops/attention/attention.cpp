@@ -50,6 +50,13 @@ Tensor repeat_groups(const Tensor& x, int64_t group) {
   return cat(std::vector<Tensor>(static_cast<size_t>(group), one), 2).reshape({b, kv * group, t, hs});
 }
 
+/// x [B, T, H·HS] through a RoPE op (rope or rope_composite) on its [B, T, H, HS] view.
+Tensor turned_heads(const Tensor& x, int64_t heads, const RopeConfig& config,
+                    Tensor (*rope_op)(const Tensor&, const RopeConfig&)) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  return rope_op(x.reshape({b, t, heads, c / heads}), config).reshape({b, t, c});
+}
+
 void check_grouped_inputs(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads) {
   check_defined(q, "grouped_query_attention", "q");
   check_defined(k, "grouped_query_attention", "k");
@@ -162,16 +169,25 @@ Tensor qkv_attention(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   return attention_qkv(linear(x, weight, bias), heads, causal, dropout_p, seed, offset);
 }
 
-Tensor grouped_query_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
-                                         int64_t kv_heads, bool causal) {
+Tensor grouped_query_attention_composite(const Tensor& q_in, const Tensor& k_in, const Tensor& v, int64_t heads,
+                                         int64_t kv_heads, bool causal, const std::optional<RopeConfig>& rope) {
   const int64_t group = heads / kv_heads;
+  const Tensor q = rope ? turned_heads(q_in, heads, *rope, rope_composite) : q_in;
+  const Tensor k = rope ? turned_heads(k_in, kv_heads, *rope, rope_composite) : k_in;
   return merge_heads(attention_composite(split_heads(q, heads), repeat_groups(split_heads(k, kv_heads), group),
                                         repeat_groups(split_heads(v, kv_heads), group), causal, 0.0, 0, Tensor()));
 }
 
 Tensor grouped_query_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads,
-                               bool causal) {
+                               bool causal, const std::optional<RopeConfig>& rope) {
   check_grouped_inputs(q, k, v, heads, kv_heads);
+  if (rope) {  // RoPE is its own op first (its kernel where it has one), then the attention
+    FT_CHECK(q.size(2) / heads % 2 == 0, "grouped_query_attention: RoPE needs an even head size, got ",
+             q.size(2) / heads);
+    check_rope_config(*rope);
+    return grouped_query_attention(turned_heads(q, heads, *rope, ft::rope), turned_heads(k, kv_heads, *rope, ft::rope),
+                                   v, heads, kv_heads, causal);
+  }
   const int64_t b = q.size(0), t = q.size(1), hs = q.size(2) / heads;
   if constexpr (kCudaBuild) {
     if (use_fused(q) && q.dtype() == DType::BF16 && q.numel() > 0 && cuda::attention_supported(hs)) {

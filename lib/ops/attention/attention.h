@@ -18,6 +18,9 @@
 // cast, matmul, as separate primitive ops, the way eager frameworks run attention; every other case
 // (CPU, f32, f64, other head sizes, KernelMode::Unfused) runs it.
 #pragma once
+#include <optional>
+
+#include "lib/ops/rope/rope.h"
 #include "lib/tensor.h"
 
 namespace ft {
@@ -48,16 +51,21 @@ Tensor qkv_attention_composite(const Tensor& x, const Tensor& weight, const Tens
 
 /// Grouped-query attention as Llama runs it, straight on the projections' outputs: q [B, T, NH·HS],
 /// k and v [B, T, NKV·HS], NKV dividing NH (query head h reads key/value head h / (NH / NKV));
-/// result [B, T, NH·HS], the heads side by side for the output projection. No dropout.
+/// result [B, T, NH·HS], the heads side by side for the output projection. No dropout. With
+/// `rope`, q and k are first turned by rotary position embeddings (lib/ops/rope/rope.h): the
+/// result is that of q and k each through rope.
 /// Fused (bf16 on CUDA, HS 64 or 128): the flash kernels read q, k and v where the projections
 /// wrote them and write the result in place; each key/value head is read for its whole group,
 /// nothing repeated in memory, and the backward adds a group's dK and dV in registers
-/// (lib/ops/attention/attention_backward.cu). Twin: the heads split by transposes, k and v
-/// repeated for their groups (cat), attention_composite, the heads merged.
+/// (lib/ops/attention/attention_backward.cu). With `rope`, the rope op turns q and k first (its
+/// kernel: one pass over each, each way). Turning them inside the flash kernels' loads was built
+/// and measured slower (docs/design-notes.md). Twin: rope_composite on q and k, the heads split
+/// by transposes, k and v repeated for their groups (cat), attention_composite, the heads merged.
 Tensor grouped_query_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, int64_t kv_heads,
-                               bool causal);
+                               bool causal, const std::optional<RopeConfig>& rope = std::nullopt);
 Tensor grouped_query_attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
-                                         int64_t kv_heads, bool causal);
+                                         int64_t kv_heads, bool causal,
+                                         const std::optional<RopeConfig>& rope = std::nullopt);
 
 /// Which flash kernels the fused path runs. PreferHopper (the default): the Hopper kernels
 /// (wgmma and TMA; lib/ops/attention/attention_hopper.cu, attention_hopper_backward.cu) where the
@@ -69,4 +77,5 @@ void set_flash_kernels(FlashKernels choice);
 FlashKernels flash_kernels();
 /// Whether this build and device can run the Hopper kernels at all (false in a CPU-only build).
 bool hopper_flash_available();
+
 }  // namespace ft

@@ -68,6 +68,12 @@ void check_rope(const Tensor& x, const RopeConfig& c) {
   FT_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && x.size(3) > 0, "rope: x must be [B, T, NH, HS] with HS even, got ",
            shape_str(x.shape()));
   FT_CHECK(is_floating(x.dtype()), "rope: x must be f32, f64 or bf16, got ", dtype_name(x.dtype()));
+  check_rope_config(c);
+}
+
+}  // namespace
+
+void check_rope_config(const RopeConfig& c) {
   FT_CHECK(c.theta > 0.0 && std::isfinite(c.theta), "rope: θ must be positive and finite, got ", c.theta);
   FT_CHECK(c.factor == 0 || (c.factor >= 1 && c.high_freq_factor > c.low_freq_factor && c.low_freq_factor > 0 &&
                              c.original_max_position > 0),
@@ -75,8 +81,6 @@ void check_rope(const Tensor& x, const RopeConfig& c) {
            "context, got factor ", c.factor, ", low ", c.low_freq_factor, ", high ", c.high_freq_factor, ", context ",
            c.original_max_position);
 }
-
-}  // namespace
 
 Tensor rope_composite(const Tensor& x, const RopeConfig& config) {
   const int64_t tokens = x.size(1), half = x.size(3) / 2;

@@ -35,6 +35,8 @@ struct RopeConfig {
 };
 
 Tensor rope(const Tensor& x, const RopeConfig& config);
+/// Fails with an ft::Error naming what is wrong with θ or the scaling (every rope op checks).
+void check_rope_config(const RopeConfig& config);
 Tensor rope_composite(const Tensor& x, const RopeConfig& config);
 inline Tensor rope(const Tensor& x, double theta = 10000.0) { return rope(x, RopeConfig{.theta = theta}); }
 inline Tensor rope_composite(const Tensor& x, double theta) { return rope_composite(x, RopeConfig{.theta = theta}); }

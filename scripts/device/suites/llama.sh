@@ -50,18 +50,25 @@ bench() {
     (cd bench/peers && timeout 400 python3 llama_torch.py --mode compile --lora $lora) \
       >"$logs/llama-torch-lora$lora.log" 2>&1 || tail -5 "$logs/llama-torch-lora$lora.log"
   done
-  # Eager PyTorch: the peer the unfused mode (each op a primitive) should be about as fast as.
+  # Eager PyTorch with SDPA (what a PyTorch user gets without compile), and with transformers'
+  # eager attention (matmul, softmax, matmul): the same ops as the unfused mode, its fair peer.
   (cd bench/peers && timeout 300 python3 llama_torch.py --mode eager --lora 0) >"$logs/llama-torch-eager.log" 2>&1 ||
     tail -5 "$logs/llama-torch-eager.log"
+  (cd bench/peers && timeout 300 python3 llama_torch.py --mode eager --attention eager --lora 0) \
+    >"$logs/llama-torch-eager-attention.log" 2>&1 || tail -5 "$logs/llama-torch-eager-attention.log"
   {
   echo
   echo "== fusedtrain Llama-3.2-1B shape, B 4, T 2048 ($(date -u +%F), $(gpu_name)) =="
   grep -h '^RESULT' "$logs/ft-llama.log" "$logs/ft-llama-lora.log" "$logs/llama-torch-lora0.log" \
-    "$logs/llama-torch-lora1.log" "$logs/llama-torch-eager.log"
+    "$logs/llama-torch-lora1.log" "$logs/llama-torch-eager.log" "$logs/llama-torch-eager-attention.log"
   unfused=$(sed -n "s/^RESULT llama kernels=unfused graph=[01] ms=\([0-9.]*\).*/\1/p" "$logs/ft-llama.log")
-  eager=$(sed -n "s/^RESULT llama torch=eager ms=\([0-9.]*\).*/\1/p" "$logs/llama-torch-eager.log")
-  [ -n "$unfused" ] && [ -n "$eager" ] &&
-    awk -v o="$unfused" -v p="$eager" 'BEGIN { printf "llama unfused: PyTorch eager %.1f ms, ours unfused %.1f ms: %.2fx\n", p, o, p / o }'
+  for run in eager:llama-torch-eager.log:SDPA eager-attention-eager:llama-torch-eager-attention.log:"eager attention"; do
+    IFS=: read -r mode log label <<<"$run"
+    eager=$(sed -n "s/^RESULT llama torch=$mode ms=\([0-9.]*\).*/\1/p" "$logs/$log")
+    [ -n "$unfused" ] && [ -n "$eager" ] &&
+      awk -v o="$unfused" -v p="$eager" -v l="$label" \
+        'BEGIN { printf "llama unfused: PyTorch eager (%s) %.1f ms, ours unfused %.1f ms: %.2fx\n", l, p, o, p / o }'
+  done
   for pair in "llama:ft-llama.log:llama-torch-lora0.log" "lora-llama:ft-llama-lora.log:llama-torch-lora1.log"; do
     IFS=: read -r name ours_log peer_log <<<"$pair"
     ours=$(sed -n "s/^RESULT $name kernels=fused graph=[01] ms=\([0-9.]*\).*/\1/p" "$logs/$ours_log")
