@@ -332,7 +332,8 @@ Tensor ParameterStore::bucket_in_run(size_t b, const Run& run, const Tensor& who
 }
 
 void ParameterStore::gather_run(const Run& run, const Tensor& whole) const {
-  for (size_t b : run.buckets) collectives("gathers the parameters").gather(value_chunk(b), bucket_in_run(b, run, whole));
+  for (size_t b : run.buckets)
+    collectives("gathers the parameters").gather(value_chunk(b), bucket_in_run(b, run, whole));
 }
 
 void ParameterStore::load_into(const std::vector<Tensor>& flats, size_t i, const Tensor& value) const {

@@ -133,7 +133,8 @@ void grouped_rope_table(const OpsBenchOptions& options, BenchReport& report) {
             run();
           },
           options.warmup, options.iterations);
-      const Timing total = time_device_work([&] { gradients(run(), dy, {q, k, v}); }, options.warmup, options.iterations);
+      const Timing total =
+          time_device_work([&] { gradients(run(), dy, {q, k, v}); }, options.warmup, options.iterations);
       std::printf("%-30s %-18s %9.3f %9.3f %9.3f\n", &variant == variants ? name : "", variant.name, fwd.graph_ms,
                   total.graph_ms, total.graph_ms - fwd.graph_ms);
       std::printf("RESULT gqa_rope=HS%lld variant=%s fwd_ms=%.4f total_ms=%.4f\n", static_cast<long long>(c.head_size),

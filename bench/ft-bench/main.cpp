@@ -89,9 +89,10 @@ std::optional<ft::bench::BenchReport> parse_and_open(ft::cli::Args& args, int ar
 }
 
 int run_ops(int argc, char** argv) {
-  ft::cli::Args args("ft-bench ops", "Times each memory-bound fused op (forward + backward) on GPT-2 shapes in both\n"
-                                     "kernel modes, and prints bandwidth against the device's copy bandwidth, measured first\n"
-                                     "(a device-to-device copy of 1 GiB, read and write counted).");
+  ft::cli::Args args("ft-bench ops",
+                     "Times each memory-bound fused op (forward + backward) on GPT-2 shapes in both kernel modes,\n"
+                     "and prints bandwidth against the device's copy bandwidth, measured first (a device-to-device\n"
+                     "copy of 1 GiB, read and write counted).");
   args.flag("rows", "16384", "rows N (B·T)");
   args.flag("channels", "768", "channels C");
   args.flag("vocab", "50304", "vocabulary V for cross-entropy");

@@ -1,8 +1,9 @@
 // ft-bench ops: each memory-bound fused op, forward + backward, on the GPT-2 shapes of
 // docs/workloads.md, in both kernel modes. Prints the median time, the achieved bandwidth on the
 // fewest bytes the measured work must move, its share of the device's measured copy bandwidth
-// (bandwidth.h, printed first), and the fused/unfused ratio. Gradients are taken as torch.autograd.grad takes them (ft::gradients),
-// so the time is the op's own: no copy of a gradient into a leaf's .grad().
+// (bandwidth.h, printed first), and the fused/unfused ratio. Gradients are taken as
+// torch.autograd.grad takes them (ft::gradients), so the time is the op's own: no copy of a
+// gradient into a leaf's .grad().
 #include "bench/ft-bench/ops.h"
 
 #include <cstdio>

@@ -14,8 +14,9 @@
 // layers of a backward into the next micro-batch's forward.
 //
 // Every step starts with no layer held, so the host logic is the same every step and the step
-// stays capturable: the graph replays the same collectives into the same slots. Recomputation (--recompute) needs nothing more: a layer
-// is recomputed inside its backward, after the identity has gathered it.
+// stays capturable: the graph replays the same collectives into the same slots. Recomputation
+// (--recompute) needs nothing more: a layer is recomputed inside its backward, after the
+// identity has gathered it.
 #pragma once
 #include <array>
 #include <memory>

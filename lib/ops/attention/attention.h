@@ -77,5 +77,4 @@ void set_flash_kernels(FlashKernels choice);
 FlashKernels flash_kernels();
 /// Whether this build and device can run the Hopper kernels at all (false in a CPU-only build).
 bool hopper_flash_available();
-
 }  // namespace ft

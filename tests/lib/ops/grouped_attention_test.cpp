@@ -3,6 +3,7 @@
 // checks, and on CUDA the flash kernels (both families, both head sizes, groups of 1 to 8 query
 // heads, with and without RoPE first) against the twin and the f64 reference, bit-reproducible
 // from run to run.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -157,7 +158,8 @@ void expect_fused_agrees(const TensorFn& f, const std::vector<Tensor>& inputs, G
 
 // Partial query and key tiles (T 77, 300), one token, several query tiles a head, groups of
 // 1 (no GQA), 2, 4 (Llama 3's 32/8) and 8 (multi-query), both head sizes; on each family of
-// kernels (the Hopper ones where the device has them).
+// kernels (the Hopper ones where the device has them); without RoPE, and with it (the rope
+// kernel first, then the flash kernels, against rope_composite and the attention's twin).
 TEST(GroupedAttentionFusedTest, MatchesTwinAndF64Reference) {
   FT_SKIP_UNLESS_AVAILABLE(kCUDA);
   Generator gen = test_generator();
@@ -167,38 +169,21 @@ TEST(GroupedAttentionFusedTest, MatchesTwinAndF64Reference) {
   std::vector<FlashKernels> families{FlashKernels::MmaSync};
   if (hopper_flash_available()) families.push_back(FlashKernels::PreferHopper);
   for (FlashKernels family : families)
-    for (const GroupedCase& c : cases) {
-      SCOPED_TRACE(c.name() + (family == FlashKernels::MmaSync ? " mma.sync" : " hopper"));
-      FlashKernelsGuard kernels(family);
-      const auto inputs = grouped_inputs(c, gen);
-      auto f = [&c](const std::vector<Tensor>& in) {
-        return grouped_query_attention(in[0], in[1], in[2], c.heads, c.kv_heads, c.causal);
-      };
-      expect_fused_agrees(f, inputs, gen, 1, "the fused kernels did not run");
-    }
-}
-
-// With RoPE (the rope kernel first, then the flash kernels) against the twin (rope_composite,
-// then the attention's twin) and the f64 reference, on the edge cases above.
-TEST(GroupedAttentionFusedTest, RopeMatchesTwinAndF64Reference) {
-  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
-  Generator gen = test_generator();
-  const GroupedCase cases[] = {{2, 4, 2, 77, 64, true},  {1, 8, 2, 300, 64, true},   {2, 8, 1, 130, 64, false},
-                               {2, 4, 1, 1, 64, true},   {1, 4, 2, 300, 128, true},  {2, 6, 3, 77, 128, false}};
-  std::vector<FlashKernels> families{FlashKernels::MmaSync};
-  if (hopper_flash_available()) families.push_back(FlashKernels::PreferHopper);
-  for (FlashKernels family : families)
-    for (const GroupedCase& c : cases) {
-      SCOPED_TRACE(c.name() + (family == FlashKernels::MmaSync ? " mma.sync" : " hopper"));
-      FlashKernelsGuard kernels(family);
-      const auto inputs = grouped_inputs(c, gen);
-      const RopeConfig config = c.tokens > 100 ? kLlama3Rope : RopeConfig{.theta = 10000.0};
-      auto f = [&c, &config](const std::vector<Tensor>& in) {
-        return grouped_query_attention(in[0], in[1], in[2], c.heads, c.kv_heads, c.causal, config);
-      };
-      // Each rope node between two reshapes, then the attention's.
-      expect_fused_agrees(f, inputs, gen, 7, "not the rope kernel and the flash kernels");
-    }
+    for (const GroupedCase& c : cases)
+      for (bool with_rope : {false, true}) {
+        SCOPED_TRACE(c.name() + (family == FlashKernels::MmaSync ? " mma.sync" : " hopper") +
+                     (with_rope ? ", RoPE" : ""));
+        FlashKernelsGuard kernels(family);
+        const auto inputs = grouped_inputs(c, gen);
+        std::optional<RopeConfig> rope;
+        if (with_rope) rope = c.tokens > 100 ? kLlama3Rope : RopeConfig{.theta = 10000.0};
+        auto f = [&c, &rope](const std::vector<Tensor>& in) {
+          return grouped_query_attention(in[0], in[1], in[2], c.heads, c.kv_heads, c.causal, rope);
+        };
+        // With RoPE each rope node sits between two reshapes, before the attention's.
+        if (with_rope) expect_fused_agrees(f, inputs, gen, 7, "not the rope kernel and the flash kernels");
+        else expect_fused_agrees(f, inputs, gen, 1, "the fused kernels did not run");
+      }
 }
 
 // The dQ shares of a group's heads are added in a fixed order, and each block adds its group's

@@ -174,8 +174,8 @@ TEST(ZeroThreeGraphTest, CapturedStepsAfterAnEvaluationGatherEveryLayer) {
     batch.set("targets", t.targets);
     double losses[2], evaluations[2];
     int k = 0;
-    for (auto [model, graphed, sync] : {std::tuple<Llama*, GraphedStep*, DataParallel*>{&reference, &reference_step, &reference_dp},
-                                        {&sharded, &zero_step, &dp}}) {
+    using Run = std::tuple<Llama*, GraphedStep*, DataParallel*>;
+    for (auto [model, graphed, sync] : {Run{&reference, &reference_step, &reference_dp}, Run{&sharded, &zero_step, &dp}}) {
       sync->begin_step(step);
       losses[k] = graphed->run({batch}).item();
       sync->end_step();
