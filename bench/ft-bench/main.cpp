@@ -101,8 +101,9 @@ int run_ops(int argc, char** argv) {
   args.flag("batched", "10", "also time each fused op as this many calls in one graph, per call: its cost inside a\n"
                              "training step's graph, without one replay's launch and ramps (1: not)");
   args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention',\n"
-                        "'gqa' (grouped-query attention with RoPE at Llama's shapes), 'lora' or 'dlrm' (the embedding\n"
-                        "bag and interaction at dlrm-kaggle shapes) for that table alone");
+                        "'gqa' (grouped-query attention with RoPE at Llama's shapes), 'lora', 'swiglu' (a Llama MLP's\n"
+                        "down projection, swiglu_linear) or 'dlrm' (the embedding bag and interaction at dlrm-kaggle\n"
+                        "shapes) for that table alone");
   ft::cli::add_gemm_tuning_flag(args);  // the linear, LoRA and DLRM tables run products
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
   if (!report) return 0;

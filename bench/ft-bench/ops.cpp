@@ -16,6 +16,7 @@
 #include "bench/ft-bench/dlrm.h"
 #include "bench/ft-bench/graph_timer.h"
 #include "bench/ft-bench/lora_ops.h"
+#include "bench/ft-bench/swiglu_ops.h"
 #include "lib/autograd.h"
 #include "lib/kernel_mode.h"
 #include "lib/ops/bias_act/bias_act.h"
@@ -190,6 +191,8 @@ int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
   if (options.only.empty() || std::string("gqa rope").find(options.only) != std::string::npos)
     grouped_rope_table(options, report);
   if (options.only.empty() || std::string("lora").find(options.only) != std::string::npos) lora_table(options);
+  if (options.only.empty() || std::string("swiglu down").find(options.only) != std::string::npos)
+    swiglu_down_table(options);
   if (options.only.empty() || std::string("embedding_bag dlrm").find(options.only) != std::string::npos)
     dlrm_ops_table({.warmup = options.warmup, .steps = options.iterations});
   for (const Row& r : rows)

@@ -10,6 +10,7 @@
 #include "lib/ops/matmul/matmul.h"
 #include "lib/ops/norm/rms_norm.h"
 #include "lib/ops/recompute/recompute.h"
+#include "lib/ops/swiglu_linear/swiglu_linear.h"
 
 namespace ft {
 
@@ -76,6 +77,15 @@ Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
                                  config_.heads, config_.kv_heads, /*causal=*/true, config_.rope);
 }
 
+Tensor LlamaDecoderLayer::mlp(const Tensor& normed) {
+  const Tensor gate = gate_proj_->forward(normed), up = up_proj_->forward(normed);
+  // A plain down projection takes silu(gate)·up without keeping it for backward (swiglu_linear
+  // makes it again there); a LoRA one needs it kept for its adapter anyway.
+  if (const auto down = std::dynamic_pointer_cast<Linear>(down_proj_); down && !down->bias().defined() && down->activation() == Activation::None)
+    return swiglu_linear(gate, up, down->weight());
+  return down_proj_->forward(swiglu(gate, up));
+}
+
 LlamaDecoderLayer::Output LlamaDecoderLayer::forward_block(const Tensor& residual, const Tensor& pending) {
   const double eps = config_.rms_eps;
   // The layer's input is residual + pending, added by the input norm's kernel when pending is there.
@@ -85,7 +95,7 @@ LlamaDecoderLayer::Output LlamaDecoderLayer::forward_block(const Tensor& residua
   else
     in.out = rms_norm(residual, input_norm_, eps);
   const AddNormResult mid = add_rms_norm(o_proj_->forward(attend(in.out)), in.sum, post_attention_norm_, eps);
-  return {mid.sum, down_proj_->forward(swiglu(gate_proj_->forward(mid.out), up_proj_->forward(mid.out)))};
+  return {mid.sum, mlp(mid.out)};
 }
 
 Tensor LlamaDecoderLayer::forward(const Tensor& x) {

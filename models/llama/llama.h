@@ -68,6 +68,7 @@ class LlamaDecoderLayer : public Module {
 
  private:
   Tensor attend(const Tensor& normed);  // [B, T, C] -> [B, T, NH·HS], before o_proj
+  Tensor mlp(const Tensor& normed);     // [B, T, C] -> [B, T, C], the gate, up and down projections
   LlamaConfig config_;
   Tensor input_norm_, post_attention_norm_;
   std::shared_ptr<Module> q_proj_, k_proj_, v_proj_, o_proj_, gate_proj_, up_proj_, down_proj_;

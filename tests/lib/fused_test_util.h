@@ -115,6 +115,28 @@ inline size_t graph_size(const Tensor& t) {
   return seen.size();
 }
 
+/// Which path ran shows in the graph: f on f32 leaves made from `inputs` records fewer nodes in
+/// fused mode than in unfused mode on CUDA (one fused node against the twin's primitives), and
+/// as many on the CPU, where both modes run the twin.
+inline void expect_fewer_nodes_fused_on_cuda_only(const TensorFn& f, const std::vector<Tensor>& inputs) {
+  for (Device device : {kCPU, kCUDA}) {
+    if (device.is_cuda() && !cuda_available()) continue;
+    std::vector<Tensor> leaves;
+    for (const Tensor& x : inputs) leaves.push_back(fresh_leaf(x, DType::F32, device));
+    size_t sizes[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      KernelModeGuard guard(fused ? KernelMode::Fused : KernelMode::Unfused);
+      sizes[fused] = graph_size(f(leaves));
+    }
+    SCOPED_TRACE(device.str());
+    EXPECT_GT(sizes[0], 0u);
+    if (device.is_cuda())
+      EXPECT_LT(sizes[1], sizes[0]);
+    else
+      EXPECT_EQ(sizes[1], sizes[0]);
+  }
+}
+
 /// Column sums of a [..., C] tensor, in doubles (the expected bias gradient).
 inline std::vector<double> column_sums(const Tensor& t) {
   const int64_t c = t.size(-1);

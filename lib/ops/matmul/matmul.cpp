@@ -140,19 +140,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, doub
         // One B for every batch: fold the batch into the rows, one product instead of a sum.
         Tensor a2 = sa.reshape({-1, sa.size(-1)});
         Tensor g2 = g.reshape({-1, g.size(-1)});
-        const GradTarget target = grad_target(1);
-        if (target.view.defined() && target.view.is_cuda() && target.view.dtype() == DType::F32) {
-          // Straight into B's f32 gradient view: f32 out, written (beta = 0) or added (beta = 1);
-          // no bf16 gradient for autograd to add.
-          const Tensor& x = trans_b ? g2 : a2;
-          const Tensor& y = trans_b ? a2 : g2;
-          if constexpr (kCudaBuild)
-            cuda::matmul(x, y, target.view, 1, x.size(1), y.size(1), x.size(0), true, false, false,
-                         !target.overwrite, alpha);
-          grad_b = target.view;
-        } else {
-          grad_b = trans_b ? matmul(g2, a2, true, false, alpha) : matmul(a2, g2, true, false, alpha);
-        }
+        grad_b = trans_b ? weight_gradient_product(g2, a2, 1, alpha) : weight_gradient_product(a2, g2, 1, alpha);
       } else {
         Tensor per_batch = trans_b ? matmul(g, sa, true, trans_a, alpha) : matmul(sa, g, !trans_a, false, alpha);
         grad_b = shared_b ? sum_to(per_batch, shape_b) : per_batch;
@@ -160,6 +148,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, doub
     }
     return std::vector<Tensor>{grad_a, grad_b};
   });
+}
+
+Tensor weight_gradient_product(const Tensor& first, const Tensor& second, size_t input, double alpha) {
+  const GradTarget target = grad_target(input);
+  if (target.view.defined() && target.view.is_cuda() && target.view.dtype() == DType::F32) {
+    // f32 out, written (beta = 0) or added (beta = 1): no gradient in first's dtype for autograd to add.
+    if constexpr (kCudaBuild)
+      cuda::matmul(first, second, target.view, 1, first.size(1), second.size(1), first.size(0), true, false, false,
+                   !target.overwrite, alpha);
+    return target.view;
+  }
+  return matmul(first, second, true, false, alpha);
 }
 
 namespace {

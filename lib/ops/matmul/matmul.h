@@ -16,6 +16,12 @@ namespace ft {
 /// (cuBLAS's alpha, as attention scales its scores by 1/√HS).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false, double alpha = 1.0);
 
+/// Inside a backward function that run_backward is calling: alpha · firstᵀ · second (first
+/// [K, M], second [K, N], K the batch's rows folded together), the gradient of the node's 2-D
+/// weight input `input`. Straight into that input's f32 gradient view on CUDA when it has one
+/// (written or added; autograd then adds nothing), else a fresh product in first's dtype.
+Tensor weight_gradient_product(const Tensor& first, const Tensor& second, size_t input, double alpha = 1.0);
+
 /// Selective recomputation's hook (lib/ops/recompute/recompute.h): while a MatmulStash is in
 /// scope on this thread, every product of a 2-D weight (b 2-D: a linear layer's, not attention's
 /// batched ones) either appends its output to the stash (saving) or takes the stash's next output
