@@ -102,8 +102,8 @@ int run_ops(int argc, char** argv) {
                              "training step's graph, without one replay's launch and ramps (1: not)");
   args.flag("only", "", "run only the ops whose name contains this text (for a profiler run); 'linear', 'attention',\n"
                         "'gqa' (grouped-query attention with RoPE at Llama's shapes), 'lora', 'swiglu' (a Llama MLP's\n"
-                        "down projection, swiglu_linear) or 'dlrm' (the embedding bag and interaction at dlrm-kaggle\n"
-                        "shapes) for that table alone");
+                        "down projection, swiglu_linear), 'gemm' (our Hopper product against cuBLASLt) or 'dlrm' (the\n"
+                        "embedding bag and interaction at dlrm-kaggle shapes) for that table alone");
   ft::cli::add_gemm_tuning_flag(args);  // the linear, LoRA and DLRM tables run products
   std::optional<ft::bench::BenchReport> report = parse_and_open(args, argc, argv);
   if (!report) return 0;

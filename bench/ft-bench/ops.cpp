@@ -14,6 +14,7 @@
 #include "bench/ft-bench/attention.h"
 #include "bench/ft-bench/bandwidth.h"
 #include "bench/ft-bench/dlrm.h"
+#include "bench/ft-bench/gemm_ops.h"
 #include "bench/ft-bench/graph_timer.h"
 #include "bench/ft-bench/lora_ops.h"
 #include "bench/ft-bench/swiglu_ops.h"
@@ -193,6 +194,7 @@ int run_ops_bench(const OpsBenchOptions& options, BenchReport& report) {
   if (options.only.empty() || std::string("lora").find(options.only) != std::string::npos) lora_table(options);
   if (options.only.empty() || std::string("swiglu down").find(options.only) != std::string::npos)
     swiglu_down_table(options);
+  if (options.only.empty() || std::string("gemm").find(options.only) != std::string::npos) gemm_table(options);
   if (options.only.empty() || std::string("embedding_bag dlrm").find(options.only) != std::string::npos)
     dlrm_ops_table({.warmup = options.warmup, .steps = options.iterations});
   for (const Row& r : rows)

@@ -35,6 +35,11 @@ __device__ __forceinline__ void arrive_expecting(uint64_t* barrier, unsigned byt
                : "memory");
 }
 
+/// Arrives once (a consumer's "done with this stage", for a barrier counting such arrivals).
+__device__ __forceinline__ void arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mma::shared_address(barrier)) : "memory");
+}
+
 // A phase that never completes would hang the GPU; after about a second of polling the
 // waiting thread traps instead (the launch then fails with an error).
 constexpr long long kMaxBarrierPolls = 1LL << 26;

@@ -8,6 +8,7 @@
 
 #include "lib/grad_buffer.h"
 #include "lib/ops/linear/linear.h"
+#include "lib/ops/matmul/hopper_gemm.h"
 #include "lib/ops/matmul/matmul.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
@@ -256,6 +257,33 @@ TEST(MatmulAutotuneTest, TheTuningFileRecordsAndReplays) {
   EXPECT_EQ(recorded[with_m(1033)], 0) << "a recorded choice was timed again";
   EXPECT_LT(recorded[with_m(1039)], 8) << "an impossible choice was kept";
   set_gemm_tuning_file(before);
+}
+
+// Our own Hopper product (lib/ops/matmul/hopper_gemm.h) against the f64 product of the same
+// bf16 inputs, and against cuBLASLt's bf16 result: within bf16's output rounding of both. The
+// shapes take one tile, tiles cut at every edge (M, N not multiples of 128, K not of 64),
+// more K slices than the ring has stages, and a Llama projection's width.
+TEST(HopperGemmTest, MatchesTheF64ProductAndCublas) {
+  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  Generator gen = test_generator();
+  const Tensor probe = random_tensor({2, 8}, DType::BF16, kCUDA, gen);
+  if constexpr (kCudaBuild)
+    if (!cuda::hopper_gemm_supported(probe, probe)) GTEST_SKIP() << "not an sm_90 device";
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case& c : {Case{128, 128, 64}, Case{1, 2, 8}, Case{37, 130, 200}, Case{300, 258, 1000},
+                        Case{512, 384, 4096}, Case{1024, 2048, 2048}}) {
+    SCOPED_TRACE(testing::Message() << "M " << c.m << " N " << c.n << " K " << c.k);
+    const Tensor a = random_tensor({c.m, c.k}, DType::BF16, kCUDA, gen);
+    const Tensor b = random_tensor({c.n, c.k}, DType::BF16, kCUDA, gen);
+    Tensor out = Tensor::empty({c.m, c.n}, DType::BF16, kCUDA);
+    if constexpr (kCudaBuild) cuda::hopper_gemm(a, b, out);
+    const Tensor reference = matmul(cast(a.to(kCPU), DType::F64), cast(b.to(kCPU), DType::F64), false, true);
+    EXPECT_TRUE(all_close(cast(out.to(kCPU), DType::F64), reference, 4e-3)) << "against the f64 product";
+    const Tensor cublas = matmul(a, b, false, true);
+    EXPECT_TRUE(all_close(cast(out.to(kCPU), DType::F64), cast(cublas.to(kCPU), DType::F64), 8e-3)) << "against cuBLASLt";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, MatmulDeviceTest, ::testing::ValuesIn(device_dtypes()),
