@@ -7,7 +7,9 @@ namespace ft::bench {
 
 /// C = A·Bᵀ in bf16 (a linear layer's forward) at each shape: graph-replay medians of cuBLASLt
 /// (the matmul primitive, heuristic algorithm) and of hopper_gemm, their TFLOP/s, and the
-/// largest difference between the two results relative to the largest |C|. Skipped off sm_90.
+/// largest difference between the two results relative to the largest |C|; then the Llama
+/// query and key projections with RoPE: cuBLASLt and the rope kernel against the RoPE epilogue.
+/// Skipped off sm_90.
 void gemm_table(const OpsBenchOptions& options);
 
 }  // namespace ft::bench

@@ -10,6 +10,7 @@
 #include "lib/ops/linear/linear.h"
 #include "lib/ops/matmul/hopper_gemm.h"
 #include "lib/ops/matmul/matmul.h"
+#include "lib/ops/rope/rope.h"
 #include "tests/lib/test_util.h"
 #include "tests/train/temp_dir.h"
 
@@ -259,16 +260,21 @@ TEST(MatmulAutotuneTest, TheTuningFileRecordsAndReplays) {
   set_gemm_tuning_file(before);
 }
 
+/// Whether this machine runs hopper_gemm (a CUDA build on an sm_90 device).
+bool hopper_gemm_here() {
+  if (!cuda_available()) return false;
+  const Tensor probe = Tensor::empty({2, 8}, DType::BF16, kCUDA);
+  if constexpr (kCudaBuild) return cuda::hopper_gemm_supported(probe, probe);
+  return false;
+}
+
 // Our own Hopper product (lib/ops/matmul/hopper_gemm.h) against the f64 product of the same
 // bf16 inputs, and against cuBLASLt's bf16 result: within bf16's output rounding of both. The
 // shapes take one tile, tiles cut at every edge (M, N not multiples of 128, K not of 64),
 // more K slices than the ring has stages, and a Llama projection's width.
 TEST(HopperGemmTest, MatchesTheF64ProductAndCublas) {
-  FT_SKIP_UNLESS_AVAILABLE(kCUDA);
+  if (!hopper_gemm_here()) GTEST_SKIP() << "hopper_gemm needs an sm_90 device";
   Generator gen = test_generator();
-  const Tensor probe = random_tensor({2, 8}, DType::BF16, kCUDA, gen);
-  if constexpr (kCudaBuild)
-    if (!cuda::hopper_gemm_supported(probe, probe)) GTEST_SKIP() << "not an sm_90 device";
   struct Case {
     int64_t m, n, k;
   };
@@ -283,6 +289,34 @@ TEST(HopperGemmTest, MatchesTheF64ProductAndCublas) {
     EXPECT_TRUE(all_close(cast(out.to(kCPU), DType::F64), reference, 4e-3)) << "against the f64 product";
     const Tensor cublas = matmul(a, b, false, true);
     EXPECT_TRUE(all_close(cast(out.to(kCPU), DType::F64), cast(cublas.to(kCPU), DType::F64), 8e-3)) << "against cuBLASLt";
+  }
+}
+
+// The RoPE epilogue (a query or key projection turned before its one rounding) against rope of
+// the f64 product, and against rope(matmul) on the device (rounded twice), at heads of 64 and
+// 128 columns, with Llama 3's scaling, rows cut at a tile's edge.
+TEST(HopperGemmTest, RopeEpilogueMatchesRopeOfTheProduct) {
+  if (!hopper_gemm_here()) GTEST_SKIP() << "hopper_gemm needs an sm_90 device";
+  Generator gen = test_generator();
+  const RopeConfig llama3{.theta = 500000.0, .factor = 32.0, .original_max_position = 64};
+  struct Case {
+    int64_t batch, tokens, heads, head_size, k;
+  };
+  for (const Case& c : {Case{2, 256, 8, 64, 256}, Case{3, 100, 4, 128, 200}, Case{1, 2048, 2, 64, 64}}) {
+    SCOPED_TRACE(testing::Message() << "B " << c.batch << " T " << c.tokens << " H " << c.heads << " HS "
+                                    << c.head_size << " K " << c.k);
+    const int64_t m = c.batch * c.tokens, n = c.heads * c.head_size;
+    const Tensor a = random_tensor({m, c.k}, DType::BF16, kCUDA, gen);
+    const Tensor b = random_tensor({n, c.k}, DType::BF16, kCUDA, gen);
+    Tensor out = Tensor::empty({m, n}, DType::BF16, kCUDA);
+    if constexpr (kCudaBuild) cuda::hopper_gemm(a, b, out, cuda::GemmRope{c.tokens, c.head_size, llama3});
+    const Shape heads{c.batch, c.tokens, c.heads, c.head_size};
+    const Tensor product = matmul(cast(a.to(kCPU), DType::F64), cast(b.to(kCPU), DType::F64), false, true);
+    const Tensor reference = rope_composite(product.reshape(heads), llama3).reshape({m, n});
+    const Tensor ours = cast(out.to(kCPU), DType::F64);
+    EXPECT_TRUE(all_close(ours, reference, 4e-3)) << "against rope of the f64 product";
+    const Tensor twice_rounded = rope(matmul(a, b, false, true).reshape(heads), llama3).reshape({m, n});
+    EXPECT_TRUE(all_close(ours, cast(twice_rounded.to(kCPU), DType::F64), 8e-3)) << "against rope(matmul)";
   }
 }
 
