@@ -59,7 +59,7 @@ void gemm_table(const OpsBenchOptions& options) {
                          {"gpt2 qkv", 16384, 2304, 768},         {"gpt2 fc", 16384, 3072, 768},
                          {"gpt2 proj", 16384, 768, 3072}};
   Generator gen(17);
-  const Tensor probe = Tensor::randn({2, 8}, gen, DType::BF16, kCUDA);
+  const Tensor probe = Tensor::randn({8, 8}, gen, DType::BF16, kCUDA);
   if (!cuda::hopper_gemm_supported(probe, probe)) {
     std::printf("\nhopper_gemm: not an sm_90 device, table skipped\n");
     return;

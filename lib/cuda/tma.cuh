@@ -81,6 +81,24 @@ __device__ __forceinline__ void load_bulk(void* dst, const void* src, unsigned b
       : "memory");
 }
 
+/// Starts the copy of a 128-byte-swizzled box from shared memory at `src` into a 4-D tensor at
+/// element coordinates (c0 innermost .. c3), clipped to the tensor; tracked by bulk groups
+/// (commit_stores, wait_stores_read, wait_stores). The box's writes must be made visible to the
+/// copy engine first (fence_shared_to_async).
+__device__ __forceinline__ void store_4d(const CUtensorMap& map, const void* src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(mma::shared_address(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void commit_stores() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until the committed stores have read their shared memory (it may be written again).
+__device__ __forceinline__ void wait_stores_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/// Waits until the committed stores are done.
+__device__ __forceinline__ void wait_stores() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/// Orders this thread's shared-memory writes before the copy engine's reads of them.
+__device__ __forceinline__ void fence_shared_to_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 /// Starts fetching a tensor map (a kernel parameter) into the descriptor cache.
 __device__ __forceinline__ void prefetch_map(const CUtensorMap& map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");

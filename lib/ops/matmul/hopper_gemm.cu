@@ -9,7 +9,9 @@
 //   batch before. With the producer one warp (288 threads), a thread keeps within 168
 //   registers, the 128 accumulators and the epilogue's, without spilling (__maxnreg__(224)
 //   compiled but could not launch; setmaxnreg did not lift ptxas's cap either);
-// - the epilogue rounds the f32 accumulators to bf16 and stores them straight from registers.
+// - the epilogue rounds each consumer's f32 accumulators to bf16 into shared memory (the TMA
+//   store's swizzle) and one thread starts their TMA store, which runs beside the next tile's
+//   products (the ring has 3 stages to leave room for the two consumers' 32 KB of rows).
 // Persistent, one block a multiprocessor: the producer runs on into the block's next tile while
 // the consumers store the last. Tiles are visited in groups of kGroupRows tile rows, column by
 // column, so that the blocks at work share their A rows and B rows in L2.
@@ -33,11 +35,14 @@ namespace {
 constexpr int kTileM = 128;                 // rows of A (of C) a block takes: 64 a consumer
 constexpr int kTileN = 256;                 // rows of B (columns of C)
 constexpr int kSlice = swizzled::kBoxCols;  // K columns a stage holds: one 128-byte swizzle row
-constexpr int kStages = 4;
+constexpr int kStages = 3;
 constexpr int kThreads = 288;               // two consumer warpgroups and the producer's warp
 constexpr int kGroupRows = 8;               // tile rows visited together (L2 reuse)
 constexpr uint32_t kOperandBytes = kTileM * kSlice * 2, kStageBytes = kOperandBytes + kTileN * kSlice * 2;
-constexpr size_t kBarrierOffset = kStages * kStageBytes;
+// Each consumer's 64 rows of C, staged for the TMA store: kTileN / 64 boxes of 64 rows × 128 bytes.
+constexpr uint32_t kStagingBytes = 64 * kTileN * 2, kStagingBoxBytes = 64 * swizzled::kRowBytes;
+constexpr size_t kStagingOffset = kStages * kStageBytes;
+constexpr size_t kBarrierOffset = kStagingOffset + 2 * kStagingBytes;
 constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + the barriers, + alignment slack
 
 struct GemmShape {
@@ -109,28 +114,38 @@ __device__ void consume(const Ring& ring, int& g, int slices, int consumer, floa
   if (releases) tma::arrive(ring.empty + (g - 1) % kStages);
 }
 
-/// Stores the bf16 pair (v0, v1) at C[r, col] when inside C.
-__device__ __forceinline__ void store_pair(__nv_bfloat16* __restrict__ c, const GemmShape& shape, int r, int col,
-                                           float v0, float v1) {
-  if (r < shape.m && col < shape.n)
-    *reinterpret_cast<__nv_bfloat162*>(c + static_cast<int64_t>(r) * shape.n + col) = __floats2bfloat162_rn(v0, v1);
+/// Where a thread writes its pairs of one row in a consumer's staged rows (the TMA store's
+/// 128-byte swizzle: the 8 rows a warp writes at once fall in 8 different bank groups).
+struct StagedRow {
+  unsigned char* at;  // the row's start plus the thread's 4 bytes within a 16-byte chunk
+  int key;            // the row's swizzle: chunk c sits at c ^ key
+  /// The bf16 pair (v0, v1) in 8-column block j (0 .. kTileN / 8) of the row.
+  __device__ __forceinline__ void put(int j, float v0, float v1) const {
+    *reinterpret_cast<__nv_bfloat162*>(at + (j / 8) * kStagingBoxBytes + (((j % 8) ^ key) << 4)) =
+        __floats2bfloat162_rn(v0, v1);
+  }
+};
+
+__device__ __forceinline__ StagedRow staged_row(unsigned char* staging, int r) {
+  return {staging + r * swizzled::kRowBytes + 4 * (threadIdx.x % 4), r & 7};
 }
 
 /// The accumulators turned by RoPE before their one rounding (rope.h's rotation: the pair
-/// (i, i + HS/2) of each head at token r % T), then stored. A thread holds both columns of
+/// (i, i + HS/2) of each head at token r % T), then staged. A thread holds both columns of
 /// every pair: the 8-column block j of a head pairs with block j + HS/16 (the tile's columns
-/// start at a head). Each pair is turned and stored in one go, so that only its own table
+/// start at a head). Each pair is turned and staged in one go, so that only its own table
 /// values are live beside the accumulators.
 template <int kHeadSize>
-__device__ void store_turned(__nv_bfloat16* __restrict__ c, const GemmShape& shape, int row, int n0,
-                             const float (&acc)[kTileN / 8][4], const RopeRows& rope) {
+__device__ void store_turned(unsigned char* staging, int row, int token_row, const float (&acc)[kTileN / 8][4],
+                             const RopeRows& rope) {
   constexpr int kHalfBlocks = kHeadSize / 16;  // 8-column blocks in half a head
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = row + 8 * h;
-    const float* const cos_row = rope.cos + static_cast<int64_t>(r % rope.tokens) * (kHeadSize / 2);
-    const float* const sin_row = rope.sin + static_cast<int64_t>(r % rope.tokens) * (kHeadSize / 2);
+    const StagedRow out = staged_row(staging, row + 8 * h);
+    const int token = (token_row + 8 * h) % rope.tokens;
+    const float* const cos_row = rope.cos + static_cast<int64_t>(token) * (kHeadSize / 2);
+    const float* const sin_row = rope.sin + static_cast<int64_t>(token) * (kHeadSize / 2);
 #pragma unroll
     for (int jj = 0; jj < kHalfBlocks; ++jj) {
       const int i = 8 * jj + 2 * (lane % 4);
@@ -138,39 +153,59 @@ __device__ void store_turned(__nv_bfloat16* __restrict__ c, const GemmShape& sha
       const float2 sn = __ldg(reinterpret_cast<const float2*>(sin_row + i));
 #pragma unroll
       for (int head = 0; head < kTileN / kHeadSize; ++head) {
-        const float* const x = acc[head * 2 * kHalfBlocks + jj] + 2 * h;
-        const float* const y = acc[head * 2 * kHalfBlocks + jj + kHalfBlocks] + 2 * h;
-        const int col = n0 + head * kHeadSize + i;
-        store_pair(c, shape, r, col, x[0] * cs.x - y[0] * sn.x, x[1] * cs.y - y[1] * sn.y);
-        store_pair(c, shape, r, col + kHeadSize / 2, y[0] * cs.x + x[0] * sn.x, y[1] * cs.y + x[1] * sn.y);
+        const int j = head * 2 * kHalfBlocks + jj;
+        const float* const x = acc[j] + 2 * h;
+        const float* const y = acc[j + kHalfBlocks] + 2 * h;
+        out.put(j, x[0] * cs.x - y[0] * sn.x, x[1] * cs.y - y[1] * sn.y);
+        out.put(j + kHalfBlocks, y[0] * cs.x + x[0] * sn.x, y[1] * cs.y + x[1] * sn.y);
       }
     }
   }
 }
 
-/// Rounds a consumer's accumulators to bf16 (turned by RoPE first when rope.cos is set) and
-/// stores the rows and columns inside C.
-__device__ void store_tile(__nv_bfloat16* __restrict__ c, const GemmShape& shape, int m0, int n0, int consumer,
+/// Syncs the 128 threads of consumer `consumer` (named barriers 1 and 2; 0 is __syncthreads').
+__device__ __forceinline__ void consumer_sync(int consumer) {
+  if (consumer == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+/// Rounds a consumer's accumulators to bf16 (turned by RoPE first when rope.cos is set) into its
+/// staged rows, then one thread starts their TMA store (clipped to C) and returns at once: the
+/// store runs beside the next tile's products. The staged rows are written again only after
+/// the previous store has read them.
+__device__ void store_tile(const CUtensorMap& c_map, unsigned char* staging, int m0, int n0, int consumer,
                            const float (&acc)[kTileN / 8][4], const RopeRows& rope) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-  const int row = m0 + 64 * consumer + 16 * warp + lane / 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4, row = 16 * warp + lane / 4;
+  const bool issues = threadIdx.x % 128 == 0;
+  if (issues) tma::wait_stores_read();
+  consumer_sync(consumer);
   if (rope.cos != nullptr) {
-    if (rope.head_size == 64) store_turned<64>(c, shape, row, n0, acc, rope);
-    else store_turned<128>(c, shape, row, n0, acc, rope);
-    return;
+    const int token_row = m0 + 64 * consumer + row;
+    if (rope.head_size == 64) store_turned<64>(staging, row, token_row, acc, rope);
+    else store_turned<128>(staging, row, token_row, acc, rope);
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const StagedRow out = staged_row(staging, row + 8 * h);
+#pragma unroll
+      for (int j = 0; j < kTileN / 8; ++j) out.put(j, acc[j][2 * h], acc[j][2 * h + 1]);
+    }
   }
+  tma::fence_shared_to_async();
+  consumer_sync(consumer);
+  if (issues) {
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      store_pair(c, shape, row + 8 * h, n0 + 8 * j + 2 * (lane % 4), acc[j][2 * h], acc[j][2 * h + 1]);
+    for (int box = 0; box < kTileN / swizzled::kBoxCols; ++box)
+      tma::store_4d(c_map, staging + box * kStagingBoxBytes, n0 + box * swizzled::kBoxCols, m0 + 64 * consumer, 0, 0);
+    tma::commit_stores();
+  }
 }
 
 // Persistent: a block a multiprocessor walks the tiles blockIdx.x, + gridDim.x, ...; the
 // producer runs ahead into the next tile while the consumers store the last one.
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-                       __nv_bfloat16* __restrict__ c, GemmShape shape, RopeRows rope) {
+                       const __grid_constant__ CUtensorMap c_map, GemmShape shape, RopeRows rope) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char raw_smem[];
   unsigned char* const smem = tma::align_1024(raw_smem);
@@ -198,14 +233,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = blockIdx.x; t < row_tiles * column_tiles; t += gridDim.x) {
     const int2 tile = tile_of(t, row_tiles, column_tiles);
     consume(ring, g, slices, warpgroup, acc);
-    store_tile(c, shape, tile.x * kTileM, tile.y * kTileN, warpgroup, acc, rope);
+    store_tile(c_map, smem + kStagingOffset + warpgroup * kStagingBytes, tile.x * kTileM, tile.y * kTileN, warpgroup,
+               acc, rope);
   }
+  if (threadIdx.x % 128 == 0) tma::wait_stores();  // the staged rows live until the last store is done
 #else
   __trap();  // dispatched only on sm_90 (hopper_gemm_supported)
 #endif
 }
 
-/// A [rows, K] row-major bf16 matrix, read in boxes of box_rows rows × kSlice columns.
+/// A [rows, K] row-major bf16 matrix, read (or, for C, written) in boxes of box_rows rows ×
+/// kSlice columns.
 TensorMapRequest rows_map(const Tensor& t, int box_rows) {
   const int64_t rows = t.size(0), cols = t.size(1);
   return TensorMapRequest{t.data_ptr(), {cols, rows, 1, 1}, {cols, rows * cols, rows * cols}, {kSlice, box_rows, 1, 1}};
@@ -216,7 +254,7 @@ TensorMapRequest rows_map(const Tensor& t, int box_rows) {
 bool hopper_gemm_supported(const Tensor& a, const Tensor& b) {
 #if defined(FT_HOPPER_KERNELS)
   return compute_capability() == 90 && a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && a.dim() == 2 &&
-         b.dim() == 2 && a.size(1) == b.size(1) && a.size(1) > 0 && b.size(0) % 2 == 0 &&
+         b.dim() == 2 && a.size(1) == b.size(1) && a.size(1) > 0 && b.size(0) % 8 == 0 &&
          tensor_map_possible(rows_map(a, kTileM)) && tensor_map_possible(rows_map(b, kTileN));
 #else
   (void)a, (void)b;
@@ -225,8 +263,8 @@ bool hopper_gemm_supported(const Tensor& a, const Tensor& b) {
 }
 
 void hopper_gemm(const Tensor& a, const Tensor& b, const Tensor& out, const std::optional<GemmRope>& rope) {
-  FT_CHECK(hopper_gemm_supported(a, b), "hopper_gemm: needs sm_90 and bf16 [M, K], [N, K] with K a multiple of 8 and N "
-           "even, got ", shape_str(a.shape()), " ", dtype_name(a.dtype()), " and ", shape_str(b.shape()), " ",
+  FT_CHECK(hopper_gemm_supported(a, b), "hopper_gemm: needs sm_90 and bf16 [M, K], [N, K] with K and N multiples of 8, "
+           "got ", shape_str(a.shape()), " ", dtype_name(a.dtype()), " and ", shape_str(b.shape()), " ",
            dtype_name(b.dtype()));
   FT_CHECK(out.dtype() == DType::BF16 && out.shape() == Shape({a.size(0), b.size(0)}), "hopper_gemm: out must be bf16 [",
            a.size(0), ", ", b.size(0), "], got ", shape_str(out.shape()));
@@ -245,12 +283,14 @@ void hopper_gemm(const Tensor& a, const Tensor& b, const Tensor& out, const std:
                     static_cast<int>(rope->head_size)};
   }
   const CUtensorMap a_map = encode_tensor_map(rows_map(a, kTileM)), b_map = encode_tensor_map(rows_map(b, kTileN));
+  FT_CHECK(tensor_map_possible(rows_map(out, 64)), "hopper_gemm: out must be 16-byte aligned");
+  const CUtensorMap c_map = encode_tensor_map(rows_map(out, 64));
   const int64_t tiles = ((shape.m + kTileM - 1) / kTileM) * ((shape.n + kTileN - 1) / kTileN);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessor_count()));
   FT_CUDA_CHECK(cudaFuncSetAttribute(hopper_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmemBytes)));
   hopper_gemm_kernel<<<blocks, kThreads, kSmemBytes, stream()>>>(
-      a_map, b_map, static_cast<__nv_bfloat16*>(out.data_ptr()), shape, rows);
+      a_map, b_map, c_map, shape, rows);
   FT_CUDA_CHECK_LAUNCH("hopper_gemm_kernel");
 }
 

@@ -13,8 +13,8 @@
 
 namespace ft::cuda {
 
-/// Whether the device and the operands allow it: sm_90, bf16, K a multiple of 8 (TMA's 16-byte
-/// row pitch), N even, 16-byte aligned bases.
+/// Whether the device and the operands allow it: sm_90, bf16, K and N multiples of 8 (TMA's
+/// 16-byte row pitch, for A and B read and C written), 16-byte aligned bases.
 bool hopper_gemm_supported(const Tensor& a, const Tensor& b);
 /// The RoPE epilogue, for a query or key projection: out's rows are B·T tokens (row r at token
 /// r % tokens) and its columns heads of head_size (64 or 128); each head is turned as

@@ -263,14 +263,14 @@ TEST(MatmulAutotuneTest, TheTuningFileRecordsAndReplays) {
 /// Whether this machine runs hopper_gemm (a CUDA build on an sm_90 device).
 bool hopper_gemm_here() {
   if (!cuda_available()) return false;
-  const Tensor probe = Tensor::empty({2, 8}, DType::BF16, kCUDA);
+  const Tensor probe = Tensor::empty({8, 8}, DType::BF16, kCUDA);
   if constexpr (kCudaBuild) return cuda::hopper_gemm_supported(probe, probe);
   return false;
 }
 
 // Our own Hopper product (lib/ops/matmul/hopper_gemm.h) against the f64 product of the same
 // bf16 inputs, and against cuBLASLt's bf16 result: within bf16's output rounding of both. The
-// shapes take one tile, tiles cut at every edge (M, N not multiples of 128, K not of 64),
+// shapes take one tile, tiles cut at every edge (M, N not multiples of 128 or 256, K not of 64),
 // more K slices than the ring has stages, and a Llama projection's width.
 TEST(HopperGemmTest, MatchesTheF64ProductAndCublas) {
   if (!hopper_gemm_here()) GTEST_SKIP() << "hopper_gemm needs an sm_90 device";
@@ -278,7 +278,7 @@ TEST(HopperGemmTest, MatchesTheF64ProductAndCublas) {
   struct Case {
     int64_t m, n, k;
   };
-  for (const Case& c : {Case{128, 128, 64}, Case{1, 2, 8}, Case{37, 130, 200}, Case{300, 258, 1000},
+  for (const Case& c : {Case{128, 128, 64}, Case{1, 8, 8}, Case{37, 136, 200}, Case{300, 264, 1000},
                         Case{512, 384, 4096}, Case{1024, 2048, 2048}}) {
     SCOPED_TRACE(testing::Message() << "M " << c.m << " N " << c.n << " K " << c.k);
     const Tensor a = random_tensor({c.m, c.k}, DType::BF16, kCUDA, gen);
@@ -289,6 +289,11 @@ TEST(HopperGemmTest, MatchesTheF64ProductAndCublas) {
     EXPECT_TRUE(all_close(cast(out.to(kCPU), DType::F64), reference, 4e-3)) << "against the f64 product";
     const Tensor cublas = matmul(a, b, false, true);
     EXPECT_TRUE(all_close(cast(out.to(kCPU), DType::F64), cast(cublas.to(kCPU), DType::F64), 8e-3)) << "against cuBLASLt";
+  }
+  // C's rows are stored by TMA: 16-byte rows, N a multiple of 8.
+  const Tensor a = random_tensor({4, 8}, DType::BF16, kCUDA, gen), b = random_tensor({6, 8}, DType::BF16, kCUDA, gen);
+  if constexpr (kCudaBuild) {
+    EXPECT_FALSE(cuda::hopper_gemm_supported(a, b));
   }
 }
 
