@@ -77,12 +77,19 @@ Tensor LlamaDecoderLayer::attend(const Tensor& normed) {
                                  config_.heads, config_.kv_heads, /*causal=*/true, config_.rope);
 }
 
+namespace {
+/// The Linear behind a projection when it is a plain one (no adapter, bias or activation).
+std::shared_ptr<Linear> plain_linear(const std::shared_ptr<Module>& projection) {
+  auto linear = std::dynamic_pointer_cast<Linear>(projection);
+  return linear && !linear->bias().defined() && linear->activation() == Activation::None ? linear : nullptr;
+}
+}  // namespace
+
 Tensor LlamaDecoderLayer::mlp(const Tensor& normed) {
   const Tensor gate = gate_proj_->forward(normed), up = up_proj_->forward(normed);
   // A plain down projection takes silu(gate)·up without keeping it for backward (swiglu_linear
   // makes it again there); a LoRA one needs it kept for its adapter anyway.
-  if (const auto down = std::dynamic_pointer_cast<Linear>(down_proj_); down && !down->bias().defined() && down->activation() == Activation::None)
-    return swiglu_linear(gate, up, down->weight());
+  if (const auto down = plain_linear(down_proj_)) return swiglu_linear(gate, up, down->weight());
   return down_proj_->forward(swiglu(gate, up));
 }
 

@@ -30,7 +30,7 @@
 #include "lib/cuda/wgmma.cuh"
 #include "lib/ops/attention/attention_hopper.h"
 #include "lib/ops/attention/attention_tile.cuh"
-#include "lib/ops/attention/swizzled_tile.cuh"
+#include "lib/cuda/swizzled_tile.cuh"
 
 namespace ft::cuda {
 

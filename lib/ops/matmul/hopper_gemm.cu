@@ -22,11 +22,11 @@
 
 #include "lib/cuda/dependent_launch.cuh"
 #include "lib/cuda/runtime.h"
+#include "lib/cuda/swizzled_tile.cuh"
 #include "lib/cuda/tensor_map.h"
 #include "lib/cuda/tma.cuh"
 #include "lib/cuda/wgmma.cuh"
 #include "lib/error.h"
-#include "lib/ops/attention/swizzled_tile.cuh"
 #include "lib/ops/matmul/hopper_gemm.h"
 
 namespace ft::cuda {
@@ -77,8 +77,8 @@ struct Ring {
 
 /// The producer thread: every slice of every tile of the block, in order, each into the next
 /// stage once the consumers have released its previous round.
-__device__ void produce(const Ring& ring, const CUtensorMap& a_map, const CUtensorMap& b_map, const GemmShape& shape,
-                        int row_tiles, int column_tiles, int slices) {
+__device__ void produce(const Ring& ring, const CUtensorMap& a_map, const CUtensorMap& b_map, int row_tiles,
+                        int column_tiles, int slices) {
   int g = 0;
   for (int t = blockIdx.x; t < row_tiles * column_tiles; t += gridDim.x) {
     const int2 tile = tile_of(t, row_tiles, column_tiles);
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x != 256) return;
     tma::prefetch_map(a_map);
     tma::prefetch_map(b_map);
-    produce(ring, a_map, b_map, shape, row_tiles, column_tiles, slices);
+    produce(ring, a_map, b_map, row_tiles, column_tiles, slices);
     return;
   }
   float acc[kTileN / 8][4];

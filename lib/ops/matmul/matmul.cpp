@@ -102,6 +102,9 @@ MatmulStash::MatmulStash(Outputs& outputs, Mode mode) : outputs_(outputs), mode_
 }
 MatmulStash::~MatmulStash() { active_stash = previous_; }
 MatmulStash* MatmulStash::active() { return active_stash; }
+Tensor MatmulStash::product(const Shape& out_shape, const std::function<Tensor()>& compute) {
+  return active_stash ? active_stash->take(out_shape, compute) : compute();
+}
 
 Tensor MatmulStash::take(const Shape& out_shape, const std::function<Tensor()>& compute) {
   // The stash holds its own handles (detach: the same memory, no history), so that a node the
@@ -120,10 +123,8 @@ Tensor MatmulStash::take(const Shape& out_shape, const std::function<Tensor()>& 
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, double alpha) {
-  MatmulStash* const stash = b.dim() == 2 ? MatmulStash::active() : nullptr;
-  Tensor out = stash ? stash->take(check_matmul(a, b, trans_a, trans_b).out_shape,
-                                   [&] { return matmul_raw(a, b, trans_a, trans_b, alpha); })
-                     : matmul_raw(a, b, trans_a, trans_b, alpha);
+  auto compute = [&] { return matmul_raw(a, b, trans_a, trans_b, alpha); };
+  Tensor out = b.dim() == 2 ? MatmulStash::product(check_matmul(a, b, trans_a, trans_b).out_shape, compute) : compute();
   if (!needs_grad({&a, &b})) return out;
   const bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor sa = gb ? a.detach() : Tensor();

@@ -42,6 +42,9 @@ class MatmulStash {
   static MatmulStash* active();
   /// Saving: keeps `out`. Replaying: the next kept output, which must have out_shape.
   Tensor take(const Shape& out_shape, const std::function<Tensor()>& compute);
+  /// A 2-D weight's product made by an op of its own (a fused linear): through the stash in
+  /// scope (take), else compute() as it is.
+  static Tensor product(const Shape& out_shape, const std::function<Tensor()>& compute);
 
  private:
   Outputs& outputs_;

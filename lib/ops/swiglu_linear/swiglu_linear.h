@@ -8,7 +8,8 @@
 // W: the twin (and swiglu then linear) also keeps h and silu(a), two [..., H] tensors, which in a
 // Llama-3.2-1B step at B 4, T 2048 is 128 MB a layer for h alone; the price is one more pass of
 // swiglu's forward in backward. The product of its forward is a 2-D weight's, so selective
-// recomputation (lib/ops/recompute/recompute.h) keeps it like a linear layer's.
+// recomputation (lib/ops/recompute/recompute.h) keeps it like a linear layer's (and its replay
+// makes no h).
 // Twin: swiglu_composite(a, b) then the matmul primitive.
 #pragma once
 #include "lib/tensor.h"

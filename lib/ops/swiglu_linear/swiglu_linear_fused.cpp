@@ -3,6 +3,7 @@
 #include "lib/autograd.h"
 #include "lib/ops/bias_act/bias_act_cuda.h"
 #include "lib/ops/matmul/matmul.h"
+#include "lib/ops/matmul/matmul_cuda.h"
 #include "lib/ops/swiglu_linear/swiglu_linear_cuda.h"
 
 namespace ft::cuda {
@@ -19,11 +20,17 @@ Tensor activation_rows(const Tensor& a, const Tensor& b) {
 
 Tensor swiglu_linear_fused(const Tensor& a, const Tensor& b, const Tensor& weight) {
   const Tensor w = weight.detach();
+  const int64_t width = a.size(-1), rows = a.numel() / width, out = w.size(0);
   Shape out_shape = a.shape();
-  out_shape.back() = w.size(0);
-  // Detached operands: the product records nothing, and a selective recomputation's stash
-  // (matmul.h) keeps or replays it as a linear layer's.
-  const Tensor y = matmul(activation_rows(a.detach(), b.detach()), w, false, true).reshape(out_shape);
+  out_shape.back() = out;
+  // A selective recomputation's stash (matmul.h) keeps the product as a linear layer's; its
+  // replay takes it back without making h again.
+  const Tensor y = MatmulStash::product({rows, out}, [&] {
+                     Tensor product = Tensor::empty({rows, out}, a.dtype(), a.device());
+                     matmul(activation_rows(a.detach(), b.detach()), w, product, 1, rows, out, width, false, true,
+                                false);
+                     return product;
+                   }).reshape(out_shape);
   if (!needs_grad({&a, &b, &weight})) return y;
   const bool want_inputs = a.requires_grad() || b.requires_grad(), want_weight = weight.requires_grad();
   return record("swiglu_linear", y, {a, b, weight},

@@ -1,8 +1,9 @@
-// Tiles of a head's [T, HS] rows in shared memory as the Hopper attention kernels keep them
-// (lib/ops/attention/attention_hopper.cu, lib/ops/attention/attention_hopper_backward.cu): TMA copies them with
-// its 128-byte swizzle, one box of 64 bf16 columns at a time, so a tile of `rows` × HS is
-// HS / 64 blocks of `rows` × 128 bytes, one after the other, 1024-byte aligned. The helpers
-// here copy such a tile and describe its slices as wgmma operands (layouts: wgmma.cuh).
+// Tiles of rows in shared memory as the Hopper kernels keep them (the attention's heads of
+// [T, HS] in lib/ops/attention/attention_hopper*.cu, the product's operand slices in
+// lib/ops/matmul/hopper_gemm.cu): TMA copies them with its 128-byte swizzle, one box of 64 bf16
+// columns at a time, so a tile of `rows` × D is D / 64 blocks of `rows` × 128 bytes, one after
+// the other, 1024-byte aligned. The helpers here copy such a tile and describe its slices as
+// wgmma operands (layouts: wgmma.cuh).
 #pragma once
 #include <cuda.h>
 
